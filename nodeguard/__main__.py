@@ -1,0 +1,5 @@
+"""``python -m nodeguard`` is the ``nodeguard`` command."""
+
+from nodeguard.cli import main
+
+raise SystemExit(main())

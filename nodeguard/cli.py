@@ -1,0 +1,237 @@
+"""The ``nodeguard`` command, with node_exporter's flag conventions.
+
+- ``nodeguard run``: sample every ``--interval`` and serve ``/metrics``, ``/snapshot``,
+  ``/healthz``, ``/readyz`` on ``--listen-address``. Dry run is on unless ``--no-dry-run``.
+- ``nodeguard snapshot``: take one sample and print a report (``--json``: the same as JSON).
+
+Both take the same ``--path.*`` and ``--collector.*`` flags, so either can be pointed at a
+fixture tree or at the host's filesystems mounted under ``/host``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+
+from nodeguard import __version__
+from nodeguard.exporter import SnapshotCollector
+from nodeguard.paths import HostPaths
+from nodeguard.report import render_report
+from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+from nodeguard.server import make_app
+from nodeguard.snapshot import to_jsonable
+
+__all__ = ["main", "parse_duration"]
+
+log = logging.getLogger("nodeguard")
+
+DEFAULT_LISTEN = ":9847"
+_DURATION_RE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``"5s"``, ``"500ms"``, ``"1m"``, ``"2h"`` or a bare number of seconds, as seconds.
+    Raises ``argparse.ArgumentTypeError`` for anything else or a non-positive value."""
+    m = _DURATION_RE.match(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 5s, 500ms, 1m)")
+    seconds = float(m.group("n")) * _UNIT_SECONDS[m.group("unit")]
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive: {text!r}")
+    return seconds
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("host paths")
+    g.add_argument(
+        "--path.procfs",
+        dest="procfs",
+        type=Path,
+        default=Path("/proc"),
+        help="procfs mount point (default /proc; /host/proc in the DaemonSet)",
+    )
+    g.add_argument(
+        "--path.sysfs",
+        dest="sysfs",
+        type=Path,
+        default=Path("/sys"),
+        help="sysfs mount point; cgroups are read under <sysfs>/fs/cgroup",
+    )
+    g.add_argument(
+        "--path.kmsg",
+        dest="kmsg",
+        type=Path,
+        default=Path("/dev/kmsg"),
+        help="kernel log device, for OOM kills (default /dev/kmsg)",
+    )
+    c = parser.add_argument_group("collectors")
+    for name in COLLECTORS:
+        c.add_argument(
+            f"--collector.{name}",
+            dest=f"collector_{name}",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help=f"enable the {name} collector (default on)",
+        )
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME") or socket.gethostname(),
+        help="this node's name (default $NODE_NAME, else the hostname)",
+    )
+    parser.add_argument(
+        "--top-processes",
+        type=int,
+        default=10,
+        help="how many processes to keep by RSS, for evidence",
+    )
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``nodeguard`` command."""
+    parser = argparse.ArgumentParser(
+        prog="nodeguard",
+        description="Node memory agent for GPU/ML Kubernetes nodes: exporter and remediation.",
+    )
+    parser.add_argument("--version", action="version", version=f"nodeguard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="sample continuously and serve /metrics")
+    _common(run)
+    run.add_argument(
+        "--listen-address",
+        type=_listen_address,
+        default=DEFAULT_LISTEN,
+        help=f"HOST:PORT to serve on (default {DEFAULT_LISTEN})",
+    )
+    run.add_argument(
+        "--interval", type=parse_duration, default=5.0, help="time between samples (default 5s)"
+    )
+    run.add_argument(
+        "--dry-run",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record what actions would do without doing them (default on)",
+    )
+    run.add_argument(
+        "--path.state",
+        dest="state",
+        type=Path,
+        default=Path("/var/lib/nodeguard"),
+        help="directory for state kept across restarts (OOM kill log position)",
+    )
+
+    snap = sub.add_parser("snapshot", help="take one sample and print it")
+    _common(snap)
+    snap.add_argument("--json", action="store_true", help="print JSON (bytes, seconds)")
+    return parser
+
+
+def _config(args: argparse.Namespace, *, state: Path | None, interval: float) -> SamplerConfig:
+    enabled = frozenset(n for n in COLLECTORS if getattr(args, f"collector_{n}"))
+    return SamplerConfig(
+        paths=HostPaths(procfs=args.procfs, sysfs=args.sysfs, kmsg=args.kmsg, state=state),
+        node_name=args.node_name,
+        interval=interval,
+        collectors=enabled,
+        top_processes=args.top_processes,
+    )
+
+
+def _usable_state_dir(path: Path) -> Path | None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning(
+            "state directory %s unusable (%s): OOM kill counts restart with the agent", path, exc
+        )
+        return None
+    if not os.access(path, os.W_OK):
+        log.warning("state directory %s not writable: OOM kill counts restart with the agent", path)
+        return None
+    return path
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    sampler = Sampler(
+        config=_config(args, state=_usable_state_dir(args.state), interval=args.interval)
+    )
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(SnapshotCollector(latest=lambda: sampler.latest))
+    app = make_app(sampler=sampler, registry=registry)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, port = args.listen_address
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "nodeguard %s serving on %s:%d node=%s interval=%.3gs dry_run=%s collectors=%s",
+        __version__,
+        host,
+        port,
+        args.node_name,
+        args.interval,
+        args.dry_run,
+        ",".join(sorted(sampler.config.collectors)),
+    )
+    try:
+        await sampler.run(stop=stop)
+    finally:
+        sampler.close()
+        await runner.cleanup()
+    log.info("nodeguard stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``nodeguard`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.command == "run":
+        return asyncio.run(_serve(args))
+    # A one-off snapshot keeps no state: it must not move the running agent's kmsg position.
+    sampler = Sampler(config=_config(args, state=None, interval=5.0))
+    try:
+        snap = sampler.sample_once()
+    finally:
+        sampler.close()
+    if args.json:
+        json.dump(to_jsonable(snap), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        render_report(snap, console=Console(), top=args.top_processes)
+    return 0

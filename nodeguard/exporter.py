@@ -1,0 +1,303 @@
+"""Renders the latest :class:`~nodeguard.snapshot.NodeSnapshot` as Prometheus metrics.
+
+A custom collector (prometheus_client "Custom Collectors"): every scrape yields fresh metric
+families built from the snapshot the sampler last made, so a scrape never reads the host and
+never disagrees with what the rule engine saw. ``describe()`` returns nothing, so registering
+the collector does not run it.
+
+Names follow Prometheus conventions: ``nodeguard_`` prefix, base units (bytes, seconds, ratios
+0..1), ``_total`` for counters. Workload series carry ``namespace``, ``pod`` and ``container``;
+until pod metadata is known (no cluster), ``pod`` holds the pod UID, ``container`` the container
+ID and ``namespace`` is empty. Absent data is absent, never exported as 0.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from nodeguard import __version__
+from nodeguard.snapshot import CgroupMemory, NodeSnapshot, Pressure
+
+__all__ = ["SnapshotCollector", "WorkloadLabels", "default_labels"]
+
+_P = "nodeguard_"
+_STALE_NOTE = " (from the latest snapshot)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadLabels:
+    """The ``namespace``, ``pod`` and ``container`` label values of one workload series."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+Labeler = Callable[[str, str | None], WorkloadLabels]
+
+
+def default_labels(pod_uid: str, container_id: str | None) -> WorkloadLabels:
+    """Labels without pod metadata: the pod UID and container ID stand in for the names."""
+    return WorkloadLabels(namespace="", pod=pod_uid, container=container_id or "")
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(_P + name, doc + _STALE_NOTE, labels=list(labels))
+
+
+def _counter(name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
+    return CounterMetricFamily(_P + name, doc + _STALE_NOTE, labels=list(labels))
+
+
+class _Families:
+    """Metric families that share a label set, filled per cgroup (pod or container level)."""
+
+    def __init__(self, *, level: str, labels: list[str]) -> None:
+        self.labels = labels
+        lv = level
+        self.usage = _gauge(f"{lv}_memory_usage_bytes", f"{lv} cgroup memory usage", labels)
+        self.working_set = _gauge(
+            f"{lv}_memory_working_set_bytes",
+            f"{lv} working set: usage minus inactive_file, clamped at 0 (cAdvisor's)",
+            labels,
+        )
+        self.anon = _gauge(f"{lv}_memory_anon_bytes", f"{lv} anonymous memory (v1 rss)", labels)
+        self.file = _gauge(f"{lv}_memory_file_bytes", f"{lv} page cache (v1 cache)", labels)
+        self.limit = _gauge(
+            f"{lv}_memory_limit_bytes",
+            f"{lv} effective memory limit: the smallest real limit up the cgroup tree; "
+            "absent when none",
+            labels,
+        )
+        self.oom = _counter(
+            f"{lv}_memory_oom_kills",
+            f"{lv} OOM kills by the cgroup counter (v2 memory.events, v1 memory.oom_control); "
+            "absent when the kernel does not count them",
+            labels,
+        )
+        self.hits = _counter(
+            f"{lv}_memory_limit_hits",
+            f"{lv} times usage hit the limit (v1 memory.failcnt, v2 memory.events max)",
+            labels,
+        )
+        self.high = _counter(
+            f"{lv}_memory_high_events",
+            f"{lv} times memory.high throttled reclaim (v2 memory.events high)",
+            labels,
+        )
+        self.stall = _counter(
+            f"{lv}_memory_pressure_stall_seconds",
+            f"{lv} memory PSI total stall time (v2 memory.pressure)",
+            [*labels, "kind"],
+        )
+
+    def add(self, *, values: list[str], mem: CgroupMemory) -> None:
+        pairs = (
+            (self.usage, mem.usage_bytes),
+            (self.working_set, mem.working_set_bytes),
+            (self.anon, mem.anon_bytes),
+            (self.file, mem.file_bytes),
+            (self.limit, mem.effective_limit_bytes),
+            (self.oom, mem.oom_kills),
+            (self.hits, mem.limit_hits),
+            (self.high, mem.high_events),
+        )
+        for family, value in pairs:
+            if value is not None:
+                family.add_metric(values, value)
+        _add_stall(self.stall, values, mem.pressure)
+
+    def all(self) -> list[Metric]:
+        return [
+            self.usage,
+            self.working_set,
+            self.anon,
+            self.file,
+            self.limit,
+            self.oom,
+            self.hits,
+            self.high,
+            self.stall,
+        ]
+
+
+def _add_stall(family: CounterMetricFamily, values: list[str], pressure: Pressure | None) -> None:
+    if pressure is None:
+        return
+    for kind, line in (("some", pressure.some), ("full", pressure.full)):
+        if line is not None:
+            family.add_metric([*values, kind], line.total_seconds)
+
+
+class SnapshotCollector(Collector):
+    """A prometheus_client collector over a callable that returns the latest snapshot.
+
+    ``latest()`` returning ``None`` (before the first sample) yields only build info.
+    ``labeler`` maps ``(pod_uid, container_id)`` to workload labels; the Kubernetes layer
+    replaces :func:`default_labels` once it knows the pods of this node.
+    """
+
+    def __init__(
+        self, *, latest: Callable[[], NodeSnapshot | None], labeler: Labeler = default_labels
+    ) -> None:
+        self._latest = latest
+        self.labeler = labeler
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        info = _gauge("build_info", "nodeguard version and Python", ["version", "python_version"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
+        snap = self._latest()
+        if snap is None:
+            return
+        yield from self._self_metrics(snap)
+        yield from self._node(snap)
+        yield from self._workloads(snap)
+
+    def _self_metrics(self, snap: NodeSnapshot) -> Iterator[Metric]:
+        ts = _gauge("snapshot_timestamp_seconds", "Unix time the snapshot was taken")
+        ts.add_metric([], snap.timestamp)
+        yield ts
+        success = _gauge("collector_success", "1 if the collector ran without error", ["collector"])
+        available = _gauge(
+            "collector_available",
+            "1 if the collector found its data on this host (0: absent, e.g. PSI off)",
+            ["collector"],
+        )
+        duration = _gauge("collector_duration_seconds", "time the collector took", ["collector"])
+        for st in snap.collectors:
+            success.add_metric([st.name], 1 if st.success else 0)
+            available.add_metric([st.name], 1 if st.available else 0)
+            duration.add_metric([st.name], st.duration_seconds)
+        yield from (success, available, duration)
+
+    def _node(self, snap: NodeSnapshot) -> Iterator[Metric]:
+        mem = snap.meminfo
+        if mem is not None:
+            raw = _gauge("node_meminfo_bytes", "every kB field of /proc/meminfo", ["field"])
+            for name, value in mem.fields.items():
+                raw.add_metric([name], value)
+            pages = _gauge("node_meminfo_pages", "unit-less /proc/meminfo fields", ["field"])
+            for name, value in mem.page_counts.items():
+                pages.add_metric([name], value)
+            yield from (raw, pages)
+            derived = (
+                ("total_bytes", "MemTotal", mem.total_bytes),
+                ("free_bytes", "MemFree", mem.free_bytes),
+                (
+                    "available_bytes",
+                    "MemAvailable, or its estimate (see _estimated)",
+                    mem.available_bytes,
+                ),
+                (
+                    "used_bytes",
+                    "MemTotal minus available, as free(1) computes used",
+                    mem.used_bytes,
+                ),
+                (
+                    "page_cache_bytes",
+                    "page cache: Active(file) + Inactive(file)",
+                    mem.page_cache_bytes,
+                ),
+                ("buffers_bytes", "Buffers", mem.buffers_bytes),
+                (
+                    "shmem_bytes",
+                    "Shmem (tmpfs, shared memory: not freed by reclaim)",
+                    mem.shmem_bytes,
+                ),
+                (
+                    "slab_reclaimable_bytes",
+                    "SReclaimable: slab the kernel can reclaim",
+                    mem.slab_reclaimable_bytes,
+                ),
+                (
+                    "slab_unreclaimable_bytes",
+                    "SUnreclaim: slab the kernel cannot reclaim",
+                    mem.slab_unreclaimable_bytes,
+                ),
+            )
+            for suffix, doc, amount in derived:
+                if amount is not None:
+                    g = _gauge(f"node_memory_{suffix}", f"node memory: {doc}")
+                    g.add_metric([], amount)
+                    yield g
+            est = _gauge(
+                "node_memory_available_estimated",
+                "1 if available is estimated (MemAvailable absent or 0)",
+            )
+            est.add_metric([], 1 if mem.available_estimated else 0)
+            yield est
+        if snap.pressure is not None:
+            stall = _counter(
+                "node_memory_pressure_stall_seconds",
+                "node memory PSI total stall time (/proc/pressure/memory)",
+                ["kind"],
+            )
+            ratio = _gauge(
+                "node_memory_pressure_ratio",
+                "node memory PSI running average share of time stalled",
+                ["kind", "window"],
+            )
+            _add_stall(stall, [], snap.pressure)
+            for kind, line in (("some", snap.pressure.some), ("full", snap.pressure.full)):
+                if line is None:
+                    continue
+                for window, share in (
+                    ("10s", line.avg10),
+                    ("60s", line.avg60),
+                    ("300s", line.avg300),
+                ):
+                    ratio.add_metric([kind, window], share)
+            yield from (stall, ratio)
+        if snap.oom is not None:
+            kills = _counter(
+                "node_oom_kills",
+                "OOM kills in the kernel log this boot, by constraint "
+                "(CONSTRAINT_MEMCG: a cgroup limit; CONSTRAINT_NONE: the whole node)",
+                ["constraint"],
+            )
+            for constraint, count in sorted(snap.oom.by_constraint.items()):
+                kills.add_metric([constraint], count)
+            yield kills
+
+    def _workloads(self, snap: NodeSnapshot) -> Iterator[Metric]:
+        names = ["namespace", "pod", "container"]
+        pod_f = _Families(level="pod", labels=["namespace", "pod"])
+        ctr_f = _Families(level="container", labels=names)
+        pod_info = _gauge(
+            "pod_info",
+            "pods with a memory cgroup on this node",
+            ["namespace", "pod", "uid", "qos_class"],
+        )
+        for pod in snap.pods:
+            pl = self.labeler(pod.uid, None)
+            pod_info.add_metric([pl.namespace, pl.pod, pod.uid, pod.qos_class], 1)
+            pod_f.add(values=[pl.namespace, pl.pod], mem=pod.memory)
+            for c in pod.containers:
+                cl = self.labeler(pod.uid, c.container_id)
+                ctr_f.add(values=[cl.namespace, cl.pod, cl.container], mem=c.memory)
+        yield pod_info
+        yield from pod_f.all()
+        yield from ctr_f.all()
+        if snap.oom is not None:
+            klog = _counter(
+                "container_kernel_oom_kills",
+                "OOM kills in the kernel log whose task_memcg is this container (recent kills)",
+                names,
+            )
+            counts = Counter(
+                (k.pod_uid, k.container_id or "") for k in snap.oom.recent if k.pod_uid
+            )
+            for (uid, cid), count in sorted(counts.items()):
+                cl = self.labeler(uid, cid or None)
+                klog.add_metric([cl.namespace, cl.pod, cl.container], count)
+            yield klog

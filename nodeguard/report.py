@@ -1,0 +1,176 @@
+"""``nodeguard snapshot``: one sample as a report a person reads at a glance (rich tables)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from nodeguard.exporter import Labeler, default_labels
+from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
+
+__all__ = ["format_bytes", "render_report"]
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(value: int | None) -> str:
+    """Binary units with one decimal (``1.5 GiB``); ``-`` for unknown."""
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in _UNITS:
+        if abs(size) < 1024 or unit == _UNITS[-1]:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _pct(part: int | None, whole: int | None) -> str:
+    if part is None or not whole:
+        return "-"
+    return f"{100.0 * part / whole:.1f}%"
+
+
+def _node_table(snap: NodeSnapshot) -> Table | Text:
+    mem = snap.meminfo
+    if mem is None:
+        return Text("node memory: no data (meminfo collector off or failed)")
+    t = Table(title="Node memory", title_justify="left")
+    t.add_column("")
+    t.add_column("bytes", justify="right")
+    t.add_column("of total", justify="right")
+    available_name = "available (estimated)" if mem.available_estimated else "available"
+    rows = (
+        ("total", mem.total_bytes),
+        ("used (total - available)", mem.used_bytes),
+        (available_name, mem.available_bytes),
+        ("free", mem.free_bytes),
+        ("page cache (file LRU)", mem.page_cache_bytes),
+        ("buffers", mem.buffers_bytes),
+        ("shmem (tmpfs)", mem.shmem_bytes),
+        ("slab reclaimable", mem.slab_reclaimable_bytes),
+        ("slab unreclaimable", mem.slab_unreclaimable_bytes),
+    )
+    for name, value in rows:
+        t.add_row(name, format_bytes(value), _pct(value, mem.total_bytes))
+    return t
+
+
+def _pressure_table(snap: NodeSnapshot) -> Table | Text:
+    psi = snap.pressure
+    if psi is None:
+        return Text("memory pressure (PSI): unavailable on this kernel or collector off")
+    t = Table(title="Memory pressure (PSI, share of time stalled)", title_justify="left")
+    for col in ("", "avg10", "avg60", "avg300", "total stall"):
+        t.add_column(col, justify="right")
+    for kind, line in (("some", psi.some), ("full", psi.full)):
+        if line is not None:
+            t.add_row(
+                kind,
+                f"{line.avg10:.1%}",
+                f"{line.avg60:.1%}",
+                f"{line.avg300:.1%}",
+                f"{line.total_seconds:.1f}s",
+            )
+    return t
+
+
+def _containers_table(snap: NodeSnapshot, labeler: Labeler, top: int) -> Table | Text:
+    if not snap.pods:
+        return Text("containers: none found (no kubepods cgroup on this host)")
+
+    def key(item: tuple[PodMemory, ContainerMemory]) -> tuple[float, int]:
+        m = item[1].memory
+        ratio = (
+            (m.working_set_bytes or 0) / m.effective_limit_bytes if m.effective_limit_bytes else 0.0
+        )
+        return (ratio, m.working_set_bytes or 0)
+
+    items = sorted(snap.containers(), key=key, reverse=True)[:top]
+    t = Table(
+        title=f"Top containers against their limits (of {len(snap.containers())})",
+        title_justify="left",
+    )
+    for col in (
+        "namespace/pod",
+        "container",
+        "qos",
+        "working set",
+        "limit",
+        "of limit",
+        "OOM kills",
+    ):
+        t.add_column(
+            col,
+            justify="right" if col in ("working set", "limit", "of limit", "OOM kills") else "left",
+        )
+    for pod, c in items:
+        lab = labeler(pod.uid, c.container_id)
+        m = c.memory
+        name = f"{lab.namespace}/{lab.pod}" if lab.namespace else lab.pod
+        t.add_row(
+            name,
+            lab.container[:24],
+            pod.qos_class,
+            format_bytes(m.working_set_bytes),
+            format_bytes(m.effective_limit_bytes) if m.effective_limit_bytes else "none",
+            _pct(m.working_set_bytes, m.effective_limit_bytes),
+            "?" if m.oom_kills is None else str(m.oom_kills),
+        )
+    return t
+
+
+def _process_table(snap: NodeSnapshot) -> Table | Text:
+    if not snap.processes:
+        return Text("processes: no data")
+    t = Table(title="Top processes by RSS", title_justify="left")
+    for col in ("pid", "name", "rss", "container"):
+        t.add_column(col, justify="right" if col in ("pid", "rss") else "left")
+    for p in snap.processes:
+        where = p.container_id[:12] if p.container_id else (p.cgroup or "?")
+        t.add_row(str(p.pid), p.name, format_bytes(p.rss_bytes), where)
+    return t
+
+
+def _oom_text(snap: NodeSnapshot) -> Text:
+    oom = snap.oom
+    if oom is None:
+        return Text("OOM kills (kernel log): no data (needs /dev/kmsg and CAP_SYSLOG)")
+    lines = [f"OOM kills this boot (kernel log): {oom.total}"]
+    for k in list(oom.recent)[-5:]:
+        when = dt.datetime.fromtimestamp(k.time, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(
+            f"  {when}Z pid {k.pid} ({k.process}) anon-rss "
+            f"{format_bytes(k.anon_rss_bytes)} cgroup {k.task_memcg or '?'}"
+        )
+    return Text("\n".join(lines))
+
+
+def render_report(
+    snap: NodeSnapshot,
+    *,
+    console: Console,
+    labeler: Labeler = default_labels,
+    top: int = 10,
+) -> None:
+    """Print the report of one snapshot to ``console``."""
+    when = dt.datetime.fromtimestamp(snap.timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    header = Text(f"nodeguard snapshot of {snap.node_name} at {when}Z", style="bold")
+    failed = [c for c in snap.collectors if not c.success]
+    absent = [c for c in snap.collectors if c.success and not c.available]
+    notes = [f"collector {c.name} FAILED: {c.error}" for c in failed]
+    notes += [f"collector {c.name}: no data ({c.error})" for c in absent]
+    parts: list[Table | Text] = [header]
+    if notes:
+        parts.append(Text("\n".join(notes), style="yellow"))
+    parts += [
+        _node_table(snap),
+        _pressure_table(snap),
+        _containers_table(snap, labeler, top),
+        _oom_text(snap),
+        _process_table(snap),
+    ]
+    console.print(Group(*parts))

@@ -1,0 +1,143 @@
+"""The one sampler: builds a :class:`~nodeguard.snapshot.NodeSnapshot` every interval.
+
+Reading the host is blocking file I/O (hundreds of small cgroup files on a full node), so each
+sample runs in a worker thread and the event loop (web server, later the rule engine) never waits
+on it. Samples are scheduled on a fixed grid; a sample that overruns the interval makes the next
+one start at once rather than piling up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from nodeguard.paths import HostPaths
+from nodeguard.snapshot import CollectorStatus, NodeSnapshot
+from nodeguard.sources import cgroups, kmsg, meminfo, pressure, processes, run_source
+
+__all__ = ["COLLECTORS", "Sampler", "SamplerConfig"]
+
+log = logging.getLogger(__name__)
+
+#: Every collector, by the name that is also its ``--collector.<name>`` flag.
+COLLECTORS: tuple[str, ...] = (meminfo.NAME, pressure.NAME, cgroups.NAME, kmsg.NAME, processes.NAME)
+
+T = TypeVar("T")
+Listener = Callable[[NodeSnapshot], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplerConfig:
+    """What to sample and how often. ``interval`` is seconds; ``collectors`` the enabled names
+    (a subset of :data:`COLLECTORS`); ``top_processes`` how many processes to keep."""
+
+    paths: HostPaths
+    node_name: str
+    interval: float = 5.0
+    collectors: frozenset[str] = frozenset(COLLECTORS)
+    top_processes: int = 10
+
+
+class Sampler:
+    """Builds snapshots from the enabled sources; keeps the latest.
+
+    ``sample_once()`` is synchronous (for ``nodeguard snapshot`` and tests); ``run()`` is the
+    asyncio loop of ``nodeguard run``. Listeners are awaited with each new snapshot, in order;
+    a failing listener is logged and never stops sampling.
+    """
+
+    def __init__(self, *, config: SamplerConfig) -> None:
+        unknown = config.collectors - set(COLLECTORS)
+        if unknown:
+            raise ValueError(f"unknown collectors: {sorted(unknown)}")
+        self.config = config
+        self.latest: NodeSnapshot | None = None
+        self._cgroups = cgroups.CgroupSource(paths=config.paths)
+        self._kmsg: kmsg.OomLogSource | None = None
+        self._listeners: list[Listener] = []
+        self.samples_total = 0
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(snapshot)`` after every sample of :meth:`run`."""
+        self._listeners.append(listener)
+
+    def _collect(
+        self, *, name: str, read: Callable[[], T], statuses: list[CollectorStatus]
+    ) -> T | None:
+        """Run one source if it is enabled, recording its status; its value or ``None``."""
+        if name not in self.config.collectors:
+            return None
+        result = run_source(name=name, read=read)
+        statuses.append(result.status)
+        return result.value
+
+    def _oom_log(self) -> kmsg.OomLogSource:
+        if self._kmsg is None:
+            self._kmsg = kmsg.OomLogSource(paths=self.config.paths)
+        return self._kmsg
+
+    def sample_once(self) -> NodeSnapshot:
+        """Read every enabled source once and return the snapshot (also kept as ``latest``)."""
+        cfg = self.config
+        paths = cfg.paths
+        started = time.time()
+        statuses: list[CollectorStatus] = []
+        mem = self._collect(
+            name=meminfo.NAME, read=lambda: meminfo.read_meminfo(paths=paths), statuses=statuses
+        )
+        psi = self._collect(
+            name=pressure.NAME,
+            read=lambda: pressure.read_node_pressure(paths=paths),
+            statuses=statuses,
+        )
+        total = mem.total_bytes if mem else None
+        cg = self._collect(
+            name=cgroups.NAME, read=lambda: self._cgroups.read(mem_total=total), statuses=statuses
+        )
+        version, pods = cg if cg is not None else (None, ())
+        oom = self._collect(name=kmsg.NAME, read=lambda: self._oom_log().read(), statuses=statuses)
+        procs = self._collect(
+            name=processes.NAME,
+            read=lambda: processes.read_top_processes(paths=paths, limit=cfg.top_processes),
+            statuses=statuses,
+        )
+
+        snapshot = NodeSnapshot(
+            timestamp=started,
+            node_name=cfg.node_name,
+            meminfo=mem,
+            pressure=psi,
+            pods=pods,
+            oom=oom,
+            processes=procs or (),
+            collectors=tuple(statuses),
+            cgroup_version=version,
+        )
+        self.latest = snapshot
+        self.samples_total += 1
+        return snapshot
+
+    async def run(self, *, stop: asyncio.Event) -> None:
+        """Sample every ``interval`` seconds until ``stop`` is set."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while not stop.is_set():
+            snapshot = await asyncio.to_thread(self.sample_once)
+            for listener in self._listeners:
+                try:
+                    await listener(snapshot)
+                except Exception:
+                    log.exception("snapshot listener %r failed", listener)
+            next_at = max(next_at + self.config.interval, loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=next_at - loop.time())
+
+    def close(self) -> None:
+        """Release the kernel log and keep its state."""
+        if self._kmsg is not None:
+            self._kmsg.close()

@@ -1,0 +1,66 @@
+"""The agent's HTTP endpoints (aiohttp).
+
+- ``GET /metrics``: Prometheus exposition of the latest snapshot (prometheus_client's aiohttp
+  handler over an explicit registry, with gzip and OpenMetrics negotiation).
+- ``GET /healthz``: 200 while the sampler keeps sampling; 503 when the latest snapshot is older
+  than three intervals (a wedged sampler should get the pod restarted).
+- ``GET /readyz``: 200 once the first snapshot exists, 503 before.
+- ``GET /snapshot``: the latest snapshot as JSON (bytes and seconds); 503 before the first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from nodeguard.sampler import Sampler
+from nodeguard.snapshot import to_jsonable
+
+__all__ = ["make_app"]
+
+
+def make_app(*, sampler: Sampler, registry: CollectorRegistry) -> web.Application:
+    """The aiohttp application serving the endpoints above from ``sampler.latest``."""
+    interval = sampler.config.interval
+
+    async def healthz(_: web.Request) -> web.Response:
+        snap = sampler.latest
+        if snap is None:
+            return web.Response(text="starting\n")
+        age = time.time() - snap.timestamp
+        if age > 3 * interval + 5:
+            return web.Response(status=503, text=f"latest snapshot is {age:.0f}s old\n")
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if sampler.latest is None:
+            return web.Response(status=503, text="no snapshot yet\n")
+        return web.Response(text="ok\n")
+
+    async def snapshot(_: web.Request) -> web.Response:
+        snap = sampler.latest
+        if snap is None:
+            return web.json_response({"error": "no snapshot yet"}, status=503)
+        return web.json_response(to_jsonable(snap), dumps=lambda o: json.dumps(o, indent=1))
+
+    async def index(_: web.Request) -> web.Response:
+        links = "".join(
+            f'<li><a href="{p}">{p}</a></li>'
+            for p in ("/metrics", "/snapshot", "/healthz", "/readyz")
+        )
+        return web.Response(
+            text=f"<html><body><h1>nodeguard</h1><ul>{links}</ul></body></html>",
+            content_type="text/html",
+        )
+
+    app = web.Application()
+    app.router.add_get("/", index)
+    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/snapshot", snapshot)
+    return app

@@ -1,0 +1,251 @@
+"""The one structure every part reads: an immutable, timestamped sample of the node.
+
+One sampler builds a :class:`NodeSnapshot` every interval. The exporter renders it, the rule
+engine evaluates it and incident evidence copies it, so what was exported and what was acted on
+never disagree. Every size is in bytes and every duration in seconds. A value the host could not
+give (file absent, kernel feature off, counter unknown) is ``None``: absent, never 0.
+
+All classes are frozen dataclasses; :func:`to_jsonable` turns a snapshot into plain JSON types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "CgroupMemory",
+    "CollectorStatus",
+    "ContainerMemory",
+    "MemInfo",
+    "NodeSnapshot",
+    "OomKill",
+    "OomLog",
+    "PodMemory",
+    "Pressure",
+    "PressureLine",
+    "ProcessRss",
+    "to_jsonable",
+]
+
+QosClass = Literal["guaranteed", "burstable", "besteffort"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectorStatus:
+    """How one source fared in one sample.
+
+    ``success`` is False only for a real error. A source whose data does not exist on this host
+    (file absent, PSI off in the kernel, no kubepods hierarchy) has ``success=True`` and
+    ``available=False``: that is "no data", not a failure (node_exporter's ErrNoData).
+    """
+
+    name: str
+    success: bool
+    available: bool
+    duration_seconds: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemInfo:
+    """``/proc/meminfo`` and what is derived from it (Documentation/filesystems/proc.rst).
+
+    ``fields`` maps every ``kB`` field to bytes; ``page_counts`` every unit-less field (the
+    ``HugePages_*`` lines, which count pages). Derived values are ``None`` when an input is
+    absent.
+
+    - ``available_bytes``: ``MemAvailable``; where that line is absent (kernels < 3.14) or reads 0
+      while ``MemFree`` does not, an estimate ``MemFree + Buffers + Cached`` capped at
+      ``MemTotal``, and ``available_estimated`` is True.
+    - ``used_bytes``: ``MemTotal - available``, as procps-ng free(1) >= 4.0 computes "used".
+    - ``page_cache_bytes``: ``Active(file) + Inactive(file)``, the file LRU pages that the kernel
+      itself counts as page cache in si_mem_available() (mm/show_mem.c); it excludes Shmem,
+      which only swap can free. Falls back to ``Cached + Buffers - Shmem``.
+    - ``slab_reclaimable_bytes`` / ``slab_unreclaimable_bytes``: ``SReclaimable`` / ``SUnreclaim``.
+    """
+
+    fields: Mapping[str, int]
+    page_counts: Mapping[str, int]
+    total_bytes: int | None
+    free_bytes: int | None
+    available_bytes: int | None
+    available_estimated: bool
+    used_bytes: int | None
+    buffers_bytes: int | None
+    cached_bytes: int | None
+    page_cache_bytes: int | None
+    shmem_bytes: int | None
+    slab_reclaimable_bytes: int | None
+    slab_unreclaimable_bytes: int | None
+    swap_total_bytes: int | None
+    swap_free_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PressureLine:
+    """One line of a PSI file (Documentation/accounting/psi.rst).
+
+    ``avg10``/``avg60``/``avg300`` are ratios 0..1 (the kernel prints percent), ``total_seconds``
+    is the cumulative stall time (the kernel prints microseconds).
+    """
+
+    avg10: float
+    avg60: float
+    avg300: float
+    total_seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pressure:
+    """Memory pressure: ``some`` (at least one task stalled) and ``full`` (all non-idle tasks
+    stalled). ``full`` is ``None`` where the kernel does not print it."""
+
+    some: PressureLine | None
+    full: PressureLine | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CgroupMemory:
+    """Memory accounting of one cgroup, v1 or v2 (Documentation/admin-guide/cgroup-v2.rst,
+    Documentation/admin-guide/cgroup-v1/memory.rst).
+
+    - ``usage_bytes``: v2 ``memory.current``; v1 ``memory.usage_in_bytes``.
+    - ``working_set_bytes``: cAdvisor's working set, ``usage - inactive_file`` clamped at 0 (v1
+      uses ``total_inactive_file``, the hierarchical count).
+    - ``anon_bytes`` / ``file_bytes``: v2 ``anon`` / ``file``; v1 ``total_rss`` / ``total_cache``.
+    - ``limit_bytes``: this cgroup's own limit, ``None`` for none (v2 ``max``; v1 sentinels such
+      as 9223372036854771712; anything >= MemTotal).
+    - ``effective_limit_bytes``: the smallest real limit on the path from the hierarchy root.
+    - ``oom_kills``: v2 ``memory.events`` ``oom_kill``; v1 ``memory.oom_control`` ``oom_kill``
+      (kernel >= 4.13). ``None`` where the kernel does not give the line: unknown, not 0.
+    - ``limit_hits``: v1 ``memory.failcnt``; v2 ``memory.events`` ``max`` (times usage was about
+      to exceed the limit).
+    - ``high_events``: v2 ``memory.events`` ``high`` (times reclaim was forced by memory.high).
+    - ``pressure``: the cgroup's ``memory.pressure`` (v2 only).
+    """
+
+    path: str
+    cgroup_version: Literal[1, 2]
+    usage_bytes: int | None
+    working_set_bytes: int | None
+    anon_bytes: int | None
+    file_bytes: int | None
+    inactive_file_bytes: int | None
+    limit_bytes: int | None
+    effective_limit_bytes: int | None
+    oom_kills: int | None
+    limit_hits: int | None
+    high_events: int | None
+    pressure: Pressure | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerMemory:
+    """A container cgroup under kubepods. ``runtime`` is read from the cgroup name prefix
+    (``cri-containerd-``, ``crio-``, ``docker-``), ``""`` where the name is a bare ID."""
+
+    container_id: str
+    runtime: str
+    memory: CgroupMemory
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodMemory:
+    """A pod cgroup (``pod<uid>``) under kubepods with its containers.
+
+    ``uid`` is the pod UID with dashes (systemd slices write ``_``); a static pod's UID is the
+    kubelet's 32-hex config hash, kept as is. ``memory`` is the pod cgroup itself, which counts
+    all its containers and the sandbox.
+    """
+
+    uid: str
+    qos_class: QosClass
+    memory: CgroupMemory
+    containers: tuple[ContainerMemory, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OomKill:
+    """One OOM kill from the kernel log (mm/oom_kill.c's ``oom-kill:`` and ``Killed process``
+    records, read from ``/dev/kmsg``).
+
+    ``sequence`` is the kmsg record number (unique per boot), ``time`` the wall-clock estimate in
+    Unix seconds, ``constraint`` the kernel's (``CONSTRAINT_MEMCG`` for a cgroup limit,
+    ``CONSTRAINT_NONE`` for the whole node). ``pod_uid``/``container_id`` are parsed from
+    ``task_memcg`` where it is a kubepods container.
+    """
+
+    sequence: int
+    time: float
+    pid: int
+    process: str
+    constraint: str | None
+    task_memcg: str | None
+    anon_rss_bytes: int | None
+    file_rss_bytes: int | None
+    shmem_rss_bytes: int | None
+    pod_uid: str | None
+    container_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OomLog:
+    """OOM kills seen in the kernel log in this boot, each counted once, also across agent
+    restarts (the last record read is kept in the state directory).
+
+    ``total`` counts every kill; ``by_constraint`` splits it by constraint; ``recent`` holds the
+    newest kills (bounded) for evidence and per-container counts.
+    """
+
+    total: int
+    by_constraint: Mapping[str, int]
+    recent: tuple[OomKill, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessRss:
+    """One of the top processes by resident set size (psutil ``memory_info().rss``, from
+    ``/proc/<pid>/statm``), with its memory cgroup mapped to a container where it is one."""
+
+    pid: int
+    name: str
+    rss_bytes: int
+    cgroup: str | None
+    pod_uid: str | None
+    container_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSnapshot:
+    """One sample of the node. ``timestamp`` is Unix seconds at the start of the sample.
+
+    Sources that are off or had no data leave their part ``None`` (or empty); ``collectors``
+    says which ran and how each fared.
+    """
+
+    timestamp: float
+    node_name: str
+    meminfo: MemInfo | None
+    pressure: Pressure | None
+    pods: tuple[PodMemory, ...]
+    oom: OomLog | None
+    processes: tuple[ProcessRss, ...]
+    collectors: tuple[CollectorStatus, ...]
+    cgroup_version: int | None = None
+
+    def containers(self) -> list[tuple[PodMemory, ContainerMemory]]:
+        """Every container with its pod, in pod order."""
+        return [(pod, c) for pod in self.pods for c in pod.containers]
+
+    def collector(self, name: str) -> CollectorStatus | None:
+        """The status of the named collector, ``None`` if it did not run."""
+        return next((c for c in self.collectors if c.name == name), None)
+
+
+def to_jsonable(snapshot: NodeSnapshot) -> dict[str, Any]:
+    """The snapshot as plain JSON types (dicts, lists, numbers in bytes and seconds, null)."""
+    data: dict[str, Any] = dataclasses.asdict(snapshot)
+    return data

@@ -1,0 +1,305 @@
+"""Every pod and container memory cgroup of the kubepods hierarchy, cgroup v1 or v2.
+
+Files read (Documentation/admin-guide/cgroup-v2.rst "Memory Interface Files";
+Documentation/admin-guide/cgroup-v1/memory.rst):
+
+==================  ==========================  ===============================================
+                    v2                          v1
+==================  ==========================  ===============================================
+usage               ``memory.current``          ``memory.usage_in_bytes``
+limit               ``memory.max`` (``max``)    ``memory.limit_in_bytes`` (PAGE_COUNTER_MAX
+                                                 rounded to a page, 9223372036854771712)
+stat                ``memory.stat`` anon, file,  ``memory.stat`` total_rss, total_cache,
+                    inactive_file               total_inactive_file (hierarchical)
+OOM kills           ``memory.events`` oom_kill   ``memory.oom_control`` oom_kill (>= 4.13)
+limit hits          ``memory.events`` max        ``memory.failcnt``
+pressure            ``memory.pressure``          (none)
+==================  ==========================  ===============================================
+
+The kubepods roots are found once by a bounded walk from the memory hierarchy root (they can sit
+below a docker or kind prefix) and looked for again every ``rediscover_seconds``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from nodeguard.paths import HostPaths
+from nodeguard.snapshot import CgroupMemory, ContainerMemory, PodMemory, QosClass
+from nodeguard.sources import NoDataError
+from nodeguard.sources.cgroup_paths import (
+    is_kubepods_root,
+    parse_container_dir,
+    parse_pod_dir,
+    parse_qos_dir,
+)
+from nodeguard.sources.files import read_flat_keyed, read_optional
+from nodeguard.sources.pressure import parse_pressure
+
+__all__ = ["CgroupLayout", "CgroupSource", "detect_layout", "normalise_limit", "read_cgroup"]
+
+NAME = "cgroups"
+
+# Any limit at or above this is the kernel's "unlimited": v1 prints PAGE_COUNTER_MAX * PAGE_SIZE
+# (9223372036854771712 on 4 KiB pages, other values on 16/64 KiB pages), all far above 2**62.
+_UNLIMITED_FLOOR = 1 << 62
+_MAX_ROOT_DEPTH = 5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CgroupLayout:
+    """Where the memory controller is mounted and which cgroup version it speaks."""
+
+    version: Literal[1, 2]
+    root: Path
+
+
+def detect_layout(*, cgroupfs: Path) -> CgroupLayout:
+    """Find the memory hierarchy under the cgroup mount.
+
+    v1 (or hybrid) when ``<cgroupfs>/memory`` is a v1 memory controller; v2 when the unified
+    hierarchy at ``<cgroupfs>`` (or ``<cgroupfs>/unified``) lists ``memory`` in
+    ``cgroup.controllers``. Raises :class:`NoDataError` when neither exists.
+    """
+    v1 = cgroupfs / "memory"
+    if (v1 / "memory.usage_in_bytes").exists() or (v1 / "memory.limit_in_bytes").exists():
+        return CgroupLayout(version=1, root=v1)
+    for candidate in (cgroupfs, cgroupfs / "unified"):
+        controllers = read_optional(candidate / "cgroup.controllers")
+        if controllers is not None and "memory" in controllers.split():
+            return CgroupLayout(version=2, root=candidate)
+    raise NoDataError(f"no cgroup memory controller under {cgroupfs}")
+
+
+def normalise_limit(value: int | None, *, mem_total: int | None) -> int | None:
+    """A limit in bytes, or ``None`` for "no limit": the v1 sentinels (anything >= 2**62) and
+    any value >= MemTotal, which can never bind before the node itself runs out."""
+    if value is None or value >= _UNLIMITED_FLOOR:
+        return None
+    if mem_total is not None and value >= mem_total:
+        return None
+    return value
+
+
+def _read_int(path: Path) -> int | None:
+    text = read_optional(path)
+    if text is None:
+        return None
+    text = text.strip()
+    if text == "max":
+        return _UNLIMITED_FLOOR
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def read_limit(*, path: Path, version: Literal[1, 2], mem_total: int | None) -> int | None:
+    """The cgroup's own memory limit in bytes, ``None`` for none or unreadable."""
+    name = "memory.max" if version == 2 else "memory.limit_in_bytes"
+    return normalise_limit(_read_int(path / name), mem_total=mem_total)
+
+
+def _min_limit(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def read_cgroup(
+    *,
+    path: Path,
+    rel: str,
+    version: Literal[1, 2],
+    parent_limit: int | None,
+    mem_total: int | None,
+) -> CgroupMemory:
+    """Read one cgroup directory into :class:`CgroupMemory`. Files that are absent leave their
+    values ``None``; ``parent_limit`` is the effective limit of the parent cgroup."""
+    stat = read_flat_keyed(path / "memory.stat") or {}
+    if version == 2:
+        usage = _read_int(path / "memory.current")
+        inactive = stat.get("inactive_file")
+        anon, file_ = stat.get("anon"), stat.get("file")
+        events = read_flat_keyed(path / "memory.events") or {}
+        oom_kills = events.get("oom_kill")
+        limit_hits = events.get("max")
+        high = events.get("high")
+        psi_text = read_optional(path / "memory.pressure")
+        pressure = parse_pressure(psi_text) if psi_text else None
+    else:
+        usage = _read_int(path / "memory.usage_in_bytes")
+        inactive = stat.get("total_inactive_file", stat.get("inactive_file"))
+        anon = stat.get("total_rss", stat.get("rss"))
+        file_ = stat.get("total_cache", stat.get("cache"))
+        oom_control = read_flat_keyed(path / "memory.oom_control") or {}
+        oom_kills = oom_control.get("oom_kill")
+        limit_hits = _read_int(path / "memory.failcnt")
+        high = None
+        pressure = None
+    working_set = None
+    if usage is not None and inactive is not None:
+        working_set = max(0, usage - inactive)
+    limit = read_limit(path=path, version=version, mem_total=mem_total)
+    return CgroupMemory(
+        path=rel,
+        cgroup_version=version,
+        usage_bytes=usage,
+        working_set_bytes=working_set,
+        anon_bytes=anon,
+        file_bytes=file_,
+        inactive_file_bytes=inactive,
+        limit_bytes=limit,
+        effective_limit_bytes=_min_limit(limit, parent_limit),
+        oom_kills=oom_kills,
+        limit_hits=limit_hits,
+        high_events=high,
+        pressure=pressure,
+    )
+
+
+def _subdirs(path: Path) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield entry
+
+
+def find_kubepods_roots(*, root: Path, max_depth: int = _MAX_ROOT_DEPTH) -> list[Path]:
+    """Every kubepods root within ``max_depth`` levels of the hierarchy root, outermost first.
+    The walk does not descend into a kubepods root, nor into one it has found."""
+    found: list[Path] = []
+    level = [root]
+    for _ in range(max_depth):
+        nxt: list[Path] = []
+        for directory in level:
+            for entry in _subdirs(directory):
+                if is_kubepods_root(entry.name):
+                    found.append(Path(entry.path))
+                else:
+                    nxt.append(Path(entry.path))
+        level = nxt
+    return found
+
+
+class CgroupSource:
+    """Reads every pod and container cgroup under the kubepods roots.
+
+    ``read(mem_total=...)`` returns ``(cgroup_version, pods)``. Raises :class:`NoDataError` when
+    there is no memory controller or no kubepods hierarchy (a node without a kubelet).
+    """
+
+    def __init__(self, *, paths: HostPaths, rediscover_seconds: float = 60.0) -> None:
+        self._paths = paths
+        self._rediscover = rediscover_seconds
+        self._layout: CgroupLayout | None = None
+        self._roots: list[Path] = []
+        self._found_at = float("-inf")
+
+    def _discover(self) -> tuple[CgroupLayout, list[Path]]:
+        now = time.monotonic()
+        stale = now - self._found_at >= self._rediscover
+        if self._layout is None or stale or not all(r.is_dir() for r in self._roots):
+            self._layout = detect_layout(cgroupfs=self._paths.cgroupfs)
+            self._roots = find_kubepods_roots(root=self._layout.root)
+            self._found_at = now
+        return self._layout, self._roots
+
+    def read(self, *, mem_total: int | None) -> tuple[int, tuple[PodMemory, ...]]:
+        layout, roots = self._discover()
+        if not roots:
+            raise NoDataError(f"no kubepods cgroup under {layout.root}")
+        pods: list[PodMemory] = []
+        for kube_root in roots:
+            limit = self._ancestor_limit(layout=layout, path=kube_root, mem_total=mem_total)
+            pods.extend(
+                self._read_root(layout=layout, root=kube_root, limit=limit, total=mem_total)
+            )
+        return layout.version, tuple(pods)
+
+    def _ancestor_limit(
+        self, *, layout: CgroupLayout, path: Path, mem_total: int | None
+    ) -> int | None:
+        """The smallest limit from just below the hierarchy root down to ``path`` inclusive."""
+        limit: int | None = None
+        rel = path.relative_to(layout.root)
+        current = layout.root
+        for part in rel.parts:
+            current = current / part
+            own = read_limit(path=current, version=layout.version, mem_total=mem_total)
+            limit = _min_limit(limit, own)
+        return limit
+
+    def _read_root(
+        self, *, layout: CgroupLayout, root: Path, limit: int | None, total: int | None
+    ) -> list[PodMemory]:
+        pods: list[PodMemory] = []
+        for entry in _subdirs(root):
+            qos = parse_qos_dir(entry.name)
+            if qos is not None:
+                qos_path = Path(entry.path)
+                qos_limit = _min_limit(
+                    limit, read_limit(path=qos_path, version=layout.version, mem_total=total)
+                )
+                for pod_entry in _subdirs(qos_path):
+                    pod = self._read_pod(
+                        layout=layout, entry=pod_entry, qos=qos, limit=qos_limit, total=total
+                    )
+                    if pod is not None:
+                        pods.append(pod)
+                continue
+            pod = self._read_pod(
+                layout=layout, entry=entry, qos="guaranteed", limit=limit, total=total
+            )
+            if pod is not None:
+                pods.append(pod)
+        return pods
+
+    def _read_pod(
+        self,
+        *,
+        layout: CgroupLayout,
+        entry: os.DirEntry[str],
+        qos: QosClass,
+        limit: int | None,
+        total: int | None,
+    ) -> PodMemory | None:
+        uid = parse_pod_dir(entry.name)
+        if uid is None:
+            return None
+        path = Path(entry.path)
+        memory = self._read(layout=layout, path=path, parent_limit=limit, total=total)
+        containers: list[ContainerMemory] = []
+        for child in _subdirs(path):
+            parsed = parse_container_dir(child.name)
+            if parsed is None:
+                continue
+            cmem = self._read(
+                layout=layout,
+                path=Path(child.path),
+                parent_limit=memory.effective_limit_bytes,
+                total=total,
+            )
+            containers.append(
+                ContainerMemory(container_id=parsed[0], runtime=parsed[1], memory=cmem)
+            )
+        return PodMemory(uid=uid, qos_class=qos, memory=memory, containers=tuple(containers))
+
+    def _read(
+        self, *, layout: CgroupLayout, path: Path, parent_limit: int | None, total: int | None
+    ) -> CgroupMemory:
+        rel = "/" + str(path.relative_to(layout.root))
+        return read_cgroup(
+            path=path, rel=rel, version=layout.version, parent_limit=parent_limit, mem_total=total
+        )
