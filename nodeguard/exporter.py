@@ -153,7 +153,9 @@ class SnapshotCollector(Collector):
         return iter(())
 
     def collect(self) -> Iterator[Metric]:
-        info = _gauge("build_info", "nodeguard version and Python", ["version", "python_version"])
+        info = GaugeMetricFamily(
+            _P + "build_info", "nodeguard version and Python", labels=["version", "python_version"]
+        )
         info.add_metric([__version__, platform.python_version()], 1)
         yield info
         snap = self._latest()

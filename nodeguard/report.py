@@ -135,7 +135,7 @@ def _process_table(snap: NodeSnapshot) -> Table | Text:
     return t
 
 
-def _oom_text(snap: NodeSnapshot) -> Text:
+def _oom_text(snap: NodeSnapshot, labeler: Labeler) -> Text:
     oom = snap.oom
     if oom is None:
         return Text("OOM kills (kernel log): no data (needs /dev/kmsg and CAP_SYSLOG)")
@@ -170,7 +170,7 @@ def render_report(
         _node_table(snap),
         _pressure_table(snap),
         _containers_table(snap, labeler, top),
-        _oom_text(snap),
+        _oom_text(snap, labeler),
         _process_table(snap),
     ]
     console.print(Group(*parts))

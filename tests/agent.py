@@ -1,0 +1,63 @@
+"""Starting the real ``nodeguard run`` process for end-to-end tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(url: str, *, timeout: float = 5.0) -> tuple[int, str]:
+    """GET a URL; ``(status, body)`` also for 4xx/5xx."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@contextlib.contextmanager
+def running_agent(*, args: list[str], log_path: Path, ready_timeout: float = 20.0) -> Iterator[str]:
+    """Run ``nodeguard run ARGS`` on a free loopback port until the block ends; yields the base
+    URL once ``/readyz`` answers 200. The process's output goes to ``log_path``."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "nodeguard", "run", f"--listen-address=127.0.0.1:{port}", *args]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + ready_timeout
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"nodeguard exited {proc.returncode}:\n{log_path.read_text()}"
+                    )
+                with contextlib.suppress(OSError):
+                    if get(f"{base}/readyz", timeout=1)[0] == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"nodeguard not ready:\n{log_path.read_text()}")
+                time.sleep(0.05)
+            yield base
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

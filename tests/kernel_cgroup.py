@@ -1,0 +1,120 @@
+"""A kubelet-shaped memory cgroup on the real kernel, for tests that watch real OOM kills.
+
+Needs root and a writable memory controller: cgroup v1 (``/sys/fs/cgroup/memory``) or v2 (the
+unified hierarchy with ``memory`` in ``cgroup.controllers``). Everything created is removed on
+exit, also when the test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_FS = Path("/sys/fs/cgroup")
+
+# Allocates STEP bytes every PAUSE seconds, touching every page, after "go" on stdin.
+HOG = r"""
+import sys, time
+step, pause, limit = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+sys.stdin.readline()
+chunks = []
+while sum(len(c) for c in chunks) < limit:
+    chunks.append(bytearray(b"\x01" * step))
+    time.sleep(pause)
+print("survived", flush=True)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletCgroup:
+    version: int
+    pod_uid: str
+    container_id: str
+    container_dir: Path
+
+
+def writable_memory_controller() -> tuple[int, Path] | None:
+    """``(version, root)`` of a memory controller this process can create cgroups in."""
+    if os.geteuid() != 0:
+        return None
+    v1 = CGROUP_FS / "memory"
+    if (v1 / "memory.limit_in_bytes").exists() and os.access(v1, os.W_OK):
+        return 1, v1
+    controllers = CGROUP_FS / "cgroup.controllers"
+    if controllers.exists() and "memory" in controllers.read_text().split():
+        return 2, CGROUP_FS
+    return None
+
+
+def _enable_memory_v2(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        (path / "cgroup.subtree_control").write_text("+memory")
+
+
+@contextlib.contextmanager
+def kubelet_cgroup(*, limit_bytes: int, pod_uid: str | None = None) -> Iterator[KubeletCgroup]:
+    """Create ``kubepods/burstable/pod<uid>/<container id>`` with a memory limit on the container;
+    remove what was created afterwards."""
+    found = writable_memory_controller()
+    if found is None:
+        raise RuntimeError("needs root and a writable cgroup memory controller")
+    version, root = found
+    uid = pod_uid or str(uuid.uuid4())
+    cid = secrets.token_hex(32)
+    chain = [
+        root / "kubepods",
+        root / "kubepods/burstable",
+        root / f"kubepods/burstable/pod{uid}",
+        root / f"kubepods/burstable/pod{uid}/{cid}",
+    ]
+    created: list[Path] = []
+    try:
+        for d in chain:
+            if version == 2:
+                _enable_memory_v2(d.parent)
+            if not d.exists():
+                d.mkdir()
+                created.append(d)
+        limit_file = "memory.max" if version == 2 else "memory.limit_in_bytes"
+        (chain[-1] / limit_file).write_text(str(limit_bytes))
+        yield KubeletCgroup(version=version, pod_uid=uid, container_id=cid, container_dir=chain[-1])
+    finally:
+        for d in reversed(created):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)  # a killed task can take a moment to leave the cgroup
+
+
+@contextlib.contextmanager
+def hog_in(
+    cg: KubeletCgroup, *, step: int, pause: float, up_to: int
+) -> Iterator[subprocess.Popen[str]]:
+    """Start a memory hog, move it into the cgroup, then let it allocate ``step`` bytes every
+    ``pause`` seconds up to ``up_to``. Killed on exit if still running."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOG, str(step), str(pause), str(up_to)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        (cg.container_dir / "cgroup.procs").write_text(str(proc.pid))
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

@@ -1,0 +1,58 @@
+"""End to end: the real ``nodeguard run`` on a fixture tree, ``/metrics`` diffed against a golden
+file and linted by promtool. Rewrite the golden files with ``NODEGUARD_UPDATE_GOLDEN=1``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.agent import get, running_agent
+from tests.conftest import host_flags
+
+GOLDEN = Path(__file__).parent / "golden"
+# Values that differ run to run: timings, the sample time, the Python version.
+_VOLATILE = re.compile(
+    r"^(nodeguard_collector_duration_seconds\{[^}]*\}|nodeguard_snapshot_timestamp_seconds) .*$"
+    r"|python_version=\"[^\"]*\"",
+    re.M,
+)
+
+
+def normalise(body: str) -> str:
+    """The exposition with volatile values masked."""
+    return _VOLATILE.sub(
+        lambda m: m.group(1) + " <volatile>" if m.group(1) else 'python_version="<volatile>"', body
+    )
+
+
+@pytest.mark.parametrize("host", ["v2-systemd-containerd", "v1-cgroupfs-docker"])
+def test_metrics_golden(host: str, tmp_path: Path) -> None:
+    args = [*host_flags(host), "--interval=1s", f"--path.state={tmp_path / 'state'}"]
+    with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
+        status, body = get(f"{base}/metrics")
+        snap_status, snap_body = get(f"{base}/snapshot")
+    assert status == 200
+    assert snap_status == 200
+    assert json.loads(snap_body)["meminfo"]["total_bytes"] == 32 << 30
+
+    golden = GOLDEN / f"{host}.metrics"
+    got = normalise(body)
+    if os.environ.get("NODEGUARD_UPDATE_GOLDEN") == "1":
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(got)
+    assert got == golden.read_text(), f"/metrics differs from {golden}; see the diff above"
+
+    (tmp_path / "metrics.txt").write_text(body)
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: install Debian's prometheus package (.ci/run does)")
+    lint = subprocess.run(
+        [promtool, "check", "metrics"], input=body, text=True, capture_output=True, check=False
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr

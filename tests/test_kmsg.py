@@ -1,0 +1,115 @@
+"""OOM kills from the kernel log: record parsing, pairing, counting once across restarts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from nodeguard.paths import HostPaths
+from nodeguard.sources.kmsg import OomKillParser, OomLogSource, parse_record
+from tests.conftest import HOSTS, host_paths
+from tests.fixtures.make_hosts import CID, UID_B, kmsg, oom_records
+
+BOOT = 1_700_000_000.0
+
+
+def test_parse_record() -> None:
+    r = parse_record("6,1234,5000000,-;hello world\n SUBSYSTEM=acpi\n")
+    assert r is not None
+    assert (r.sequence, r.usec, r.message) == (1234, 5_000_000, "hello world")
+    assert parse_record("garbage") is None
+    assert parse_record("6,x,1,-;msg") is None
+
+
+def test_pairs_context_and_kill() -> None:
+    memcg = f"/kubepods/burstable/pod{UID_B}/{CID[3]}"
+    records = oom_records(
+        memcg=memcg, pid=99, comm="python3", anon_kb=65_000, constraint="CONSTRAINT_MEMCG"
+    )
+    parser = OomKillParser()
+    kills = []
+    for i, text in enumerate(records):
+        rec = parse_record(f"3,{10 + i},{2_000_000 + i},-;{text}")
+        assert rec is not None
+        kill = parser.feed(record=rec, boot_time=BOOT)
+        if kill:
+            kills.append(kill)
+    assert len(kills) == 1
+    k = kills[0]
+    assert (k.pid, k.process, k.constraint) == (99, "python3", "CONSTRAINT_MEMCG")
+    assert k.task_memcg == memcg
+    assert (k.pod_uid, k.container_id) == (UID_B, CID[3])
+    assert k.anon_rss_bytes == 65_000 * 1024
+    assert k.file_rss_bytes == 1200 * 1024
+    assert k.time == BOOT + 2.000002
+    assert k.sequence == 12
+
+
+def test_kill_without_context_still_counts() -> None:
+    parser = OomKillParser()
+    rec = parse_record(
+        "3,5,100,-;Out of memory: Killed process 12 (dd) total-vm:1kB, "
+        "anon-rss:4kB, file-rss:0kB, shmem-rss:0kB, UID:0"
+    )
+    assert rec is not None
+    kill = parser.feed(record=rec, boot_time=BOOT)
+    assert kill is not None and kill.task_memcg is None and kill.pod_uid is None
+    assert kill.anon_rss_bytes == 4096
+
+
+def test_fixture_log_counts(v2_host: HostPaths) -> None:
+    oom = OomLogSource(paths=v2_host).read()
+    assert oom.total == 2
+    assert oom.by_constraint == {"CONSTRAINT_MEMCG": 1, "CONSTRAINT_NONE": 1}
+    assert [(k.pid, k.container_id) for k in oom.recent] == [(4100, CID[3]), (333, None)]
+    assert oom.recent[0].time == 1_700_000_000 + 5003.0  # the "Killed process" record
+
+
+def _copy_host(tmp_path: Path) -> HostPaths:
+    root = tmp_path / "host"
+    shutil.copytree(HOSTS / "v2-systemd-containerd", root)
+    return HostPaths(
+        procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg", state=tmp_path / "state"
+    )
+
+
+def test_counted_once_across_restarts(tmp_path: Path) -> None:
+    paths = _copy_host(tmp_path)
+    first = OomLogSource(paths=paths)
+    assert first.read().total == 2
+    assert first.read().total == 2  # the same records read again are not new kills
+    first.close()
+
+    # Restart: the ring buffer still holds the same records plus one new kill.
+    more = oom_records(
+        memcg=f"/kubepods/burstable/pod{UID_B}/{CID[4]}",
+        pid=5000,
+        comm="hog",
+        anon_kb=1000,
+        constraint="CONSTRAINT_MEMCG",
+    )
+    text = paths.kmsg.read_text()
+    last_seq = int(text.strip().splitlines()[-1].split(",")[1])
+    paths.kmsg.write_text(
+        text + "".join(f"6,{last_seq + 1 + i},{9_000_000 + i},-;{r}\n" for i, r in enumerate(more))
+    )
+    second = OomLogSource(paths=paths)
+    oom = second.read()
+    assert oom.total == 3
+    assert oom.by_constraint == {"CONSTRAINT_MEMCG": 2, "CONSTRAINT_NONE": 1}
+    assert [k.pid for k in oom.recent] == [4100, 333, 5000]
+
+
+def test_new_boot_starts_over(tmp_path: Path) -> None:
+    paths = _copy_host(tmp_path)
+    OomLogSource(paths=paths).read()
+    boot_id = paths.procfs / "sys/kernel/random/boot_id"
+    boot_id.write_text("11111111-2222-3333-4444-555555555555\n")
+    paths.kmsg.write_text(kmsg(["Linux version 6.1.0"]))
+    assert OomLogSource(paths=paths).read().total == 0
+
+
+def test_without_state_dir_nothing_is_written(tmp_path: Path) -> None:
+    oom = OomLogSource(paths=host_paths("v2-systemd-containerd")).read()
+    assert oom.total == 2
+    assert not list(tmp_path.iterdir())

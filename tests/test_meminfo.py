@@ -1,0 +1,121 @@
+"""/proc/meminfo parsing and the derived breakdown, on strings and fixture trees."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeguard.sources import NoDataError
+from nodeguard.sources.meminfo import derive_meminfo, parse_meminfo, read_meminfo
+from tests.conftest import host_paths
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+SAMPLE = """MemTotal:       16384000 kB
+MemFree:         1024000 kB
+MemAvailable:    4096000 kB
+Buffers:          102400 kB
+Cached:          2048000 kB
+Shmem:            204800 kB
+Active(file):    1000000 kB
+Inactive(file):   900000 kB
+SReclaimable:     300000 kB
+SUnreclaim:      5000000 kB
+HugePages_Total:      16
+HugePages_Free:        4
+Hugepagesize:       2048 kB
+
+"""
+
+
+def test_kb_lines_are_bytes_and_hugepages_are_counts() -> None:
+    fields, counts = parse_meminfo(SAMPLE)
+    assert fields["MemTotal"] == 16384000 * 1024
+    assert fields["Hugepagesize"] == 2048 * 1024
+    assert counts == {"HugePages_Total": 16, "HugePages_Free": 4}
+    assert "HugePages_Total" not in fields
+
+
+def test_blank_and_malformed_lines_are_skipped() -> None:
+    text = "MemTotal: 100 kB\n\n   \nGarbage line\nMemFree: abc kB\nWeird: 1 MB\nA: 1 kB extra\n"
+    fields, counts = parse_meminfo(text)
+    assert fields == {"MemTotal": 102400}
+    assert counts == {}
+
+
+def test_derived_values() -> None:
+    mem = derive_meminfo(*parse_meminfo(SAMPLE))
+    assert mem.total_bytes == 16384000 * 1024
+    assert mem.available_bytes == 4096000 * 1024
+    assert not mem.available_estimated
+    assert mem.used_bytes == (16384000 - 4096000) * 1024
+    assert mem.page_cache_bytes == (1000000 + 900000) * 1024
+    assert mem.slab_reclaimable_bytes == 300000 * 1024
+    assert mem.slab_unreclaimable_bytes == 5000000 * 1024
+
+
+def test_available_estimated_when_absent() -> None:
+    text = "MemTotal: 1000 kB\nMemFree: 300 kB\nBuffers: 100 kB\nCached: 200 kB\n"
+    mem = derive_meminfo(*parse_meminfo(text))
+    assert mem.available_estimated
+    assert mem.available_bytes == 600 * 1024
+    assert mem.used_bytes == 400 * 1024
+
+
+def test_available_estimate_capped_at_total() -> None:
+    text = "MemTotal: 1000 kB\nMemFree: 900 kB\nBuffers: 100 kB\nCached: 200 kB\n"
+    mem = derive_meminfo(*parse_meminfo(text))
+    assert mem.available_bytes == 1000 * 1024
+    assert mem.used_bytes == 0
+
+
+def test_available_zero_while_free_is_not_is_estimated() -> None:
+    text = "MemTotal: 1000 kB\nMemFree: 300 kB\nMemAvailable: 0 kB\nCached: 100 kB\n"
+    mem = derive_meminfo(*parse_meminfo(text))
+    assert mem.available_estimated
+    assert mem.available_bytes == 400 * 1024
+
+
+def test_available_zero_with_zero_free_is_believed() -> None:
+    text = "MemTotal: 1000 kB\nMemFree: 0 kB\nMemAvailable: 0 kB\n"
+    mem = derive_meminfo(*parse_meminfo(text))
+    assert not mem.available_estimated
+    assert mem.available_bytes == 0
+
+
+def test_page_cache_falls_back_without_file_lru() -> None:
+    text = "MemTotal: 1000 kB\nCached: 300 kB\nBuffers: 50 kB\nShmem: 100 kB\n"
+    mem = derive_meminfo(*parse_meminfo(text))
+    assert mem.page_cache_bytes == 250 * 1024
+    assert mem.available_bytes is None
+    assert mem.used_bytes is None
+
+
+def test_missing_memtotal_is_no_data() -> None:
+    with pytest.raises(NoDataError):
+        derive_meminfo(*parse_meminfo("MemFree: 1 kB\n"))
+
+
+def test_fixture_with_trailing_blank_line_and_hugepages() -> None:
+    mem = read_meminfo(paths=host_paths("v2-systemd-containerd"))
+    assert mem.total_bytes == 32 * GiB
+    assert mem.available_bytes == 6 * GiB
+    assert mem.used_bytes == 26 * GiB
+    assert mem.page_cache_bytes == 2560 * MiB
+    assert mem.slab_unreclaimable_bytes == 10 * GiB
+    assert mem.page_counts["HugePages_Total"] == 8
+    assert mem.fields["Hugetlb"] == 16384 * 1024
+
+
+def test_fixture_without_memavailable() -> None:
+    mem = read_meminfo(paths=host_paths("v1-cgroupfs-docker"))
+    assert mem.available_estimated
+    assert mem.available_bytes == 2 * GiB + 256 * MiB + 3 * GiB
+    assert "MemAvailable" not in mem.fields
+
+
+def test_missing_file_is_no_data(tmp_path) -> None:
+    from nodeguard.paths import HostPaths
+
+    with pytest.raises(NoDataError):
+        read_meminfo(paths=HostPaths(procfs=tmp_path))

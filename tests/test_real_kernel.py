@@ -1,0 +1,104 @@
+"""On the real kernel: a process in a kubelet-shaped cgroup grows past its 64 MiB limit. nodeguard
+must show its working set rising toward the limit while it runs, and count exactly one OOM kill
+for that container afterwards, from the cgroup counter and from the kernel log."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent import get, running_agent
+from tests.kernel_cgroup import hog_in, kubelet_cgroup, writable_memory_controller
+
+MiB = 1 << 20
+LIMIT = 64 * MiB
+
+pytestmark = pytest.mark.kernel
+
+
+def _container(snapshot: dict[str, Any], cid: str) -> dict[str, Any] | None:
+    for pod in snapshot["pods"]:
+        for c in pod["containers"]:
+            if c["container_id"] == cid:
+                return c
+    return None
+
+
+def _kernel_log_kills(snapshot: dict[str, Any], cid: str) -> int:
+    return sum(1 for k in (snapshot["oom"] or {}).get("recent", []) if k["container_id"] == cid)
+
+
+@pytest.fixture
+def require_kernel() -> None:
+    if writable_memory_controller() is None:
+        pytest.skip("needs root and a writable cgroup memory controller (CI has both)")
+
+
+def test_oom_kill_in_kubelet_cgroup(require_kernel: None, tmp_path: Path) -> None:
+    with kubelet_cgroup(limit_bytes=LIMIT) as cg:
+        args = [
+            "--interval=100ms",
+            f"--path.state={tmp_path / 'state'}",
+            "--no-collector.processes",
+        ]
+        with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
+            seen: list[int] = []
+            limits: set[int | None] = set()
+            with hog_in(cg, step=1 * MiB, pause=0.03, up_to=4 * LIMIT) as hog:
+                deadline = time.monotonic() + 30
+                while hog.poll() is None and time.monotonic() < deadline:
+                    snap = json.loads(get(f"{base}/snapshot")[1])
+                    c = _container(snap, cg.container_id)
+                    if c is not None and c["memory"]["working_set_bytes"] is not None:
+                        seen.append(c["memory"]["working_set_bytes"])
+                        limits.add(c["memory"]["effective_limit_bytes"])
+                    time.sleep(0.1)
+                hog.wait(timeout=10)
+                assert hog.returncode == -9, "the kernel should have OOM-killed the hog"
+
+            # Rising toward the limit while it ran: several distinct, growing samples.
+            assert limits == {LIMIT}
+            rising = sorted(set(seen))
+            assert len(rising) >= 3, seen
+            assert max(seen) >= LIMIT // 2, seen
+            assert max(seen) <= LIMIT
+            assert seen.index(max(seen)) > seen.index(min(seen))
+
+            # Exactly one kill, from both the cgroup counter and the kernel log.
+            deadline = time.monotonic() + 10
+            while True:
+                snap = json.loads(get(f"{base}/snapshot")[1])
+                c = _container(snap, cg.container_id)
+                counter = c["memory"]["oom_kills"] if c else None
+                logged = _kernel_log_kills(snap, cg.container_id)
+                if (counter, logged) == (1, 1) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert counter == 1
+            assert logged == 1
+            kill = next(k for k in snap["oom"]["recent"] if k["container_id"] == cg.container_id)
+            assert kill["pod_uid"] == cg.pod_uid
+            assert kill["constraint"] == "CONSTRAINT_MEMCG"
+            assert kill["process"].startswith("python")
+            # The killed process held the limit in anonymous memory, plus what the interpreter
+            # had faulted in before it was moved into the cgroup (charged to its old cgroup).
+            assert LIMIT // 2 <= kill["anon_rss_bytes"] <= LIMIT + 16 * MiB
+
+            metrics = get(f"{base}/metrics")[1]
+            pod_label = f'pod="{cg.pod_uid}"'
+            for name in (
+                "nodeguard_container_memory_oom_kills_total",
+                "nodeguard_container_kernel_oom_kills_total",
+            ):
+                line = next(
+                    ln
+                    for ln in metrics.splitlines()
+                    if ln.startswith(name + "{") and cg.container_id in ln
+                )
+                assert pod_label in line
+                assert re.search(r" 1\.0$", line), line
