@@ -20,10 +20,13 @@ __all__ = [
     "CollectorStatus",
     "ContainerMemory",
     "MemInfo",
+    "NodeMeta",
     "NodeSnapshot",
     "OomKill",
     "OomLog",
+    "OwnerRef",
     "PodMemory",
+    "PodMeta",
     "Pressure",
     "PressureLine",
     "ProcessRss",
@@ -219,11 +222,69 @@ class ProcessRss:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OwnerRef:
+    """One ``metadata.ownerReferences`` entry: ``kind``, ``name``, and whether it is the
+    controller."""
+
+    kind: str
+    name: str
+    controller: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodMeta:
+    """What the API says about a pod of this node (from the pod list with field selector
+    ``spec.nodeName``); the cgroup side is :class:`PodMemory`, joined by ``uid``.
+
+    - ``priority``: ``spec.priority`` (set by the Priority admission plugin from the
+      PriorityClass), ``priority_class``: ``spec.priorityClassName``.
+    - ``qos_class``: ``status.qosClass`` lower-cased.
+    - ``memory_request_bytes`` / ``memory_limit_bytes``: the pod's effective values as the
+      scheduler computes them: max(sum over containers, largest init container), ``None`` when
+      a container has no limit (then the pod has none).
+    - ``containers``: container ID (runtime prefix stripped) -> container name, from
+      ``status.containerStatuses``, init and ephemeral ones included.
+    - ``mirror``: a static pod's mirror (annotation ``kubernetes.io/config.mirror``);
+      ``daemonset``: controlled by a DaemonSet; ``terminating``: ``metadata.deletionTimestamp``.
+    """
+
+    uid: str
+    name: str
+    namespace: str
+    node_name: str
+    phase: str
+    priority: int
+    priority_class: str
+    qos_class: str
+    memory_request_bytes: int
+    memory_limit_bytes: int | None
+    owners: tuple[OwnerRef, ...]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    containers: Mapping[str, str]
+    mirror: bool
+    daemonset: bool
+    terminating: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeMeta:
+    """This node as the API sees it: ``status.allocatable`` and ``status.capacity`` memory
+    (bytes), and whether it is unschedulable."""
+
+    name: str
+    allocatable_memory_bytes: int | None
+    capacity_memory_bytes: int | None
+    unschedulable: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSnapshot:
     """One sample of the node. ``timestamp`` is Unix seconds at the start of the sample.
 
     Sources that are off or had no data leave their part ``None`` (or empty); ``collectors``
-    says which ran and how each fared.
+    says which ran and how each fared. ``pod_meta`` (pod UID -> :class:`PodMeta`) and
+    ``node_meta`` come from the Kubernetes API and are ``None`` without a cluster.
     """
 
     timestamp: float
@@ -235,6 +296,8 @@ class NodeSnapshot:
     processes: tuple[ProcessRss, ...]
     collectors: tuple[CollectorStatus, ...]
     cgroup_version: int | None = None
+    pod_meta: Mapping[str, PodMeta] | None = None
+    node_meta: NodeMeta | None = None
 
     def containers(self) -> list[tuple[PodMemory, ContainerMemory]]:
         """Every container with its pod, in pod order."""

@@ -1,0 +1,294 @@
+"""The only module that calls the Kubernetes API (the official ``kubernetes`` client).
+
+Every call runs in a worker thread (the client is blocking), so the event loop that samples and
+serves ``/metrics`` never waits on the API server. Results come back as plain JSON dicts, exactly
+as the API returns them (camelCase keys), without the client's model classes; failures come back
+as :mod:`nodeguard.kube.errors` types chained from the client's exception. Reads are retried with
+capped exponential backoff on server errors (tenacity); writes are not retried here: whether a
+write may be repeated is the caller's decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from nodeguard.kube.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    ServerError,
+    TooManyRequests,
+)
+
+__all__ = ["KubeClient", "translate_error"]
+
+JSON = dict[str, Any]
+_MERGE = "application/merge-patch+json"
+_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+
+
+def translate_error(exc: Exception) -> KubeError:
+    """Map a client exception to our error type (the caller raises it ``from exc``)."""
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        body: JSON = {}
+        try:
+            body = json.loads(exc.body or "{}")
+        except (TypeError, ValueError):
+            body = {}
+        message = str(body.get("message") or exc.reason or exc)
+        reason = str(body.get("reason") or "")
+        if status == 404:
+            return NotFound(message, status=status, reason=reason)
+        if status == 409:
+            return Conflict(message, status=status, reason=reason)
+        if status == 429:
+            causes = (body.get("details") or {}).get("causes") or []
+            pdb = any(c.get("reason") == "DisruptionBudget" for c in causes) or (
+                "disruption budget" in message.lower()
+            )
+            retry = (exc.headers or {}).get("Retry-After") if exc.headers else None
+            return TooManyRequests(
+                message,
+                reason=reason,
+                retry_after=float(retry) if retry and str(retry).isdigit() else None,
+                disruption_budget=pdb,
+            )
+        if status in (401, 403):
+            return Forbidden(message, status=status, reason=reason)
+        if status in (400, 422):
+            return Invalid(message, status=status, reason=reason)
+        if status == 0:
+            return ServerError(message, unreachable=True)
+        return ServerError(message, status=status, reason=reason)
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+        return ServerError(f"API server unreachable: {exc}", unreachable=True)
+    return KubeError(f"{type(exc).__name__}: {exc}")
+
+
+class KubeClient:
+    """Async facade over the official client for what nodeguard does to a cluster.
+
+    Construct with :meth:`load` (in-cluster config, else a kubeconfig) or :meth:`with_token`.
+    ``read_attempts`` bounds retries of reads on :class:`ServerError`.
+    """
+
+    def __init__(self, *, api_client: k8s.ApiClient, read_attempts: int = 4) -> None:
+        self.api = api_client
+        self.core = k8s.CoreV1Api(api_client)
+        self.coordination = k8s.CoordinationV1Api(api_client)
+        self.custom = k8s.CustomObjectsApi(api_client)
+        self.batch = k8s.BatchV1Api(api_client)
+        self._read_attempts = read_attempts
+
+    @classmethod
+    def load(cls, *, kubeconfig: Path | None = None, context: str | None = None) -> KubeClient:
+        """In-cluster config (the pod's ServiceAccount) when ``kubeconfig`` is ``None`` and
+        ``KUBERNETES_SERVICE_HOST`` is set; otherwise the kubeconfig (``$KUBECONFIG`` or
+        ``~/.kube/config`` when ``None``). Raises :class:`KubeError` when neither works."""
+        try:
+            if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                configuration = k8s.Configuration()
+                k8s_config.load_incluster_config(client_configuration=configuration)
+                return cls(api_client=k8s.ApiClient(configuration))
+            api = k8s_config.new_client_from_config(
+                config_file=str(kubeconfig) if kubeconfig else None, context=context
+            )
+        except (k8s_config.ConfigException, OSError) as exc:
+            raise KubeError(f"no usable Kubernetes config: {exc}") from exc
+        return cls(api_client=api)
+
+    @classmethod
+    def with_token(cls, *, server: str, token: str, ca_file: Path) -> KubeClient:
+        """A client authenticated by a bearer token (a ServiceAccount's TokenRequest)."""
+        configuration = k8s.Configuration()
+        configuration.host = server
+        configuration.ssl_ca_cert = str(ca_file)
+        configuration.api_key = {"authorization": token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+        return cls(api_client=k8s.ApiClient(configuration))
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.api.close()
+
+    # -- plumbing ----------------------------------------------------------------------------
+    @staticmethod
+    def _blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=_TIMEOUT, **kwargs)
+            data = resp.data
+        except Exception as exc:
+            raise translate_error(exc) from exc
+        if not data:
+            return {}
+        parsed: JSON = json.loads(data)
+        return parsed
+
+    async def write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        """Run one API call once, off the event loop; the response body as a dict."""
+        return await asyncio.to_thread(self._blocking, fn, *args, **kwargs)
+
+    async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
+        """Like :meth:`write`, retried with capped exponential backoff on
+        :class:`ServerError` (reads are safe to repeat)."""
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(ServerError),
+            stop=stop_after_attempt(self._read_attempts),
+            wait=wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2),
+            reraise=True,
+        ):
+            with attempt:
+                return await self.write(fn, *args, **kwargs)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _dry(dry_run: bool) -> dict[str, str]:
+        # Server-side dry run: admission, validation and PDB checks run; nothing is persisted.
+        return {"dry_run": "All"} if dry_run else {}
+
+    # -- nodes -------------------------------------------------------------------------------
+    async def get_node(self, *, name: str) -> JSON:
+        """GET /api/v1/nodes/{name}."""
+        return await self.read(self.core.read_node, name)
+
+    async def list_nodes(self, *, label_selector: str | None = None) -> list[JSON]:
+        """GET /api/v1/nodes, optionally by label selector."""
+        kw = {"label_selector": label_selector} if label_selector else {}
+        items: list[JSON] = (await self.read(self.core.list_node, **kw)).get("items", [])
+        return items
+
+    async def patch_node(self, *, name: str, patch: JSON, dry_run: bool) -> JSON:
+        """JSON merge patch of a Node (RFC 7386); include ``metadata.resourceVersion`` in the
+        patch for optimistic concurrency (then a concurrent change gives :class:`Conflict`)."""
+        return await self.write(
+            self.core.patch_node, name, patch, _content_type=_MERGE, **self._dry(dry_run)
+        )
+
+    # -- pods --------------------------------------------------------------------------------
+    async def list_pods(
+        self,
+        *,
+        node_name: str | None = None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> tuple[list[JSON], str]:
+        """Pods (of one node via the ``spec.nodeName`` field selector, of one namespace, by
+        label selector); returns ``(items, list resourceVersion)``."""
+        kw: dict[str, Any] = {}
+        if node_name:
+            kw["field_selector"] = f"spec.nodeName={node_name}"
+        if label_selector:
+            kw["label_selector"] = label_selector
+        if namespace:
+            body = await self.read(self.core.list_namespaced_pod, namespace, **kw)
+        else:
+            body = await self.read(self.core.list_pod_for_all_namespaces, **kw)
+        return body.get("items", []), str(body.get("metadata", {}).get("resourceVersion", ""))
+
+    async def get_pod(self, *, name: str, namespace: str) -> JSON:
+        """GET a pod; :class:`NotFound` when it is gone."""
+        return await self.read(self.core.read_namespaced_pod, name, namespace)
+
+    async def evict_pod(self, *, name: str, namespace: str, dry_run: bool) -> None:
+        """POST the policy/v1 Eviction subresource (never DELETE). The API server refuses with
+        429 (:class:`TooManyRequests`, ``disruption_budget=True``) when a PodDisruptionBudget
+        does not allow the disruption; in dry run it checks the same and deletes nothing."""
+        body: JSON = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
+        await self.write(
+            self.core.create_namespaced_pod_eviction, name, namespace, body, **self._dry(dry_run)
+        )
+
+    # -- events ------------------------------------------------------------------------------
+    async def create_event(self, *, namespace: str, body: JSON) -> JSON:
+        """POST a core/v1 Event."""
+        return await self.write(self.core.create_namespaced_event, namespace, body)
+
+    async def list_events(self, *, namespace: str, field_selector: str | None = None) -> list[JSON]:
+        """Core/v1 Events of a namespace."""
+        kw = {"field_selector": field_selector} if field_selector else {}
+        items: list[JSON] = (await self.read(self.core.list_namespaced_event, namespace, **kw)).get(
+            "items", []
+        )
+        return items
+
+    # -- leases ------------------------------------------------------------------------------
+    async def get_lease(self, *, name: str, namespace: str) -> JSON:
+        """GET a coordination.k8s.io/v1 Lease."""
+        return await self.read(self.coordination.read_namespaced_lease, name, namespace)
+
+    async def create_lease(self, *, namespace: str, body: JSON) -> JSON:
+        """POST a Lease; :class:`Conflict` when it exists."""
+        return await self.write(self.coordination.create_namespaced_lease, namespace, body)
+
+    async def replace_lease(self, *, name: str, namespace: str, body: JSON) -> JSON:
+        """PUT a Lease; the body's resourceVersion makes a concurrent update a Conflict."""
+        return await self.write(self.coordination.replace_namespaced_lease, name, namespace, body)
+
+    # -- custom resources (Katib) and Jobs -------------------------------------------------
+    async def get_custom(
+        self, *, group: str, version: str, plural: str, namespace: str, name: str
+    ) -> JSON:
+        """GET a namespaced custom object."""
+        return await self.read(
+            self.custom.get_namespaced_custom_object, group, version, namespace, plural, name
+        )
+
+    async def patch_custom(
+        self,
+        *,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        patch: JSON,
+        dry_run: bool,
+    ) -> JSON:
+        """JSON merge patch of a namespaced custom object."""
+        return await self.write(
+            self.custom.patch_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            patch,
+            _content_type=_MERGE,
+            **self._dry(dry_run),
+        )
+
+    async def patch_job(self, *, name: str, namespace: str, patch: JSON, dry_run: bool) -> JSON:
+        """JSON merge patch of a batch/v1 Job (``spec.suspend``)."""
+        return await self.write(
+            self.batch.patch_namespaced_job,
+            name,
+            namespace,
+            patch,
+            _content_type=_MERGE,
+            **self._dry(dry_run),
+        )

@@ -1,0 +1,81 @@
+"""Outcomes of Kubernetes API calls as nodeguard's own exception types.
+
+Callers decide "retry later" or "give up" by type, never by parsing strings. Each is raised
+``from`` the client library's exception (kubernetes ``ApiException`` or a urllib3 connection
+error), so the original stays in ``__cause__``. The tree::
+
+    KubeError
+    ├── NotFound            404: the object is gone (a pod evicted meanwhile)
+    ├── Conflict            409: resourceVersion moved on (optimistic concurrency) or exists
+    ├── TooManyRequests     429: a PodDisruptionBudget blocks an eviction, or API throttling;
+    │                            ``retry_after`` seconds when the server said
+    ├── Forbidden           401/403: RBAC (or authentication) refuses the call
+    ├── Invalid             400/422: the request itself is wrong (admission webhook, validation)
+    └── ServerError         5xx, or the API server cannot be reached (``unreachable``): retry
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "KubeError",
+    "NotFound",
+    "ServerError",
+    "TooManyRequests",
+]
+
+
+class KubeError(Exception):
+    """Base of API call failures. ``status`` is the HTTP status (0 when none was received);
+    ``reason`` the API's Status reason where there was one."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFound(KubeError):
+    """404."""
+
+
+class Conflict(KubeError):
+    """409."""
+
+
+class TooManyRequests(KubeError):
+    """429. ``retry_after`` is the server's Retry-After in seconds, ``None`` if not given.
+    ``disruption_budget`` is True when a PodDisruptionBudget is the cause."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 429,
+        reason: str = "",
+        retry_after: float | None = None,
+        disruption_budget: bool = False,
+    ) -> None:
+        super().__init__(message, status=status, reason=reason)
+        self.retry_after = retry_after
+        self.disruption_budget = disruption_budget
+
+
+class Forbidden(KubeError):
+    """401 or 403."""
+
+
+class Invalid(KubeError):
+    """400 or 422."""
+
+
+class ServerError(KubeError):
+    """5xx, or no answer at all (``unreachable``): worth retrying later with backoff."""
+
+    def __init__(
+        self, message: str, *, status: int = 0, reason: str = "", unreachable: bool = False
+    ) -> None:
+        super().__init__(message, status=status, reason=reason)
+        self.unreachable = unreachable

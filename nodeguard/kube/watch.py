@@ -1,0 +1,173 @@
+"""Keeps the pods of this node (and the node itself) in memory, from a list-then-watch.
+
+The pod list uses the field selector ``spec.nodeName=<node>``; the watch resumes from the list's
+resourceVersion. On 410 Gone (the resourceVersion expired) and on any watch ERROR event the
+watcher lists again (the API concepts doc, "Efficient detection of changes"); on a connection
+failure it waits with capped exponential backoff and lists again. The node (allocatable memory)
+is read again with every list and every ``node_refresh`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from nodeguard.kube.client import JSON, KubeClient, translate_error
+from nodeguard.kube.errors import KubeError
+from nodeguard.kube.objects import node_meta, pod_meta
+from nodeguard.snapshot import NodeMeta, PodMeta
+
+__all__ = ["PodWatcher"]
+
+log = logging.getLogger(__name__)
+
+
+class _Relist(Exception):
+    """The watch cannot resume; list again."""
+
+
+class PodWatcher:
+    """The pods of one node by UID, kept current; read with :meth:`pods` and :meth:`node`.
+
+    ``run(stop=...)`` is the asyncio task. ``synced`` is set after the first successful list.
+    """
+
+    def __init__(
+        self,
+        *,
+        kube: KubeClient,
+        node_name: str,
+        watch_timeout: int = 240,
+        node_refresh: float = 60.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._kube = kube
+        self._node_name = node_name
+        self._watch_timeout = watch_timeout
+        self._node_refresh = node_refresh
+        self._max_backoff = max_backoff
+        self._lock = threading.Lock()
+        self._pods: dict[str, PodMeta] = {}
+        self._node: NodeMeta | None = None
+        self._node_read_at = float("-inf")
+        self.synced = asyncio.Event()
+        self.relists = 0
+
+    def pods(self) -> Mapping[str, PodMeta]:
+        """A copy of the pods by UID (empty before the first list)."""
+        with self._lock:
+            return dict(self._pods)
+
+    def node(self) -> NodeMeta | None:
+        """The node as last read, ``None`` before the first read."""
+        return self._node
+
+    async def _refresh_node(self) -> None:
+        try:
+            self._node = node_meta(await self._kube.get_node(name=self._node_name))
+            self._node_read_at = time.monotonic()
+        except KubeError as exc:
+            log.warning("cannot read node %s: %s", self._node_name, exc)
+
+    async def _list(self) -> str:
+        items, rv = await self._kube.list_pods(node_name=self._node_name)
+        fresh = {m.uid: m for m in (pod_meta(p) for p in items)}
+        with self._lock:
+            self._pods = fresh
+        self.relists += 1
+        await self._refresh_node()
+        self.synced.set()
+        log.info("listed %d pods on node %s at resourceVersion %s", len(fresh), self._node_name, rv)
+        return rv
+
+    def _apply(self, event: JSON) -> str | None:
+        """Apply one watch event; the new resourceVersion, or raise :class:`_Relist`."""
+        kind = event.get("type")
+        obj: JSON = event.get("object") or {}
+        if kind == "ERROR":
+            raise _Relist(f"watch ERROR: {obj.get('code')} {obj.get('message')}")
+        rv = obj.get("metadata", {}).get("resourceVersion")
+        if kind in ("ADDED", "MODIFIED"):
+            meta = pod_meta(obj)
+            with self._lock:
+                self._pods[meta.uid] = meta
+        elif kind == "DELETED":
+            with self._lock:
+                self._pods.pop(obj.get("metadata", {}).get("uid", ""), None)
+        return str(rv) if rv else None
+
+    def _watch_blocking(self, rv: str, stop: threading.Event) -> str:
+        """Stream watch events from ``rv`` until the server ends the watch; the last
+        resourceVersion seen. Raises :class:`_Relist` or a :class:`KubeError`."""
+        try:
+            resp: Any = self._kube.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self._node_name}",
+                resource_version=rv,
+                watch=True,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self._watch_timeout,
+                _preload_content=False,
+                _request_timeout=(5.0, self._watch_timeout + 30.0),
+            )
+        except Exception as exc:
+            err = translate_error(exc)
+            if err.status == 410:
+                raise _Relist("410 Gone") from exc
+            raise err from exc
+        try:
+            buffer = b""
+            for chunk in resp.stream(65536):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        rv = self._apply(json.loads(line)) or rv
+                if stop.is_set():
+                    break
+        except _Relist:
+            raise
+        except Exception as exc:
+            raise translate_error(exc) from exc
+        finally:
+            resp.release_conn()
+        return rv
+
+    async def run(self, *, stop: asyncio.Event) -> None:
+        """List, then watch, until ``stop`` is set; never raises."""
+        stop_thread = threading.Event()
+        backoff = 1.0
+        rv: str | None = None
+        while not stop.is_set():
+            try:
+                if rv is None:
+                    rv = await self._list()
+                if time.monotonic() - self._node_read_at > self._node_refresh:
+                    await self._refresh_node()
+                watch = asyncio.create_task(
+                    asyncio.to_thread(self._watch_blocking, rv, stop_thread)
+                )
+                stopper = asyncio.create_task(stop.wait())
+                done, _ = await asyncio.wait({watch, stopper}, return_when="FIRST_COMPLETED")
+                stopper.cancel()
+                if watch not in done:
+                    stop_thread.set()
+                    break
+                rv = watch.result()
+                backoff = 1.0
+            except _Relist as exc:
+                log.info("pod watch on %s: %s; listing again", self._node_name, exc)
+                rv = None
+            except KubeError as exc:
+                log.warning(
+                    "pod watch on %s failed (%s); retrying in %.0fs", self._node_name, exc, backoff
+                )
+                rv = None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=backoff)
+                backoff = min(backoff * 2, self._max_backoff)

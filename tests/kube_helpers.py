@@ -1,0 +1,170 @@
+"""Building realistic nodes and pods on the test control plane (no kubelet: pods are bound with
+``spec.nodeName`` and their status is patched through the status subresource)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+# Upstream Katib CRDs and examples: ../shared/ beside the checkout (as in CI's clean clone).
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "katib"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+class Cluster:
+    """Admin-side helpers over the official client, for arranging test scenes."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.policy = client.PolicyV1Api(self.api)
+        self.scheduling = client.SchedulingV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.ext = client.ApiextensionsV1Api(self.api)
+
+    def namespace(self, prefix: str = "ns") -> str:
+        name = unique(prefix)
+        self.core.create_namespace({"metadata": {"name": name}})
+        return name
+
+    def node(self, name: str | None = None, *, memory: str = "64Gi") -> str:
+        name = name or unique("node")
+        self.core.create_node({"metadata": {"name": name, "labels": {"nodeguard-test": "1"}}})
+        self.core.patch_node_status(
+            name,
+            {
+                "status": {
+                    "capacity": {"memory": memory, "cpu": "16", "pods": "110"},
+                    "allocatable": {"memory": memory, "cpu": "16", "pods": "110"},
+                }
+            },
+        )
+        return name
+
+    def priority_class(self, name: str, value: int) -> None:
+        try:
+            self.scheduling.create_priority_class(
+                {"metadata": {"name": name}, "value": value, "globalDefault": False}
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def pod(
+        self,
+        *,
+        namespace: str,
+        node: str,
+        name: str | None = None,
+        request: str | None = None,
+        limit: str | None = None,
+        priority_class: str | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        owner: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Create a running pod bound to ``node``; its JSON as created (with uid)."""
+        name = name or unique("pod")
+        resources: dict[str, Any] = {}
+        if request:
+            resources["requests"] = {"memory": request}
+        if limit:
+            resources["limits"] = {"memory": limit}
+        if request and request == limit:  # Guaranteed QoS needs CPU requests == limits too
+            resources["requests"]["cpu"] = resources["limits"]["cpu"] = "1"
+        meta: dict[str, Any] = {
+            "name": name,
+            "labels": labels or {},
+            "annotations": annotations or {},
+        }
+        if owner:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1" if owner[0] != "Job" else "batch/v1",
+                    "kind": owner[0],
+                    "name": owner[1],
+                    "uid": str(uuid.uuid4()),
+                    "controller": True,
+                }
+            ]
+        spec: dict[str, Any] = {
+            "nodeName": node,
+            "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}
+            ],
+        }
+        if priority_class:
+            spec["priorityClassName"] = priority_class
+        self.core.create_namespaced_pod(namespace, {"metadata": meta, "spec": spec})
+        cid = uuid.uuid4().hex + uuid.uuid4().hex
+        self.core.patch_namespaced_pod_status(
+            name,
+            namespace,
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": [
+                        {
+                            "name": "main",
+                            "containerID": f"containerd://{cid}",
+                            "image": "pause",
+                            "imageID": "",
+                            "ready": True,
+                            "restartCount": 0,
+                            "state": {"running": {}},
+                        }
+                    ],
+                }
+            },
+        )
+        return self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, namespace))
+
+    def pod_json(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.api.sanitize_for_serialization(
+                self.core.read_namespaced_pod(name, namespace)
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def events(self, namespace: str, *, name: str, reason: str) -> list[Any]:
+        return [
+            e
+            for e in self.core.list_namespaced_event(namespace).items
+            if e.involved_object.name == name and e.reason == reason
+        ]
+
+    def install_katib_crds(self) -> None:
+        for doc in yaml.safe_load_all((FIXTURES / "crd-experiment.yaml").read_text()):
+            try:
+                self.ext.create_custom_resource_definition(doc)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    def katib_experiment(self, namespace: str) -> dict[str, Any]:
+        doc = yaml.safe_load((FIXTURES / "example-random.yaml").read_text())
+        doc["metadata"]["namespace"] = namespace
+        for _ in range(50):
+            try:
+                created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+                    "kubeflow.org", "v1beta1", namespace, "experiments", doc
+                )
+                return created
+            except ApiException as exc:  # the CRD takes a moment to be served
+                if exc.status != 404:
+                    raise
+                time.sleep(0.1)
+        raise RuntimeError("Experiment CRD never served")

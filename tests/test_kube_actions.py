@@ -1,0 +1,550 @@
+"""Runbook actions against the real kube-apiserver (etcd-backed, RBAC on, no kubelet)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from nodeguard.actions.audit import ActionMetrics, Auditor
+from nodeguard.actions.cordon import LABEL, CordonConfig, cordon, uncordon
+from nodeguard.actions.evict import EvictionBackoff, EvictionLimiter, evict
+from nodeguard.actions.katib import ANNOTATION, pause_katib, resume_katib
+from nodeguard.actions.ranking import EvictFilter, plan_eviction
+from nodeguard.kube.client import KubeClient
+from nodeguard.kube.objects import pod_meta
+from tests.controlplane.cluster import TestCluster
+from tests.controlplane.fixtures import control_plane  # noqa: F401
+from tests.kube_helpers import Cluster, unique
+
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="session")
+def cluster(control_plane: TestCluster) -> Iterator[Cluster]:  # noqa: F811
+    c = Cluster(control_plane.kubeconfig_path)
+    c.priority_class("nodeguard-test-low", 100)
+    c.priority_class("nodeguard-test-mid", 1000)
+    c.priority_class("nodeguard-test-high", 100000)
+    c.install_katib_crds()
+    yield c
+    c.api.close()
+
+
+@pytest.fixture
+async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:  # noqa: F811
+    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    yield k
+    k.close()
+
+
+def auditor_for(kube: KubeClient, node: str) -> Auditor:
+    return Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=None))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- cordon ------------------------------------------------------------------------------------
+async def test_cordon_uncordon_round_trip(cluster: Cluster, kube: KubeClient) -> None:
+    node = cluster.node()
+    aud = auditor_for(kube, node)
+    res = await cordon(
+        kube=kube,
+        auditor=aud,
+        node=node,
+        rule="node-memory-low",
+        reason="MemAvailable 3% < 5% for 60s",
+        identity=node,
+        dry_run=False,
+    )
+    assert res.outcome == "done", res.message
+    n = cluster.core.read_node(node)
+    assert n.spec.unschedulable is True
+    assert n.metadata.labels[LABEL] == "true"
+    assert n.metadata.annotations["nodeguard.io/cordon-rule"] == "node-memory-low"
+    assert "MemAvailable 3%" in n.metadata.annotations["nodeguard.io/cordon-reason"]
+    assert cluster.events("default", name=node, reason="NodeguardCordoned")
+
+    again = await cordon(
+        kube=kube, auditor=aud, node=node, rule="r", reason="x", identity=node, dry_run=False
+    )
+    assert again.outcome == "noop"
+
+    res = await uncordon(kube=kube, auditor=aud, node=node, rule="node-memory-low", dry_run=False)
+    assert res.outcome == "done", res.message
+    n = cluster.core.read_node(node)
+    assert not n.spec.unschedulable
+    assert LABEL not in (n.metadata.labels or {})
+    assert not any(k.startswith("nodeguard.io/") for k in (n.metadata.annotations or {}))
+
+
+async def test_only_uncordons_what_it_cordoned(cluster: Cluster, kube: KubeClient) -> None:
+    node = cluster.node()
+    cluster.core.patch_node(node, {"spec": {"unschedulable": True}})  # an operator's cordon
+    aud = auditor_for(kube, node)
+    res = await cordon(
+        kube=kube, auditor=aud, node=node, rule="r", reason="x", identity=node, dry_run=False
+    )
+    assert res.outcome == "noop" and "someone else" in res.message
+    res = await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False)
+    assert res.outcome == "noop"
+    assert cluster.core.read_node(node).spec.unschedulable is True
+
+
+async def test_taint_mode(cluster: Cluster, kube: KubeClient) -> None:
+    node = cluster.node()
+    cfg = CordonConfig(mode="taint")
+    aud = auditor_for(kube, node)
+    assert (
+        await cordon(
+            kube=kube,
+            auditor=aud,
+            node=node,
+            rule="r",
+            reason="x",
+            identity=node,
+            dry_run=False,
+            config=cfg,
+        )
+    ).outcome == "done"
+    # The API server's TaintNodesByCondition adds not-ready to a node without a kubelet.
+    taints = {(t.key, t.effect) for t in cluster.core.read_node(node).spec.taints}
+    assert ("nodeguard.io/memory-pressure", "NoSchedule") in taints
+    assert (
+        await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False, config=cfg)
+    ).outcome == "done"
+    after = {(t.key, t.effect) for t in cluster.core.read_node(node).spec.taints or []}
+    assert after == taints - {("nodeguard.io/memory-pressure", "NoSchedule")}
+
+
+async def test_budget_of_one_two_agents_race(cluster: Cluster, control_plane: TestCluster) -> None:  # noqa: F811
+    a, b = cluster.node(), cluster.node()
+    cfg = CordonConfig(budget_nodes=1, lease_name=unique("budget"), lease_namespace="default")
+    # Two agents: separate clients, identities and auditors, started together.
+    ka = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    kb = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    # Nodes that other tests left cordoned would spend the budget: clear nodeguard's label.
+    for n in cluster.core.list_node(label_selector=f"{LABEL}=true").items:
+        cluster.core.patch_node(n.metadata.name, {"metadata": {"labels": {LABEL: None}}})
+    try:
+        results = await asyncio.gather(
+            cordon(
+                kube=ka,
+                auditor=auditor_for(ka, a),
+                node=a,
+                rule="r",
+                reason="race",
+                identity=a,
+                dry_run=False,
+                config=cfg,
+            ),
+            cordon(
+                kube=kb,
+                auditor=auditor_for(kb, b),
+                node=b,
+                rule="r",
+                reason="race",
+                identity=b,
+                dry_run=False,
+                config=cfg,
+            ),
+        )
+    finally:
+        ka.close()
+        kb.close()
+    outcomes = sorted(r.outcome for r in results)
+    assert outcomes == ["done", "refused"], [r.message for r in results]
+    cordoned = [n for n in (a, b) if cluster.core.read_node(n).spec.unschedulable]
+    assert len(cordoned) == 1
+    refused = next(r for r in results if r.outcome == "refused")
+    assert "budget spent, 1 of 1" in refused.message
+
+
+# -- eviction ----------------------------------------------------------------------------------
+def realistic_node(cluster: Cluster) -> tuple[str, str, dict[str, dict[str, Any]]]:
+    """A GPU node's pods: system-critical, DaemonSet, static, Guaranteed, Burstable at several
+    priorities, BestEffort, and a two-pod Katib trial."""
+    ns, node = cluster.namespace("evict"), cluster.node()
+    p = {
+        "critical": cluster.pod(
+            namespace=ns,
+            node=node,
+            name="critical",
+            request="1Gi",
+            priority_class="system-node-critical",
+        ),
+        "daemonset": cluster.pod(
+            namespace=ns,
+            node=node,
+            name="exporter",
+            request="100Mi",
+            owner=("DaemonSet", "exporter"),
+        ),
+        "static": cluster.pod(
+            namespace=ns,
+            node=node,
+            name=f"etcd-{node}",
+            request="1Gi",
+            annotations={
+                "kubernetes.io/config.mirror": "abc",
+                "kubernetes.io/config.source": "file",
+            },
+        ),
+        "guaranteed": cluster.pod(
+            namespace=ns,
+            node=node,
+            name="trainer",
+            request="16Gi",
+            limit="16Gi",
+            priority_class="nodeguard-test-high",
+        ),
+        "burst-low": cluster.pod(
+            namespace=ns,
+            node=node,
+            name="pandas-prep",
+            request="4Gi",
+            priority_class="nodeguard-test-low",
+        ),
+        "burst-mid": cluster.pod(
+            namespace=ns,
+            node=node,
+            name="notebook",
+            request="8Gi",
+            priority_class="nodeguard-test-mid",
+        ),
+        "besteffort": cluster.pod(namespace=ns, node=node, name="debug-shell"),
+        "trial-a": cluster.pod(
+            namespace=ns,
+            node=node,
+            name="trial-1-master",
+            request="2Gi",
+            priority_class="nodeguard-test-low",
+            labels={
+                "katib.kubeflow.org/experiment": "random",
+                "katib.kubeflow.org/trial": "random-trial-1",
+            },
+        ),
+        "trial-b": cluster.pod(
+            namespace=ns,
+            node=node,
+            name="trial-1-worker",
+            request="2Gi",
+            priority_class="nodeguard-test-low",
+            labels={
+                "katib.kubeflow.org/experiment": "random",
+                "katib.kubeflow.org/trial": "random-trial-1",
+            },
+        ),
+    }
+    return ns, node, p
+
+
+def usage_of(p: dict[str, dict[str, Any]]) -> dict[str, int]:
+    uid = {k: v["metadata"]["uid"] for k, v in p.items()}
+    return {
+        uid["guaranteed"]: 15 * GiB,  # within its request
+        uid["burst-low"]: 40 * GiB,  # 36 GiB over its request, low priority
+        uid["burst-mid"]: 10 * GiB,  # 2 GiB over, mid priority
+        uid["besteffort"]: 1 * GiB,  # 1 GiB over a request of 0, priority 0
+        uid["trial-a"]: 3 * GiB,  # the trial: 6 GiB over 4 GiB together
+        uid["trial-b"]: 3 * GiB,
+        uid["critical"]: 2 * GiB,
+        uid["daemonset"]: 1 * GiB,
+        uid["static"]: 3 * GiB,
+    }
+
+
+def test_eviction_ranking_on_a_realistic_node(cluster: Cluster) -> None:
+    _, _, p = realistic_node(cluster)
+    metas = {m.uid: m for m in (pod_meta(v) for v in p.values())}
+    plan = plan_eviction(pods=metas, usage=usage_of(p), flt=EvictFilter())
+    order = [(u.kind, tuple(sorted(x.name for x in u.pods))) for u, _ in plan.ranked]
+    # Over request first; then lower priority; then larger excess. Guaranteed last.
+    assert order == [
+        ("pod", ("debug-shell",)),  # priority 0, 1 GiB over
+        ("pod", ("pandas-prep",)),  # priority 100, 36 GiB over
+        ("katib-trial", ("trial-1-master", "trial-1-worker")),  # priority 100, 2 GiB over
+        ("pod", ("notebook",)),  # priority 1000
+        ("pod", ("trainer",)),  # within its request
+    ]
+    excluded = {e.pod.name: e.reason for e in plan.excluded}
+    assert set(excluded) == {"critical", "exporter", p["static"]["metadata"]["name"]}
+    assert "system-critical" in excluded["critical"]
+    assert "DaemonSet" in excluded["exporter"]
+    assert "static pod" in excluded[p["static"]["metadata"]["name"]]
+    assert "evicted together" in plan.ranked[2][1]
+    assert metas[p["guaranteed"]["metadata"]["uid"]].qos_class == "guaranteed"
+    assert metas[p["besteffort"]["metadata"]["uid"]].qos_class == "besteffort"
+
+    low = plan_eviction(pods=metas, usage=usage_of(p), flt=EvictFilter(max_priority=100))
+    assert [u.pods[0].name for u, _ in low.ranked] == [
+        "debug-shell",
+        "pandas-prep",
+        "trial-1-master",
+    ]
+    assert (
+        "above the rule's maximum 100" in {e.pod.name: e.reason for e in low.excluded}["notebook"]
+    )
+
+
+async def test_evict_until_target_freed_and_dry_run_is_the_same_plan(
+    cluster: Cluster, kube: KubeClient
+) -> None:
+    ns, node, p = realistic_node(cluster)
+    metas = {m.uid: m for m in (pod_meta(v) for v in p.values())}
+    plan = plan_eviction(pods=metas, usage=usage_of(p), flt=EvictFilter(max_priority=100))
+    before = {
+        k: v["metadata"]["resourceVersion"]
+        for k, v in ((k, cluster.pod_json(ns, v["metadata"]["name"])) for k, v in p.items())
+        if v
+    }
+
+    def run(dry: bool) -> Any:
+        return evict(
+            kube=kube,
+            auditor=auditor_for(kube, node),
+            node=node,
+            plan=plan,
+            target_bytes=30 * GiB,
+            rule="node-memory-low",
+            dry_run=dry,
+            limiter=EvictionLimiter(),
+            backoff=EvictionBackoff(),
+        )
+
+    dry = await run(True)
+    after_dry = {k: cluster.pod_json(ns, v["metadata"]["name"]) for k, v in p.items()}
+    assert {k: v["metadata"]["resourceVersion"] for k, v in after_dry.items() if v} == before
+    assert all(not v["metadata"].get("deletionTimestamp") for v in after_dry.values() if v)
+    assert cluster.events(ns, name="debug-shell", reason="NodeguardWouldEvict")
+
+    real = await run(False)
+    assert real.outcome == dry.outcome == "done"
+    # 1 GiB (besteffort) + 40 GiB (pandas) >= 30 GiB: two units, then stop.
+    assert [u["pods"] for u in real.details["evicted"]] == [
+        [f"{ns}/debug-shell"],
+        [f"{ns}/pandas-prep"],
+    ]
+    assert real.details["evicted"] == dry.details["evicted"]
+    assert real.details["freed_bytes"] == 41 * GiB
+    for name in ("debug-shell", "pandas-prep"):
+        pod = cluster.pod_json(ns, name)
+        assert pod is None or pod["metadata"].get("deletionTimestamp"), name
+        assert cluster.events(ns, name=name, reason="NodeguardEvicted")
+    for name in ("trial-1-master", "notebook", "trainer"):
+        pod = cluster.pod_json(ns, name)
+        assert pod is not None and not pod["metadata"].get("deletionTimestamp"), name
+
+
+async def test_gang_is_evicted_together(cluster: Cluster, kube: KubeClient) -> None:
+    ns, node = cluster.namespace("gang"), cluster.node()
+    other = cluster.node()
+    trial = {"katib.kubeflow.org/experiment": "e", "katib.kubeflow.org/trial": "e-t1"}
+    here = cluster.pod(namespace=ns, node=node, name="t1-master", request="1Gi", labels=trial)
+    cluster.pod(namespace=ns, node=other, name="t1-worker", request="1Gi", labels=trial)
+    metas = {here["metadata"]["uid"]: pod_meta(here)}
+    plan = plan_eviction(pods=metas, usage={here["metadata"]["uid"]: 2 * GiB}, flt=EvictFilter())
+    res = await evict(
+        kube=kube,
+        auditor=auditor_for(kube, node),
+        node=node,
+        plan=plan,
+        target_bytes=1,
+        rule="r",
+        dry_run=False,
+        limiter=EvictionLimiter(),
+        backoff=EvictionBackoff(),
+    )
+    assert res.outcome == "done"
+    assert sorted(res.details["evicted"][0]["pods"]) == [f"{ns}/t1-master", f"{ns}/t1-worker"]
+    for name in ("t1-master", "t1-worker"):
+        pod = cluster.pod_json(ns, name)
+        assert pod is None or pod["metadata"].get("deletionTimestamp")
+
+
+async def test_pdb_blocks_then_backs_off(cluster: Cluster, kube: KubeClient) -> None:
+    ns, node = cluster.namespace("pdb"), cluster.node()
+    pod = cluster.pod(
+        namespace=ns, node=node, name="serving", request="1Gi", labels={"app": "serving"}
+    )
+    cluster.policy.create_namespaced_pod_disruption_budget(
+        ns,
+        {
+            "metadata": {"name": "serving"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serving"}}},
+        },
+    )
+    gen = cluster.policy.read_namespaced_pod_disruption_budget("serving", ns).metadata.generation
+    # What the disruption controller would write: nothing may be disrupted.
+    cluster.policy.patch_namespaced_pod_disruption_budget_status(
+        "serving",
+        ns,
+        {
+            "status": {
+                "observedGeneration": gen,
+                "disruptionsAllowed": 0,
+                "currentHealthy": 1,
+                "desiredHealthy": 1,
+                "expectedPods": 1,
+            }
+        },
+    )
+    metas = {pod["metadata"]["uid"]: pod_meta(pod)}
+    plan = plan_eviction(pods=metas, usage={pod["metadata"]["uid"]: 2 * GiB}, flt=EvictFilter())
+    clock = FakeClock()
+    backoff = EvictionBackoff(base=10, cap=40, clock=clock)
+    limiter = EvictionLimiter(clock=clock)
+
+    async def attempt() -> Any:
+        return await evict(
+            kube=kube,
+            auditor=auditor_for(kube, node),
+            node=node,
+            plan=plan,
+            target_bytes=1 * GiB,
+            rule="r",
+            dry_run=False,
+            limiter=limiter,
+            backoff=backoff,
+        )
+
+    first = await attempt()
+    assert first.outcome == "blocked"
+    assert first.details["blocked"][0]["retry_in_seconds"] == 10
+    live = cluster.pod_json(ns, "serving")
+    assert live is not None and not live["metadata"].get("deletionTimestamp")
+    assert len(cluster.events(ns, name="serving", reason="NodeguardEvictionBlocked")) == 1
+
+    # Within the backoff nothing is sent: no new Event, the pod untouched.
+    clock.now += 5
+    second = await attempt()
+    assert second.outcome == "blocked"
+    assert "backoff" in second.details["blocked"][0]["reason"]
+    assert len(cluster.events(ns, name="serving", reason="NodeguardEvictionBlocked")) == 1
+
+    # After it, one more try, refused again: the wait doubles, and stays capped.
+    for expected in (20, 40, 40):
+        clock.now += 100
+        again = await attempt()
+        assert again.outcome == "blocked"
+        assert again.details["blocked"][0]["retry_in_seconds"] == expected
+    assert len(cluster.events(ns, name="serving", reason="NodeguardEvictionBlocked")) == 4
+    assert cluster.pod_json(ns, "serving") is not None
+
+
+async def test_apiserver_stopped_mid_eviction(
+    cluster: Cluster,
+    kube: KubeClient,
+    control_plane: TestCluster,  # noqa: F811
+) -> None:
+    ns, node = cluster.namespace("outage"), cluster.node()
+    pods = [
+        cluster.pod(namespace=ns, node=node, name=f"batch-{i}", request="1Gi") for i in range(2)
+    ]
+    usage = {p["metadata"]["uid"]: (3 - i) * GiB for i, p in enumerate(pods)}
+
+    class StopAfterFirst(Auditor):
+        async def record(self, **kw: Any) -> None:
+            await super().record(**kw)
+            if kw["reason"] == "NodeguardEvicted" and control_plane.apiserver_running:
+                await asyncio.to_thread(control_plane.stop_apiserver)
+
+    def plan_now() -> Any:
+        items = [cluster.pod_json(ns, p["metadata"]["name"]) for p in pods]
+        metas = {m.uid: m for m in (pod_meta(i) for i in items if i)}
+        return plan_eviction(pods=metas, usage=usage, flt=EvictFilter())
+
+    limiter, backoff = EvictionLimiter(), EvictionBackoff()
+    try:
+        res = await evict(
+            kube=kube,
+            auditor=StopAfterFirst(kube=kube, node_name=node, metrics=None),
+            node=node,
+            plan=plan_now(),
+            target_bytes=10 * GiB,
+            rule="r",
+            dry_run=False,
+            limiter=limiter,
+            backoff=backoff,
+        )
+        assert res.outcome == "failed"
+        assert "ServerError" in res.message and "unreachable" in res.message
+    finally:
+        await asyncio.to_thread(control_plane.start_apiserver)
+    # The retry plans again from the API: batch-0 is terminating, so only batch-1 is evicted.
+    retry = await evict(
+        kube=kube,
+        auditor=auditor_for(kube, node),
+        node=node,
+        plan=plan_now(),
+        target_bytes=10 * GiB,
+        rule="r",
+        dry_run=False,
+        limiter=limiter,
+        backoff=backoff,
+    )
+    assert retry.outcome == "done"
+    assert [u["pods"] for u in retry.details["evicted"]] == [[f"{ns}/batch-1"]]
+    assert len(cluster.events(ns, name="batch-0", reason="NodeguardEvicted")) == 1
+    assert len(cluster.events(ns, name="batch-1", reason="NodeguardEvicted")) == 1
+
+
+# -- Katib -------------------------------------------------------------------------------------
+async def test_pause_then_resume_katib_restores_the_exact_spec(
+    cluster: Cluster, kube: KubeClient
+) -> None:
+    ns, node = cluster.namespace("katib"), cluster.node()
+    created = cluster.katib_experiment(ns)
+    original = copy.deepcopy(created["spec"])
+    aud = auditor_for(kube, node)
+
+    def read() -> dict[str, Any]:
+        exp: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
+            "kubeflow.org", "v1beta1", ns, "experiments", "random"
+        )
+        return exp
+
+    dry = await pause_katib(
+        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=True
+    )
+    assert [r.outcome for r in dry] == ["done"]
+    assert read()["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+    paused = await pause_katib(
+        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
+    )
+    assert [r.outcome for r in paused] == ["done"]
+    exp = read()
+    assert exp["spec"]["parallelTrialCount"] == 1
+    assert exp["spec"]["maxTrialCount"] == original["maxTrialCount"] == 12
+    assert exp["metadata"]["annotations"][ANNOTATION] == "3"
+    assert cluster.events(ns, name="random", reason="NodeguardKatibPaused")
+
+    again = await pause_katib(
+        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
+    )
+    assert [r.outcome for r in again] == ["noop"]
+    assert read()["metadata"]["annotations"][ANNOTATION] == "3"
+
+    resumed = await resume_katib(
+        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
+    )
+    assert [r.outcome for r in resumed] == ["done"]
+    exp = read()
+    assert exp["spec"] == original
+    assert ANNOTATION not in (exp["metadata"].get("annotations") or {})
+    assert [
+        r.outcome
+        for r in await resume_katib(
+            kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
+        )
+    ] == ["noop"]
