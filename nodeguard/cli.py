@@ -3,6 +3,7 @@
 - ``nodeguard run``: sample every ``--interval`` and serve ``/metrics``, ``/snapshot``,
   ``/healthz``, ``/readyz`` on ``--listen-address``. Dry run is on unless ``--no-dry-run``.
 - ``nodeguard snapshot``: take one sample and print a report (``--json``: the same as JSON).
+- ``nodeguard act ACTION --node NODE [--dry-run]``: one runbook action by hand.
 
 Both take the same ``--path.*`` and ``--collector.*`` flags, so either can be pointed at a
 fixture tree or at the host's filesystems mounted under ``/host``.
@@ -27,7 +28,10 @@ from prometheus_client import CollectorRegistry
 from rich.console import Console
 
 from nodeguard import __version__
+from nodeguard.act import add_act_arguments, run_act
 from nodeguard.exporter import SnapshotCollector
+from nodeguard.kube.client import KubeClient
+from nodeguard.kube.watch import PodWatcher
 from nodeguard.paths import HostPaths
 from nodeguard.report import render_report
 from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
@@ -140,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="record what actions would do without doing them (default on)",
     )
     run.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="kubeconfig for pod names and actions (default: the in-cluster config when "
+        "running in a pod; otherwise no cluster)",
+    )
+    run.add_argument(
         "--path.state",
         dest="state",
         type=Path,
@@ -150,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
     snap = sub.add_parser("snapshot", help="take one sample and print it")
     _common(snap)
     snap.add_argument("--json", action="store_true", help="print JSON (bytes, seconds)")
+
+    act = sub.add_parser("act", help="run one runbook action by hand (see --dry-run)")
+    add_act_arguments(act)
+    act.add_argument("--log.level", dest="log_level", default="warning",
+                     choices=["debug", "info", "warning", "error"])
     return parser
 
 
@@ -178,9 +194,20 @@ def _usable_state_dir(path: Path) -> Path | None:
     return path
 
 
+def _cluster(args: argparse.Namespace) -> tuple[KubeClient, PodWatcher] | None:
+    """The Kubernetes client and pod watcher, when a cluster is configured."""
+    if args.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        log.info("no --kubeconfig and not in a pod: running without a cluster")
+        return None
+    kube = KubeClient.load(kubeconfig=args.kubeconfig)
+    return kube, PodWatcher(kube=kube, node_name=args.node_name)
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
     sampler = Sampler(
-        config=_config(args, state=_usable_state_dir(args.state), interval=args.interval)
+        config=_config(args, state=_usable_state_dir(args.state), interval=args.interval),
+        cluster=cluster[1] if cluster else None,
     )
     registry = CollectorRegistry(auto_describe=True)
     registry.register(SnapshotCollector(latest=lambda: sampler.latest))
@@ -204,11 +231,16 @@ async def _serve(args: argparse.Namespace) -> int:
         args.dry_run,
         ",".join(sorted(sampler.config.collectors)),
     )
+    tasks = [asyncio.create_task(sampler.run(stop=stop), name="sampler")]
+    if cluster is not None:
+        tasks.append(asyncio.create_task(cluster[1].run(stop=stop), name="pod-watch"))
     try:
-        await sampler.run(stop=stop)
+        await asyncio.gather(*tasks)
     finally:
         sampler.close()
         await runner.cleanup()
+        if cluster is not None:
+            cluster[0].close()
     log.info("nodeguard stopped")
     return 0
 
@@ -223,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.command == "run":
         return asyncio.run(_serve(args))
+    if args.command == "act":
+        return run_act(args)
     # A one-off snapshot keeps no state: it must not move the running agent's kmsg position.
     sampler = Sampler(config=_config(args, state=None, interval=5.0))
     try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import platform
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -24,27 +23,10 @@ from prometheus_client.registry import Collector
 from nodeguard import __version__
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot, Pressure
 
-__all__ = ["SnapshotCollector", "WorkloadLabels", "default_labels"]
+__all__ = ["SnapshotCollector"]
 
 _P = "nodeguard_"
 _STALE_NOTE = " (from the latest snapshot)"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkloadLabels:
-    """The ``namespace``, ``pod`` and ``container`` label values of one workload series."""
-
-    namespace: str
-    pod: str
-    container: str
-
-
-Labeler = Callable[[str, str | None], WorkloadLabels]
-
-
-def default_labels(pod_uid: str, container_id: str | None) -> WorkloadLabels:
-    """Labels without pod metadata: the pod UID and container ID stand in for the names."""
-    return WorkloadLabels(namespace="", pod=pod_uid, container=container_id or "")
 
 
 def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
@@ -138,16 +120,13 @@ def _add_stall(family: CounterMetricFamily, values: list[str], pressure: Pressur
 class SnapshotCollector(Collector):
     """A prometheus_client collector over a callable that returns the latest snapshot.
 
-    ``latest()`` returning ``None`` (before the first sample) yields only build info.
-    ``labeler`` maps ``(pod_uid, container_id)`` to workload labels; the Kubernetes layer
-    replaces :func:`default_labels` once it knows the pods of this node.
+    ``latest()`` returning ``None`` (before the first sample) yields only build info. Workload
+    labels come from the snapshot itself (:meth:`NodeSnapshot.labels_for`), so a series is
+    named as the pod list stood when the sample was taken.
     """
 
-    def __init__(
-        self, *, latest: Callable[[], NodeSnapshot | None], labeler: Labeler = default_labels
-    ) -> None:
+    def __init__(self, *, latest: Callable[[], NodeSnapshot | None]) -> None:
         self._latest = latest
-        self.labeler = labeler
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
@@ -164,6 +143,34 @@ class SnapshotCollector(Collector):
         yield from self._self_metrics(snap)
         yield from self._node(snap)
         yield from self._workloads(snap)
+        yield from self._overcommit(snap)
+
+    def _overcommit(self, snap: NodeSnapshot) -> Iterator[Metric]:
+        """Requests and limits of this node's pods summed, against allocatable."""
+        if snap.node_meta is not None and snap.node_meta.allocatable_memory_bytes is not None:
+            alloc = _gauge(
+                "node_memory_allocatable_bytes", "node status.allocatable memory (from the API)"
+            )
+            alloc.add_metric([], snap.node_meta.allocatable_memory_bytes)
+            yield alloc
+        if snap.pod_meta is None:
+            return
+        live = [m for m in snap.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
+        req = _gauge(
+            "node_memory_requests_bytes", "sum of the memory requests of this node's running pods"
+        )
+        req.add_metric([], sum(m.memory_request_bytes for m in live))
+        lim = _gauge(
+            "node_memory_limits_bytes",
+            "sum of the memory limits of this node's running pods that have one",
+        )
+        lim.add_metric([], sum(m.memory_limit_bytes or 0 for m in live))
+        unlimited = _gauge(
+            "node_pods_without_memory_limit",
+            "running pods of this node without a memory limit (unbounded)",
+        )
+        unlimited.add_metric([], sum(1 for m in live if m.memory_limit_bytes is None))
+        yield from (req, lim, unlimited)
 
     def _self_metrics(self, snap: NodeSnapshot) -> Iterator[Metric]:
         ts = _gauge("snapshot_timestamp_seconds", "Unix time the snapshot was taken")
@@ -277,17 +284,29 @@ class SnapshotCollector(Collector):
         ctr_f = _Families(level="container", labels=names)
         pod_info = _gauge(
             "pod_info",
-            "pods with a memory cgroup on this node",
-            ["namespace", "pod", "uid", "qos_class"],
+            "pods with a memory cgroup on this node; priority from the pod list where known",
+            ["namespace", "pod", "uid", "qos_class", "priority_class"],
+        )
+        requests = _gauge(
+            "pod_memory_request_bytes",
+            "pod memory request as the scheduler counts it (from the pod list)",
+            ["namespace", "pod"],
         )
         for pod in snap.pods:
-            pl = self.labeler(pod.uid, None)
-            pod_info.add_metric([pl.namespace, pl.pod, pod.uid, pod.qos_class], 1)
+            pl = snap.labels_for(pod.uid, None)
+            meta = snap.pod_meta.get(pod.uid) if snap.pod_meta else None
+            pod_info.add_metric(
+                [pl.namespace, pl.pod, pod.uid, pod.qos_class, meta.priority_class if meta else ""],
+                1,
+            )
+            if meta is not None:
+                requests.add_metric([pl.namespace, pl.pod], meta.memory_request_bytes)
             pod_f.add(values=[pl.namespace, pl.pod], mem=pod.memory)
             for c in pod.containers:
-                cl = self.labeler(pod.uid, c.container_id)
+                cl = snap.labels_for(pod.uid, c.container_id)
                 ctr_f.add(values=[cl.namespace, cl.pod, cl.container], mem=c.memory)
         yield pod_info
+        yield requests
         yield from pod_f.all()
         yield from ctr_f.all()
         if snap.oom is not None:
@@ -300,6 +319,6 @@ class SnapshotCollector(Collector):
                 (k.pod_uid, k.container_id or "") for k in snap.oom.recent if k.pod_uid
             )
             for (uid, cid), count in sorted(counts.items()):
-                cl = self.labeler(uid, cid or None)
+                cl = snap.labels_for(uid, cid or None)
                 klog.add_metric([cl.namespace, cl.pod, cl.container], count)
             yield klog

@@ -8,7 +8,6 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from nodeguard.exporter import Labeler, default_labels
 from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
 
 __all__ = ["format_bytes", "render_report"]
@@ -78,7 +77,7 @@ def _pressure_table(snap: NodeSnapshot) -> Table | Text:
     return t
 
 
-def _containers_table(snap: NodeSnapshot, labeler: Labeler, top: int) -> Table | Text:
+def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
     if not snap.pods:
         return Text("containers: none found (no kubepods cgroup on this host)")
 
@@ -108,7 +107,7 @@ def _containers_table(snap: NodeSnapshot, labeler: Labeler, top: int) -> Table |
             justify="right" if col in ("working set", "limit", "of limit", "OOM kills") else "left",
         )
     for pod, c in items:
-        lab = labeler(pod.uid, c.container_id)
+        lab = snap.labels_for(pod.uid, c.container_id)
         m = c.memory
         name = f"{lab.namespace}/{lab.pod}" if lab.namespace else lab.pod
         t.add_row(
@@ -135,7 +134,7 @@ def _process_table(snap: NodeSnapshot) -> Table | Text:
     return t
 
 
-def _oom_text(snap: NodeSnapshot, labeler: Labeler) -> Text:
+def _oom_text(snap: NodeSnapshot) -> Text:
     oom = snap.oom
     if oom is None:
         return Text("OOM kills (kernel log): no data (needs /dev/kmsg and CAP_SYSLOG)")
@@ -153,7 +152,6 @@ def render_report(
     snap: NodeSnapshot,
     *,
     console: Console,
-    labeler: Labeler = default_labels,
     top: int = 10,
 ) -> None:
     """Print the report of one snapshot to ``console``."""
@@ -169,8 +167,8 @@ def render_report(
     parts += [
         _node_table(snap),
         _pressure_table(snap),
-        _containers_table(snap, labeler, top),
-        _oom_text(snap, labeler),
+        _containers_table(snap, top),
+        _oom_text(snap),
         _process_table(snap),
     ]
     console.print(Group(*parts))

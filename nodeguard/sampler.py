@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from nodeguard.paths import HostPaths
-from nodeguard.snapshot import CollectorStatus, NodeSnapshot
+from nodeguard.snapshot import CollectorStatus, NodeMeta, NodeSnapshot, PodMeta
 from nodeguard.sources import cgroups, kmsg, meminfo, pressure, processes, run_source
 
 __all__ = ["COLLECTORS", "Sampler", "SamplerConfig"]
@@ -28,6 +28,19 @@ log = logging.getLogger(__name__)
 COLLECTORS: tuple[str, ...] = (meminfo.NAME, pressure.NAME, cgroups.NAME, kmsg.NAME, processes.NAME)
 
 T = TypeVar("T")
+
+
+class ClusterView(Protocol):
+    """What the sampler needs from the Kubernetes layer (the pod watcher), without importing
+    it: this node's pods by UID and the node, once the first list has completed."""
+
+    def is_synced(self) -> bool: ...
+
+    def pods(self) -> Mapping[str, PodMeta]: ...
+
+    def node(self) -> NodeMeta | None: ...
+
+
 Listener = Callable[[NodeSnapshot], Awaitable[None]]
 
 
@@ -47,15 +60,18 @@ class Sampler:
     """Builds snapshots from the enabled sources; keeps the latest.
 
     ``sample_once()`` is synchronous (for ``nodeguard snapshot`` and tests); ``run()`` is the
-    asyncio loop of ``nodeguard run``. Listeners are awaited with each new snapshot, in order;
+    asyncio loop of ``nodeguard run``. With a ``cluster`` view, snapshots carry this node's pod
+    metadata and the node's allocatable memory. Listeners are awaited with each new snapshot,
+    in order;
     a failing listener is logged and never stops sampling.
     """
 
-    def __init__(self, *, config: SamplerConfig) -> None:
+    def __init__(self, *, config: SamplerConfig, cluster: ClusterView | None = None) -> None:
         unknown = config.collectors - set(COLLECTORS)
         if unknown:
             raise ValueError(f"unknown collectors: {sorted(unknown)}")
         self.config = config
+        self.cluster = cluster
         self.latest: NodeSnapshot | None = None
         self._cgroups = cgroups.CgroupSource(paths=config.paths)
         self._kmsg: kmsg.OomLogSource | None = None
@@ -117,6 +133,8 @@ class Sampler:
             processes=procs or (),
             collectors=tuple(statuses),
             cgroup_version=version,
+            pod_meta=self.cluster.pods() if self.cluster and self.cluster.is_synced() else None,
+            node_meta=self.cluster.node() if self.cluster else None,
         )
         self.latest = snapshot
         self.samples_total += 1

@@ -30,6 +30,7 @@ __all__ = [
     "Pressure",
     "PressureLine",
     "ProcessRss",
+    "WorkloadLabels",
     "to_jsonable",
 ]
 
@@ -279,6 +280,15 @@ class NodeMeta:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadLabels:
+    """The ``namespace``, ``pod`` and ``container`` label values of one workload series."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSnapshot:
     """One sample of the node. ``timestamp`` is Unix seconds at the start of the sample.
 
@@ -302,6 +312,16 @@ class NodeSnapshot:
     def containers(self) -> list[tuple[PodMemory, ContainerMemory]]:
         """Every container with its pod, in pod order."""
         return [(pod, c) for pod in self.pods for c in pod.containers]
+
+    def labels_for(self, pod_uid: str, container_id: str | None) -> WorkloadLabels:
+        """Workload labels of a pod (``container_id=None``) or container: names from the pod
+        list where known; otherwise the pod UID and container ID stand in, namespace empty. A
+        container ID the pod's statuses do not list yet keeps its ID as its name."""
+        meta = self.pod_meta.get(pod_uid) if self.pod_meta else None
+        if meta is None:
+            return WorkloadLabels(namespace="", pod=pod_uid, container=container_id or "")
+        name = meta.containers.get(container_id, container_id) if container_id else ""
+        return WorkloadLabels(namespace=meta.namespace, pod=meta.name, container=name)
 
     def collector(self, name: str) -> CollectorStatus | None:
         """The status of the named collector, ``None`` if it did not run."""

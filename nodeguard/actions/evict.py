@@ -111,6 +111,7 @@ async def evict(
     backoff: EvictionBackoff,
 ) -> ActionResult:
     """Evict units of ``plan`` in order until ``target_bytes`` are freed (0: just the first).
+    With a target, units whose working set is unknown are skipped, never evicted blind.
 
     Outcomes: done (at least one unit evicted, or would be); blocked (every candidate refused
     by a PodDisruptionBudget or in backoff); refused (the per-node limit is spent); noop (no
@@ -121,6 +122,7 @@ async def evict(
     freed = 0
     done_units: list[dict[str, Any]] = []
     blocked: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     outcome: Outcome | None = None
     message = ""
     by_name = {(p.namespace, p.name): p for u, _ in plan.ranked for p in u.pods}
@@ -133,6 +135,10 @@ async def evict(
                 f"eviction limit reached ({limiter.max_units} per {limiter.window:.0f}s on {node})",
             )
             break
+        if target_bytes > 0 and not unit.usage_known:
+            # Without a working set the target cannot be measured: never evict blind.
+            skipped.append({"unit": unit.key, "reason": "working set unknown"})
+            continue
         wait_until = backoff.until(unit.key)
         if wait_until is not None:
             blocked.append(
@@ -216,6 +222,8 @@ async def evict(
             f"{verb} {len(done_units)} unit(s), {freed} B of working set "
             f"(target {target_bytes} B); {len(blocked)} blocked"
         )
+        if skipped:
+            message += f"; {len(skipped)} skipped: working set unknown"
     return ActionResult(
         action="evict",
         node=node,
@@ -225,6 +233,7 @@ async def evict(
         details={
             "evicted": done_units,
             "blocked": blocked,
+            "skipped": skipped,
             "freed_bytes": freed,
             "target_bytes": target_bytes,
         },

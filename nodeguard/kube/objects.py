@@ -14,7 +14,7 @@ from kubernetes.utils import parse_quantity
 
 from nodeguard.snapshot import NodeMeta, OwnerRef, PodMeta
 
-__all__ = ["node_meta", "pod_meta", "strip_container_id"]
+__all__ = ["node_meta", "parse_bytes", "pod_meta", "strip_container_id"]
 
 JSON = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -27,6 +27,11 @@ def _bytes(value: Any) -> int | None:
         return int(parse_quantity(str(value)))
     except ValueError:
         return None
+
+
+def parse_bytes(text: str) -> int:
+    """A memory quantity (``8Gi``, ``500M``, ``1e9``, ``0``) in bytes; ``ValueError`` if not one."""
+    return int(parse_quantity(text))
 
 
 def strip_container_id(value: str) -> str:

@@ -58,11 +58,16 @@ class PodWatcher:
         self._node_read_at = float("-inf")
         self.synced = asyncio.Event()
         self.relists = 0
+        self._resp: Any = None  # the open watch response, shut down to stop the thread
 
     def pods(self) -> Mapping[str, PodMeta]:
         """A copy of the pods by UID (empty before the first list)."""
         with self._lock:
             return dict(self._pods)
+
+    def is_synced(self) -> bool:
+        """Whether the first pod list has completed."""
+        return self.synced.is_set()
 
     def node(self) -> NodeMeta | None:
         """The node as last read, ``None`` before the first read."""
@@ -120,6 +125,10 @@ class PodWatcher:
             if err.status == 410:
                 raise _Relist("410 Gone") from exc
             raise err from exc
+        self._resp = resp
+        if stop.is_set():
+            resp.release_conn()
+            return rv
         try:
             buffer = b""
             for chunk in resp.stream(65536):
@@ -133,8 +142,11 @@ class PodWatcher:
         except _Relist:
             raise
         except Exception as exc:
+            if stop.is_set():
+                return rv  # shut down by run() on stop
             raise translate_error(exc) from exc
         finally:
+            self._resp = None
             resp.release_conn()
         return rv
 
@@ -157,6 +169,13 @@ class PodWatcher:
                 stopper.cancel()
                 if watch not in done:
                     stop_thread.set()
+                    # Unblock the thread's read now rather than at the watch's timeout.
+                    resp = self._resp
+                    if resp is not None:
+                        with contextlib.suppress(Exception):
+                            resp.shutdown()
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(watch, timeout=5)
                     break
                 rv = watch.result()
                 backoff = 1.0
