@@ -44,6 +44,7 @@ log = logging.getLogger("nodeguard")
 
 DEFAULT_LISTEN = ":9847"
 _DURATION_RE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?$")
+_MIN_INTERVAL = 0.05
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -59,11 +60,25 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _listen_address(text: str) -> tuple[str, int]:
+def _listen_address(text: str) -> tuple[str | None, int]:
+    """``HOST:PORT``; an empty host (``:9847``) means every address, IPv4 and IPv6."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT with a port 0-65535: {text!r}")
+    return host.strip("[]") or None, int(port)
+
+
+def _interval(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds < _MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"interval below {_MIN_INTERVAL * 1000:.0f}ms: {text!r}")
+    return seconds
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a count (0 or more): {text!r}")
+    return int(text)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +120,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--top-processes",
-        type=int,
+        type=_count,
         default=10,
         help="how many processes to keep by RSS, for evidence",
     )
@@ -135,7 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"HOST:PORT to serve on (default {DEFAULT_LISTEN})",
     )
     run.add_argument(
-        "--interval", type=parse_duration, default=5.0, help="time between samples (default 5s)"
+        "--interval",
+        type=_interval,
+        default=5.0,
+        help="time between samples (default 5s, min 50ms)",
     )
     run.add_argument(
         "--dry-run",
@@ -164,8 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     act = sub.add_parser("act", help="run one runbook action by hand (see --dry-run)")
     add_act_arguments(act)
-    act.add_argument("--log.level", dest="log_level", default="warning",
-                     choices=["debug", "info", "warning", "error"])
+    act.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+    )
     return parser
 
 
@@ -216,7 +238,12 @@ async def _serve(args: argparse.Namespace) -> int:
     await runner.setup()
     host, port = args.listen_address
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except (OSError, OverflowError) as exc:
+        await runner.cleanup()
+        log.error("cannot listen on %s:%d: %s", host or "*", port, exc)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

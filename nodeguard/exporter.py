@@ -14,7 +14,6 @@ ID and ``namespace`` is empty. Absent data is absent, never exported as 0.
 from __future__ import annotations
 
 import platform
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -50,7 +49,11 @@ class _Families:
             labels,
         )
         self.anon = _gauge(f"{lv}_memory_anon_bytes", f"{lv} anonymous memory (v1 rss)", labels)
-        self.file = _gauge(f"{lv}_memory_file_bytes", f"{lv} page cache (v1 cache)", labels)
+        self.file = _gauge(
+            f"{lv}_memory_file_bytes",
+            f"{lv} file-backed memory incl. shmem/tmpfs (v2 file, v1 total_cache)",
+            labels,
+        )
         self.limit = _gauge(
             f"{lv}_memory_limit_bytes",
             f"{lv} effective memory limit: the smallest real limit up the cgroup tree; "
@@ -59,13 +62,14 @@ class _Families:
         )
         self.oom = _counter(
             f"{lv}_memory_oom_kills",
-            f"{lv} OOM kills by the cgroup counter (v2 memory.events, v1 memory.oom_control); "
-            "absent when the kernel does not count them",
+            f"{lv} OOM kills by the cgroup counter (v2 memory.events, hierarchical; v1 "
+            "memory.oom_control, this cgroup's own only); absent when the kernel does not count",
             labels,
         )
         self.hits = _counter(
             f"{lv}_memory_limit_hits",
-            f"{lv} times usage hit the limit (v1 memory.failcnt, v2 memory.events max)",
+            f"{lv} times usage hit the limit (v2 memory.events max, hierarchical; v1 "
+            "memory.failcnt, this cgroup's own only)",
             labels,
         )
         self.high = _counter(
@@ -312,13 +316,12 @@ class SnapshotCollector(Collector):
         if snap.oom is not None:
             klog = _counter(
                 "container_kernel_oom_kills",
-                "OOM kills in the kernel log whose task_memcg is this container (recent kills)",
+                "OOM kills in the kernel log whose task_memcg is this container; a series "
+                "starts at the first kill (use the cgroup counter for increase() from 0)",
                 names,
             )
-            counts = Counter(
-                (k.pod_uid, k.container_id or "") for k in snap.oom.recent if k.pod_uid
-            )
-            for (uid, cid), count in sorted(counts.items()):
+            for ckey, count in sorted(snap.oom.by_container.items()):
+                uid, _, cid = ckey.partition("/")
                 cl = snap.labels_for(uid, cid or None)
                 klog.add_metric([cl.namespace, cl.pod, cl.container], count)
             yield klog

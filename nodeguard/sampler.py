@@ -76,7 +76,6 @@ class Sampler:
         self._cgroups = cgroups.CgroupSource(paths=config.paths)
         self._kmsg: kmsg.OomLogSource | None = None
         self._listeners: list[Listener] = []
-        self.samples_total = 0
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(snapshot)`` after every sample of :meth:`run`."""
@@ -137,7 +136,6 @@ class Sampler:
             node_meta=self.cluster.node() if self.cluster else None,
         )
         self.latest = snapshot
-        self.samples_total += 1
         return snapshot
 
     async def run(self, *, stop: asyncio.Event) -> None:

@@ -2,8 +2,9 @@
 
 - ``GET /metrics``: Prometheus exposition of the latest snapshot (prometheus_client's aiohttp
   handler over an explicit registry, with gzip and OpenMetrics negotiation).
-- ``GET /healthz``: 200 while the sampler keeps sampling; 503 when the latest snapshot is older
-  than three intervals (a wedged sampler should get the pod restarted).
+- ``GET /healthz``: 200 while the sampler keeps sampling; 503 when the latest snapshot (or the
+  first, at start) is more than three intervals + 5 s late (a wedged sampler should get the pod
+  restarted).
 - ``GET /readyz``: 200 once the first snapshot exists, 503 before.
 - ``GET /snapshot``: the latest snapshot as JSON (bytes and seconds); 503 before the first.
 """
@@ -26,13 +27,18 @@ __all__ = ["make_app"]
 def make_app(*, sampler: Sampler, registry: CollectorRegistry) -> web.Application:
     """The aiohttp application serving the endpoints above from ``sampler.latest``."""
     interval = sampler.config.interval
+    started = time.time()
+    stale_after = 3 * interval + 5
 
     async def healthz(_: web.Request) -> web.Response:
         snap = sampler.latest
         if snap is None:
+            waited = time.time() - started
+            if waited > stale_after:  # the first sample hangs: let the kubelet restart us
+                return web.Response(status=503, text=f"no snapshot after {waited:.0f}s\n")
             return web.Response(text="starting\n")
         age = time.time() - snap.timestamp
-        if age > 3 * interval + 5:
+        if age > stale_after:
             return web.Response(status=503, text=f"latest snapshot is {age:.0f}s old\n")
         return web.Response(text="ok\n")
 

@@ -61,9 +61,11 @@ class MemInfo:
     ``HugePages_*`` lines, which count pages). Derived values are ``None`` when an input is
     absent.
 
-    - ``available_bytes``: ``MemAvailable``; where that line is absent (kernels < 3.14) or reads 0
-      while ``MemFree`` does not, an estimate ``MemFree + Buffers + Cached`` capped at
-      ``MemTotal``, and ``available_estimated`` is True.
+    - ``available_bytes``: ``MemAvailable``; where that line is absent (kernels < 3.14), or reads 0
+      while ``MemFree`` is above 1/16 of MemTotal (impossible for a correct kernel, whose
+      reserves are smaller: a real 0 near an OOM is kept), an estimate
+      ``MemFree + Buffers + Cached - Shmem`` capped at ``MemTotal``, and ``available_estimated``
+      is True.
     - ``used_bytes``: ``MemTotal - available``, as procps-ng free(1) >= 4.0 computes "used".
     - ``page_cache_bytes``: ``Active(file) + Inactive(file)``, the file LRU pages that the kernel
       itself counts as page cache in si_mem_available() (mm/show_mem.c); it excludes Shmem,
@@ -200,12 +202,15 @@ class OomLog:
     """OOM kills seen in the kernel log in this boot, each counted once, also across agent
     restarts (the last record read is kept in the state directory).
 
-    ``total`` counts every kill; ``by_constraint`` splits it by constraint; ``recent`` holds the
-    newest kills (bounded) for evidence and per-container counts.
+    ``total`` counts every kill; ``by_constraint`` splits it by constraint (the known
+    constraints start at 0, so the first kill of a boot is an increase); ``by_container`` counts
+    kills by ``"<pod uid>/<container id>"`` (kept 24 h after a container's last kill);
+    ``recent`` holds the newest kills (bounded), for evidence.
     """
 
     total: int
     by_constraint: Mapping[str, int]
+    by_container: Mapping[str, int]
     recent: tuple[OomKill, ...]
 
 

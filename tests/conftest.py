@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nodeguard.paths import HostPaths
+from tests.controlplane.cluster import TestCluster
+from tests.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
+from tests.kube_helpers import Cluster
 
 HOSTS = Path(__file__).parent / "fixtures" / "hosts"
 
@@ -25,6 +29,18 @@ def host_flags(name: str) -> list[str]:
         f"--path.sysfs={root / 'sys'}",
         f"--path.kmsg={root / 'kmsg'}",
     ]
+
+
+@pytest.fixture(scope="session")
+def cluster(control_plane: TestCluster) -> Iterator[Cluster]:  # noqa: F811
+    """The test control plane with nodeguard's test PriorityClasses and Katib's CRDs."""
+    c = Cluster(control_plane.kubeconfig_path)
+    c.priority_class("nodeguard-test-low", 100)
+    c.priority_class("nodeguard-test-mid", 1000)
+    c.priority_class("nodeguard-test-high", 100000)
+    c.install_katib_crds()
+    yield c
+    c.api.close()
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def test_run_defaults_follow_node_exporter() -> None:
     args = build_parser().parse_args(["run"])
     assert args.dry_run is True
     assert args.interval == 5.0
-    assert args.listen_address == ("0.0.0.0", 9847)
+    assert args.listen_address == (None, 9847)  # every address, IPv4 and IPv6
     assert str(args.procfs) == "/proc" and str(args.sysfs) == "/sys"
     args = build_parser().parse_args(
         ["run", "--no-dry-run", "--no-collector.kmsg", "--listen-address=127.0.0.1:1234"]
@@ -41,6 +41,50 @@ def test_run_defaults_follow_node_exporter() -> None:
     assert args.dry_run is False
     assert args.collector_kmsg is False
     assert args.listen_address == ("127.0.0.1", 1234)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--interval=0.0001ms"],
+        ["--interval=10ms"],
+        ["--listen-address=:99999"],
+        ["--listen-address=nonsense"],
+        ["--top-processes=-5"],
+    ],
+)
+def test_run_rejects_bad_flags(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["run", *argv])
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_port_in_use_is_a_clear_error(tmp_path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nodeguard",
+                "run",
+                f"--listen-address=127.0.0.1:{port}",
+                *host_flags("v2-systemd-containerd"),
+                f"--path.state={tmp_path}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert out.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_format_bytes() -> None:

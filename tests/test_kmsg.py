@@ -60,7 +60,13 @@ def test_kill_without_context_still_counts() -> None:
 def test_fixture_log_counts(v2_host: HostPaths) -> None:
     oom = OomLogSource(paths=v2_host).read()
     assert oom.total == 2
-    assert oom.by_constraint == {"CONSTRAINT_MEMCG": 1, "CONSTRAINT_NONE": 1}
+    assert oom.by_constraint == {
+        "CONSTRAINT_MEMCG": 1,
+        "CONSTRAINT_NONE": 1,
+        "CONSTRAINT_CPUSET": 0,
+        "CONSTRAINT_MEMORY_POLICY": 0,
+    }
+    assert oom.by_container == {f"{UID_B}/{CID[3]}": 1}
     assert [(k.pid, k.container_id) for k in oom.recent] == [(4100, CID[3]), (333, None)]
     assert oom.recent[0].time == 1_700_000_000 + 5003.0  # the "Killed process" record
 
@@ -96,7 +102,13 @@ def test_counted_once_across_restarts(tmp_path: Path) -> None:
     second = OomLogSource(paths=paths)
     oom = second.read()
     assert oom.total == 3
-    assert oom.by_constraint == {"CONSTRAINT_MEMCG": 2, "CONSTRAINT_NONE": 1}
+    assert oom.by_constraint == {
+        "CONSTRAINT_MEMCG": 2,
+        "CONSTRAINT_NONE": 1,
+        "CONSTRAINT_CPUSET": 0,
+        "CONSTRAINT_MEMORY_POLICY": 0,
+    }
+    assert oom.by_container == {f"{UID_B}/{CID[3]}": 1, f"{UID_B}/{CID[4]}": 1}
     assert [k.pid for k in oom.recent] == [4100, 333, 5000]
 
 
@@ -113,3 +125,56 @@ def test_without_state_dir_nothing_is_written(tmp_path: Path) -> None:
     oom = OomLogSource(paths=host_paths("v2-systemd-containerd")).read()
     assert oom.total == 2
     assert not list(tmp_path.iterdir())
+
+
+def _log_with(tmp_path: Path, records: list[str]) -> HostPaths:
+    paths = _copy_host(tmp_path)
+    paths.kmsg.write_text(kmsg(records))
+    return paths
+
+
+def test_old_kernel_kill_record_of_its_own(tmp_path: Path) -> None:
+    # Before 5.1 the kernel chose a victim in one record and killed it in another.
+    paths = _log_with(
+        tmp_path,
+        [
+            "Memory cgroup out of memory: Kill process 77 (java) score 999 or sacrifice child",
+            "Killed process 77 (java) total-vm:4000000kB, anon-rss:2000000kB, file-rss:0kB, "
+            "shmem-rss:0kB",
+            "oom_reaper: reaped process 77 (java), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
+        ],
+    )
+    oom = OomLogSource(paths=paths).read()
+    assert oom.total == 1
+    assert oom.recent[0].pid == 77 and oom.recent[0].anon_rss_bytes == 2_000_000 * 1024
+
+
+def test_known_constraints_start_at_zero(tmp_path: Path) -> None:
+    oom = OomLogSource(paths=_log_with(tmp_path, ["Linux version 6.1.0"])).read()
+    assert oom.total == 0
+    assert oom.by_constraint == {
+        "CONSTRAINT_NONE": 0,
+        "CONSTRAINT_CPUSET": 0,
+        "CONSTRAINT_MEMORY_POLICY": 0,
+        "CONSTRAINT_MEMCG": 0,
+    }
+
+
+def test_container_counts_never_go_down(tmp_path: Path) -> None:
+    # More kills than the bounded list of recent kills keeps: counts stay exact.
+    memcg_a = f"/kubepods/burstable/pod{UID_B}/{CID[3]}"
+    memcg_b = f"/kubepods/burstable/pod{UID_B}/{CID[4]}"
+    records: list[str] = []
+    for i in range(300):
+        records += oom_records(
+            memcg=memcg_a, pid=1000 + i, comm="a", anon_kb=1, constraint="CONSTRAINT_MEMCG"
+        )
+    for i in range(100):
+        records += oom_records(
+            memcg=memcg_b, pid=5000 + i, comm="b", anon_kb=1, constraint="CONSTRAINT_MEMCG"
+        )
+    paths = _log_with(tmp_path, records)
+    oom = OomLogSource(paths=paths).read()
+    assert oom.by_container == {f"{UID_B}/{CID[3]}": 300, f"{UID_B}/{CID[4]}": 100}
+    assert len(oom.recent) == 256
+    assert OomLogSource(paths=paths).read().by_container[f"{UID_B}/{CID[3]}"] == 300

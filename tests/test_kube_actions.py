@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,25 +17,13 @@ from nodeguard.actions.ranking import EvictFilter, plan_eviction
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
 from tests.controlplane.cluster import TestCluster
-from tests.controlplane.fixtures import control_plane  # noqa: F401
 from tests.kube_helpers import Cluster, unique
 
 GiB = 1 << 30
 
 
-@pytest.fixture(scope="session")
-def cluster(control_plane: TestCluster) -> Iterator[Cluster]:  # noqa: F811
-    c = Cluster(control_plane.kubeconfig_path)
-    c.priority_class("nodeguard-test-low", 100)
-    c.priority_class("nodeguard-test-mid", 1000)
-    c.priority_class("nodeguard-test-high", 100000)
-    c.install_katib_crds()
-    yield c
-    c.api.close()
-
-
 @pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:  # noqa: F811
+async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
     k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
     yield k
     k.close()
@@ -126,7 +114,7 @@ async def test_taint_mode(cluster: Cluster, kube: KubeClient) -> None:
     assert after == taints - {("nodeguard.io/memory-pressure", "NoSchedule")}
 
 
-async def test_budget_of_one_two_agents_race(cluster: Cluster, control_plane: TestCluster) -> None:  # noqa: F811
+async def test_budget_of_one_two_agents_race(cluster: Cluster, control_plane: TestCluster) -> None:
     a, b = cluster.node(), cluster.node()
     cfg = CordonConfig(budget_nodes=1, lease_name=unique("budget"), lease_namespace="default")
     # Two agents: separate clients, identities and auditors, started together.
@@ -444,7 +432,7 @@ async def test_pdb_blocks_then_backs_off(cluster: Cluster, kube: KubeClient) -> 
 async def test_apiserver_stopped_mid_eviction(
     cluster: Cluster,
     kube: KubeClient,
-    control_plane: TestCluster,  # noqa: F811
+    control_plane: TestCluster,
 ) -> None:
     ns, node = cluster.namespace("outage"), cluster.node()
     pods = [

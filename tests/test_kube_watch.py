@@ -21,10 +21,8 @@ from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
 from tests.conftest import HOSTS
 from tests.controlplane.cluster import TestCluster
-from tests.controlplane.fixtures import control_plane  # noqa: F401
 from tests.fixtures.make_hosts import v2_cgroup
 from tests.kube_helpers import Cluster
-from tests.test_kube_actions import cluster  # noqa: F401
 
 GiB = 1 << 30
 
@@ -40,8 +38,7 @@ def host_for(tmp_path: Path, pods: list[dict[str, Any]]) -> HostPaths:
         v2_cgroup(pod_dir, current=i * GiB, anon=i * GiB)
         cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
         v2_cgroup(pod_dir / cid, current=i * GiB, anon=i * GiB)
-    return HostPaths(procfs=tmp_path / "proc", sysfs=tmp_path / "sys",
-                     kmsg=tmp_path / "none")
+    return HostPaths(procfs=tmp_path / "proc", sysfs=tmp_path / "sys", kmsg=tmp_path / "none")
 
 
 async def wait_for(predicate: Any, timeout: float = 15.0) -> None:
@@ -52,11 +49,19 @@ async def wait_for(predicate: Any, timeout: float = 15.0) -> None:
 
 
 async def test_watch_feeds_labels_and_overcommit(
-    cluster: Cluster, control_plane: TestCluster, tmp_path: Path  # noqa: F811
+    cluster: Cluster,
+    control_plane: TestCluster,
+    tmp_path: Path,
 ) -> None:
     ns, node = cluster.namespace("watch"), cluster.node(memory="64Gi")
-    a = cluster.pod(namespace=ns, node=node, name="trainer", request="8Gi", limit="16Gi",
-                    priority_class="nodeguard-test-high")
+    a = cluster.pod(
+        namespace=ns,
+        node=node,
+        name="trainer",
+        request="8Gi",
+        limit="16Gi",
+        priority_class="nodeguard-test-high",
+    )
     b = cluster.pod(namespace=ns, node=node, name="prep", request="4Gi")
     kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
     watcher = PodWatcher(kube=kube, node_name=node)
@@ -65,20 +70,33 @@ async def test_watch_feeds_labels_and_overcommit(
     try:
         await asyncio.wait_for(watcher.synced.wait(), 15)
         assert {m.name for m in watcher.pods().values()} == {"trainer", "prep"}
-        sampler = Sampler(config=SamplerConfig(paths=host_for(tmp_path, [a, b]), node_name=node,
-                                               collectors=frozenset({"meminfo", "cgroups"})),
-                          cluster=watcher)
+        sampler = Sampler(
+            config=SamplerConfig(
+                paths=host_for(tmp_path, [a, b]),
+                node_name=node,
+                collectors=frozenset({"meminfo", "cgroups"}),
+            ),
+            cluster=watcher,
+        )
         snap = sampler.sample_once()
         registry = CollectorRegistry()
         registry.register(SnapshotCollector(latest=lambda: snap))
         body = generate_latest(registry).decode()
-        assert (f'nodeguard_container_memory_working_set_bytes{{container="main",'
-                f'namespace="{ns}",pod="trainer"}} 1.073741824e+09') in body
-        assert f'nodeguard_pod_memory_request_bytes{{namespace="{ns}",pod="prep"}} 4.294967296e+09' in body
-        assert f'priority_class="nodeguard-test-high",qos_class="burstable",uid="{a["metadata"]["uid"]}"' in body
+        assert (
+            f'nodeguard_container_memory_working_set_bytes{{container="main",'
+            f'namespace="{ns}",pod="trainer"}} 1.073741824e+09'
+        ) in body
+        assert (
+            f'nodeguard_pod_memory_request_bytes{{namespace="{ns}",pod="prep"}} 4.294967296e+09'
+            in body
+        )
+        assert (
+            f'priority_class="nodeguard-test-high",qos_class="burstable",uid="{a["metadata"]["uid"]}"'
+            in body
+        )
         assert "nodeguard_node_memory_allocatable_bytes 6.8719476736e+10" in body
         assert "nodeguard_node_memory_requests_bytes 1.2884901888e+10" in body  # 8 + 4 GiB
-        assert "nodeguard_node_memory_limits_bytes 1.7179869184e+10" in body    # 16 GiB
+        assert "nodeguard_node_memory_limits_bytes 1.7179869184e+10" in body  # 16 GiB
         assert "nodeguard_node_pods_without_memory_limit 1.0" in body
 
         # Changes arrive through the watch, not a new list.
@@ -101,7 +119,9 @@ def test_watch_error_event_means_relist() -> None:
 
 
 async def test_relists_after_gone(
-    cluster: Cluster, control_plane: TestCluster, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    cluster: Cluster,
+    control_plane: TestCluster,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 410 Gone needs an etcd compaction to happen for real; the watch's answer to it is what is
     # tested here: the stream raising _Relist once makes the watcher list again.
@@ -128,18 +148,39 @@ async def test_relists_after_gone(
         kube.close()
 
 
-def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCluster) -> None:  # noqa: F811
+def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCluster) -> None:
     ns, node = cluster.namespace("act"), cluster.node()
     cluster.pod(namespace=ns, node=node, name="critical", priority_class="system-node-critical")
-    cluster.pod(namespace=ns, node=node, name="pandas-prep", request="1Gi",
-                priority_class="nodeguard-test-low")
-    cluster.pod(namespace=ns, node=node, name="trainer", request="8Gi",
-                priority_class="nodeguard-test-high")
+    cluster.pod(
+        namespace=ns,
+        node=node,
+        name="pandas-prep",
+        request="1Gi",
+        priority_class="nodeguard-test-low",
+    )
+    cluster.pod(
+        namespace=ns, node=node, name="trainer", request="8Gi", priority_class="nodeguard-test-high"
+    )
+
     def act(*extra: str) -> str:
         out = subprocess.run(
-            [sys.executable, "-m", "nodeguard", "act", "evict", "--node", node, "--dry-run",
-             "--kubeconfig", str(control_plane.kubeconfig_path), *extra],
-            capture_output=True, text=True, check=False, env={"COLUMNS": "200", "PATH": ""},
+            [
+                sys.executable,
+                "-m",
+                "nodeguard",
+                "act",
+                "evict",
+                "--node",
+                node,
+                "--dry-run",
+                "--kubeconfig",
+                str(control_plane.kubeconfig_path),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={"COLUMNS": "200", "PATH": ""},
         )
         assert out.returncode == 0, out.stderr
         return out.stdout
@@ -149,9 +190,9 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
     assert "DRY RUN evict noop: would evict 0 unit(s)" in blind
     assert "2 skipped: working set unknown" in blind
     text = act()  # target 0: the first unit only
-    plan = text[text.index("Eviction plan"):text.index("Never evicted here")]
+    plan = text[text.index("Eviction plan") : text.index("Never evicted here")]
     assert plan.index("pandas-prep") < plan.index("trainer")
     assert "usage unknown; priority 100" in plan
-    assert "system-critical" in text[text.index("Never evicted here"):]
+    assert "system-critical" in text[text.index("Never evicted here") :]
     assert "DRY RUN evict done: would evict 1 unit(s)" in text
     assert cluster.pod_json(ns, "pandas-prep")["metadata"].get("deletionTimestamp") is None

@@ -76,6 +76,26 @@ def test_available_zero_while_free_is_not_is_estimated() -> None:
     assert mem.available_bytes == 400 * 1024
 
 
+def test_available_zero_near_oom_is_believed() -> None:
+    # Near an OOM the kernel clamps MemAvailable at 0 while MemFree holds the watermark
+    # reserves and Cached is mostly tmpfs: the 0 is the truth, not a reason to estimate.
+    text = (
+        "MemTotal: 16000000 kB\nMemFree: 200000 kB\nMemAvailable: 0 kB\n"
+        "Buffers: 1000 kB\nCached: 5000000 kB\nShmem: 4900000 kB\n"
+    )
+    mem = derive_meminfo(*parse_meminfo(text))
+    assert not mem.available_estimated
+    assert mem.available_bytes == 0
+    assert mem.used_bytes == 16000000 * 1024
+
+
+def test_estimate_leaves_out_shmem() -> None:
+    text = "MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 10 kB\nCached: 500 kB\nShmem: 400 kB\n"
+    mem = derive_meminfo(*parse_meminfo(text))
+    assert mem.available_estimated
+    assert mem.available_bytes == (100 + 10 + 100) * 1024
+
+
 def test_available_zero_with_zero_free_is_believed() -> None:
     text = "MemTotal: 1000 kB\nMemFree: 0 kB\nMemAvailable: 0 kB\n"
     mem = derive_meminfo(*parse_meminfo(text))
@@ -110,12 +130,21 @@ def test_fixture_with_trailing_blank_line_and_hugepages() -> None:
 def test_fixture_without_memavailable() -> None:
     mem = read_meminfo(paths=host_paths("v1-cgroupfs-docker"))
     assert mem.available_estimated
-    assert mem.available_bytes == 2 * GiB + 256 * MiB + 3 * GiB
+    assert mem.available_bytes == 2 * GiB + 256 * MiB + 3 * GiB - 512 * MiB  # Shmem out
     assert "MemAvailable" not in mem.fields
 
 
-def test_missing_file_is_no_data(tmp_path) -> None:
+def test_missing_file_is_a_failure_not_no_data(tmp_path) -> None:
+    # Every Linux procfs has meminfo: its absence is a wrong --path.procfs, to alert on.
     from nodeguard.paths import HostPaths
+    from nodeguard.sources import run_source
 
-    with pytest.raises(NoDataError):
+    result = run_source(
+        name="meminfo-missing", read=lambda: read_meminfo(paths=HostPaths(procfs=tmp_path))
+    )
+    assert result.value is None
+    assert not result.status.success
+    assert "FileNotFoundError" in (result.status.error or "")
+    (tmp_path / "meminfo").write_text("MemFree: 1 kB\n")
+    with pytest.raises(ValueError, match="no MemTotal"):
         read_meminfo(paths=HostPaths(procfs=tmp_path))

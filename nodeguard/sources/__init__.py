@@ -1,8 +1,9 @@
 """Sources read one part of the host each and report their own success and duration.
 
-A source is a callable object with a ``name`` and ``read(*, context)``. It returns its part of
-the snapshot or raises :class:`NoDataError` when the data does not exist on this host (file
-absent, feature off in the kernel); any other exception is a failure of that source alone.
+A source is a module with a ``NAME`` (also its ``--collector.<name>`` flag) and a read function
+that returns its part of the snapshot or raises :class:`NoDataError` when the data does not exist
+on this host (PSI off in the kernel, no kubepods); any other exception is a failure of that
+source alone.
 :func:`run_source` times the call and turns the outcome into a
 :class:`~nodeguard.snapshot.CollectorStatus`; one failing source never fails the sample.
 """

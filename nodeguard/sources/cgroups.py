@@ -22,6 +22,7 @@ below a docker or kind prefix) and looked for again every ``rediscover_seconds``
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ from nodeguard.sources.pressure import parse_pressure
 __all__ = ["CgroupLayout", "CgroupSource", "detect_layout", "normalise_limit", "read_cgroup"]
 
 NAME = "cgroups"
+log = logging.getLogger(__name__)
 
 # Any limit at or above this is the kernel's "unlimited": v1 prints PAGE_COUNTER_MAX * PAGE_SIZE
 # (9223372036854771712 on 4 KiB pages, other values on 16/64 KiB pages), all far above 2**62.
@@ -170,6 +172,9 @@ def _subdirs(path: Path) -> Iterator[os.DirEntry[str]]:
         with os.scandir(path) as it:
             entries = sorted(it, key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
+        return  # removed while we walked: a pod or container that just ended
+    except OSError as exc:
+        _skip(path, exc)
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
@@ -191,6 +196,17 @@ def find_kubepods_roots(*, root: Path, max_depth: int = _MAX_ROOT_DEPTH) -> list
                     nxt.append(Path(entry.path))
         level = nxt
     return found
+
+
+def _skip(path: Path, exc: OSError) -> None:
+    """One unreadable cgroup is skipped, never the whole sample; logged once per path."""
+    key = f"{path}:{exc.errno}"
+    if key not in _skipped_logged:
+        _skipped_logged.add(key)
+        log.warning("skipping unreadable cgroup %s: %s", path, exc)
+
+
+_skipped_logged: set[str] = set()
 
 
 class CgroupSource:
@@ -280,6 +296,8 @@ class CgroupSource:
             return None
         path = Path(entry.path)
         memory = self._read(layout=layout, path=path, parent_limit=limit, total=total)
+        if memory is None:
+            return None
         containers: list[ContainerMemory] = []
         for child in _subdirs(path):
             parsed = parse_container_dir(child.name)
@@ -291,15 +309,28 @@ class CgroupSource:
                 parent_limit=memory.effective_limit_bytes,
                 total=total,
             )
-            containers.append(
-                ContainerMemory(container_id=parsed[0], runtime=parsed[1], memory=cmem)
-            )
+            if cmem is not None:
+                containers.append(
+                    ContainerMemory(container_id=parsed[0], runtime=parsed[1], memory=cmem)
+                )
         return PodMemory(uid=uid, qos_class=qos, memory=memory, containers=tuple(containers))
 
     def _read(
         self, *, layout: CgroupLayout, path: Path, parent_limit: int | None, total: int | None
-    ) -> CgroupMemory:
+    ) -> CgroupMemory | None:
+        """The cgroup, or ``None`` when it is gone or unreadable (then skipped)."""
         rel = "/" + str(path.relative_to(layout.root))
-        return read_cgroup(
-            path=path, rel=rel, version=layout.version, parent_limit=parent_limit, mem_total=total
-        )
+        try:
+            memory = read_cgroup(
+                path=path,
+                rel=rel,
+                version=layout.version,
+                parent_limit=parent_limit,
+                mem_total=total,
+            )
+        except OSError as exc:
+            _skip(path, exc)
+            return None
+        if memory.usage_bytes is None and not path.is_dir():
+            return None  # removed between listing and reading
+        return memory

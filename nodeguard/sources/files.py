@@ -24,12 +24,17 @@ def read_text(path: Path) -> str:
 
 
 def read_optional(path: Path) -> str | None:
-    """A host file's text, or ``None`` when it does not exist or is not supported. Used for the
-    many per-cgroup files that only some kernels or controllers have."""
+    """A host file's text, or ``None`` when it does not exist, is not supported, or belongs to
+    a cgroup removed while we read it (kernfs answers ENODEV). Used for the many per-cgroup
+    files that only some kernels or controllers have; other OS errors propagate."""
     try:
         return read_text(path)
     except NoDataError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ENODEV:
+            return None
+        raise
 
 
 def parse_flat_keyed(text: str) -> dict[str, int]:

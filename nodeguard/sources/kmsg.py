@@ -44,10 +44,20 @@ NAME = "kmsg"
 log = logging.getLogger(__name__)
 
 _RECENT_MAX = 256
+_CONTAINER_TTL = 24 * 3600.0  # a container's count is dropped this long after its last kill
+# mm/oom_kill.c enum oom_constraint, as printed by oom_constraint_text[].
+_CONSTRAINTS = (
+    "CONSTRAINT_NONE",
+    "CONSTRAINT_CPUSET",
+    "CONSTRAINT_MEMORY_POLICY",
+    "CONSTRAINT_MEMCG",
+)
 _STATE_FILE = "kmsg-oom.json"
 _OOM_CONTEXT_RE = re.compile(r"^oom-kill:(?P<body>.*)$")
+# "Memory cgroup out of memory: Killed process ..." (>= 5.1) or, on older kernels, a record of
+# its own, "Killed process ..." after "Out of memory: Kill process ... or sacrifice child".
 _KILLED_RE = re.compile(
-    r"Killed process (?P<pid>\d+) \((?P<comm>.*?)\)"
+    r"(?:^|: )Killed process (?P<pid>\d+) \((?P<comm>.*?)\)"
     r"(?:.*?anon-rss:(?P<anon>\d+)kB)?(?:.*?file-rss:(?P<file>\d+)kB)?"
     r"(?:.*?shmem-rss:(?P<shmem>\d+)kB)?"
 )
@@ -108,7 +118,7 @@ class OomKillParser:
                 self._pending = {int(ctx_pid): context}
             return None
         k = _KILLED_RE.search(record.message)
-        if not k or "out of memory" not in record.message.lower():
+        if not k:
             return None
         pid = int(k.group("pid"))
         ctx = self._pending.pop(pid, {})
@@ -161,7 +171,9 @@ class OomLogSource:
         self._boot_time = _boot_time(paths)
         self._last_seq = -1
         self._total = 0
-        self._by_constraint: dict[str, int] = {}
+        self._by_constraint: dict[str, int] = dict.fromkeys(_CONSTRAINTS, 0)
+        self._by_container: dict[str, tuple[int, float]] = {}
+        self._started = time.time()
         self._recent: deque[OomKill] = deque(maxlen=_RECENT_MAX)
         self._load_state()
 
@@ -182,7 +194,12 @@ class OomLogSource:
             return  # a new boot: the ring buffer and its sequence numbers start over
         self._last_seq = int(data.get("last_sequence", -1))
         self._total = int(data.get("total", 0))
-        self._by_constraint = {str(k): int(v) for k, v in data.get("by_constraint", {}).items()}
+        self._by_constraint.update(
+            {str(k): int(v) for k, v in data.get("by_constraint", {}).items()}
+        )
+        self._by_container = {
+            str(k): (int(v[0]), float(v[1])) for k, v in data.get("by_container", {}).items()
+        }
         for item in data.get("recent", []):
             self._recent.append(OomKill(**item))
 
@@ -195,6 +212,7 @@ class OomLogSource:
             "last_sequence": self._last_seq,
             "total": self._total,
             "by_constraint": self._by_constraint,
+            "by_container": self._by_container,
             "recent": [asdict(k) for k in self._recent],
         }
         try:
@@ -257,17 +275,34 @@ class OomLogSource:
             key = kill.constraint or "unknown"
             self._by_constraint[key] = self._by_constraint.get(key, 0) + 1
             self._recent.append(kill)
-            log.warning(
-                "kernel OOM kill: pid=%d process=%s cgroup=%s anon_rss_bytes=%s",
+            if kill.pod_uid:
+                ckey = f"{kill.pod_uid}/{kill.container_id or ''}"
+                self._by_container[ckey] = (
+                    self._by_container.get(ckey, (0, 0.0))[0] + 1,
+                    time.time(),  # when counted: pruning never depends on boot-time estimates
+                )
+            # Kills from before this agent started are the ring buffer's backlog, not news.
+            level = logging.WARNING if kill.time >= self._started - 60 else logging.INFO
+            log.log(
+                level,
+                "kernel OOM kill%s: pid=%d process=%s cgroup=%s anon_rss_bytes=%s",
+                "" if level == logging.WARNING else " (earlier this boot)",
                 kill.pid,
                 kill.process,
                 kill.task_memcg,
                 kill.anon_rss_bytes,
             )
+        cutoff = time.time() - _CONTAINER_TTL
+        for ckey in [k for k, (_, last) in self._by_container.items() if last < cutoff]:
+            del self._by_container[ckey]
+            changed = True
         if changed:
             self._save_state()
         return OomLog(
-            total=self._total, by_constraint=dict(self._by_constraint), recent=tuple(self._recent)
+            total=self._total,
+            by_constraint=dict(self._by_constraint),
+            by_container={k: n for k, (n, _) in self._by_container.items()},
+            recent=tuple(self._recent),
         )
 
     def close(self) -> None:

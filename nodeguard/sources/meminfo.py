@@ -9,11 +9,14 @@ from __future__ import annotations
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import MemInfo
 from nodeguard.sources import NoDataError
-from nodeguard.sources.files import read_text
 
 __all__ = ["derive_meminfo", "parse_meminfo", "read_meminfo"]
 
 NAME = "meminfo"
+
+# MemAvailable reading 0 is believed unless MemFree exceeds this share of MemTotal: the kernel's
+# reserves (high watermarks + lowmem_reserve, mm/page_alloc.c) stay well below it.
+_BOGUS_ZERO_FREE_SHARE = 1 / 16
 
 
 def parse_meminfo(text: str) -> tuple[dict[str, int], dict[str, int]]:
@@ -56,10 +59,15 @@ def derive_meminfo(fields: dict[str, int], counts: dict[str, int] | None = None)
 
     available = fields.get("MemAvailable")
     estimated = False
-    # MemAvailable is absent before Linux 3.14, and some virtualised kernels print 0; either
-    # way the classic estimate (free + buffers + page cache) is better than claiming no memory.
-    if (available is None or (available == 0 and free)) and free is not None:
-        available = min(total, free + (buffers or 0) + (cached or 0))
+    # MemAvailable is absent before Linux 3.14. A 0 is true near an OOM (si_mem_available()
+    # clamps at 0 while MemFree still holds the watermark reserves, a few percent of RAM at
+    # most) but bogus while MemFree is large (some virtualised kernels print 0): only then is
+    # the estimate better than the kernel's word.
+    bogus_zero = available == 0 and free is not None and free > total * _BOGUS_ZERO_FREE_SHARE
+    if (available is None or bogus_zero) and free is not None:
+        # Shmem sits in Cached but only swap can free it.
+        reclaimable = (buffers or 0) + max(0, (cached or 0) - (shmem or 0))
+        available = min(total, free + reclaimable)
         estimated = True
 
     active_file = fields.get("Active(file)")
@@ -91,6 +99,14 @@ def derive_meminfo(fields: dict[str, int], counts: dict[str, int] | None = None)
 
 
 def read_meminfo(*, paths: HostPaths) -> MemInfo:
-    """Read and derive ``<procfs>/meminfo``. Raises :class:`NoDataError` when it is absent."""
-    fields, counts = parse_meminfo(read_text(paths.proc("meminfo")))
-    return derive_meminfo(fields, counts)
+    """Read and derive ``<procfs>/meminfo``.
+
+    Raises ``FileNotFoundError`` when it is absent and ``ValueError`` when it has no
+    ``MemTotal``: every Linux procfs has both, so either means a wrong ``--path.procfs`` (a
+    failure to alert on), not a host without the data.
+    """
+    fields, counts = parse_meminfo(paths.proc("meminfo").read_text())
+    try:
+        return derive_meminfo(fields, counts)
+    except NoDataError as exc:
+        raise ValueError(f"{paths.proc('meminfo')}: {exc}") from exc

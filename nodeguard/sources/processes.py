@@ -14,7 +14,6 @@ import psutil
 
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import ProcessRss
-from nodeguard.sources import NoDataError
 from nodeguard.sources.cgroup_paths import parse_kubepods_path
 from nodeguard.sources.files import read_optional
 
@@ -48,7 +47,8 @@ def memory_cgroup_of(*, paths: HostPaths, pid: int) -> str | None:
 def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss, ...]:
     """The ``limit`` largest processes by RSS, largest first.
 
-    Raises :class:`NoDataError` when procfs has no process directories.
+    Raises ``ValueError`` when procfs has no readable process: every real procfs has at least
+    this one, so that is a wrong ``--path.procfs``.
     """
     # psutil reads procfs through a module-wide path; the sampler runs sources one at a time.
     if str(paths.procfs) != psutil.PROCFS_PATH:
@@ -62,7 +62,7 @@ def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss
             continue  # gone, or a zombie / kernel thread psutil could not read
         sizes.append((int(mem.rss), proc.pid, str(info.get("name") or "")))
     if not sizes:
-        raise NoDataError(f"no processes readable under {paths.procfs}")
+        raise ValueError(f"no processes readable under {paths.procfs}")
     top: list[ProcessRss] = []
     for rss, pid, name in heapq.nlargest(limit, sizes):
         cgroup = memory_cgroup_of(paths=paths, pid=pid)
