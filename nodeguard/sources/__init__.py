@@ -64,38 +64,26 @@ def run_source(*, name: str, read: Callable[[], T]) -> SourceResult[T]:
     message (a broken file is not logged every 5 s).
     """
     start = time.perf_counter()
+
+    def result(value: T | None, *, success: bool, error: str | None = None) -> SourceResult[T]:
+        status = CollectorStatus(
+            name=name,
+            success=success,
+            available=success and error is None,
+            duration_seconds=time.perf_counter() - start,
+            error=error,
+        )
+        return SourceResult(value=value, status=status)
+
     try:
         value = read()
     except NoDataError as exc:
         if _once.changed(name=name, message=f"nodata:{exc}"):
             log.info("collector %s has no data: %s", name, exc)
-        return SourceResult(
-            value=None,
-            status=CollectorStatus(
-                name=name,
-                success=True,
-                available=False,
-                duration_seconds=time.perf_counter() - start,
-                error=str(exc),
-            ),
-        )
+        return result(None, success=True, error=str(exc))
     except Exception as exc:
         if _once.changed(name=name, message=f"error:{exc}"):
             log.error("collector %s failed: %s", name, exc, exc_info=exc)
-        return SourceResult(
-            value=None,
-            status=CollectorStatus(
-                name=name,
-                success=False,
-                available=False,
-                duration_seconds=time.perf_counter() - start,
-                error=f"{type(exc).__name__}: {exc}",
-            ),
-        )
+        return result(None, success=False, error=f"{type(exc).__name__}: {exc}")
     _once.clear(name=name)
-    return SourceResult(
-        value=value,
-        status=CollectorStatus(
-            name=name, success=True, available=True, duration_seconds=time.perf_counter() - start
-        ),
-    )
+    return result(value, success=True)
