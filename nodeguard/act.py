@@ -88,6 +88,11 @@ def _usage_from_agent(url: str | None) -> dict[str, int]:
 
 def render_plan(plan: EvictionPlan, *, console: Console) -> None:
     """The ranked victims and the exclusions, each with its reason."""
+    if plan.ranked and not any(u.usage_known for u, _ in plan.ranked):
+        console.print(
+            "No working sets known (pass --agent-url http://NODE:9847): ranked by "
+            "priority alone, and a --target cannot be measured."
+        )
     t = Table(title="Eviction plan (first row goes first)", title_justify="left")
     for col in ("#", "unit", "pods", "working set", "request", "priority", "why this place"):
         t.add_column(

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.cordon import LABEL, CordonConfig, cordon, uncordon
@@ -536,3 +537,30 @@ async def test_pause_then_resume_katib_restores_the_exact_spec(
             kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
         )
     ] == ["noop"]
+
+
+async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient) -> None:
+    node = cluster.node()
+    before = cluster.core.read_node(node).metadata.resource_version
+    cfg = CordonConfig(budget_nodes=1000, lease_name=unique("budget"), lease_namespace="default")
+    res = await cordon(
+        kube=kube,
+        auditor=auditor_for(kube, node),
+        node=node,
+        rule="r",
+        reason="x",
+        identity=node,
+        dry_run=True,
+        config=cfg,
+    )
+    assert res.outcome == "done" and res.dry_run
+    assert res.message.startswith(f"would cordon {node}")
+    assert cluster.core.read_node(node).metadata.resource_version == before
+    assert cluster.events("default", name=node, reason="NodeguardWouldCordon")
+    assert not cluster.events("default", name=node, reason="NodeguardCordoned")
+    # The budget's Lease was only read, never written.
+    names = [
+        item.metadata.name
+        for item in client.CoordinationV1Api(cluster.api).list_namespaced_lease("default").items
+    ]
+    assert cfg.lease_name not in names

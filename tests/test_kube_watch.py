@@ -194,5 +194,6 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
     assert plan.index("pandas-prep") < plan.index("trainer")
     assert "usage unknown; priority 100" in plan
     assert "system-critical" in text[text.index("Never evicted here") :]
-    assert "DRY RUN evict done: would evict 1 unit(s)" in text
+    assert f"DRY RUN evict done: would evict 1 unit(s) (pod/{ns}/pandas-prep)" in text
+    assert "No working sets known" in text
     assert cluster.pod_json(ns, "pandas-prep")["metadata"].get("deletionTimestamp") is None

@@ -218,8 +218,9 @@ async def evict(
         else:
             outcome = "noop"
     if not message:
+        names = ", ".join(u["unit"] for u in done_units) or "nothing"
         message = (
-            f"{verb} {len(done_units)} unit(s), {freed} B of working set "
+            f"{verb} {len(done_units)} unit(s) ({names}), {freed} B of working set "
             f"(target {target_bytes} B); {len(blocked)} blocked"
         )
         if skipped:
