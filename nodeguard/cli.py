@@ -17,25 +17,23 @@ import json
 import logging
 import os
 import re
-import signal
 import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry
 from rich.console import Console
 
 from nodeguard import __version__
 from nodeguard.act import add_act_arguments, run_act
-from nodeguard.exporter import SnapshotCollector
-from nodeguard.kube.client import KubeClient
-from nodeguard.kube.watch import PodWatcher
+from nodeguard.actions.cordon import CordonConfig
+from nodeguard.agent import AgentConfig, run_agent
+from nodeguard.commands import check_files, show_incidents
+from nodeguard.kube.errors import KubeError
 from nodeguard.paths import HostPaths
 from nodeguard.report import render_report
+from nodeguard.rules.load import RuleError
 from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
-from nodeguard.server import make_app
 from nodeguard.snapshot import to_jsonable
 
 __all__ = ["main", "parse_duration"]
@@ -175,10 +173,90 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("/var/lib/nodeguard"),
         help="directory for state kept across restarts (OOM kill log position)",
     )
+    run.add_argument(
+        "--rules",
+        type=Path,
+        action="append",
+        default=[],
+        help="rule file, or directory of *.yaml rule files (a ConfigMap mount); repeat for more. "
+        "Reloaded on change and on SIGHUP",
+    )
+    run.add_argument(
+        "--incidents.dir",
+        dest="incidents_dir",
+        type=Path,
+        default=None,
+        help="where incident records are kept (default <path.state>/incidents)",
+    )
+    run.add_argument(
+        "--incidents.keep",
+        dest="incidents_keep",
+        type=_count,
+        default=200,
+        help="incident records kept, oldest removed first (default 200)",
+    )
+    g = run.add_argument_group("actions")
+    g.add_argument(
+        "--cordon.mode",
+        dest="cordon_mode",
+        choices=["unschedulable", "taint"],
+        default="unschedulable",
+    )
+    g.add_argument(
+        "--cordon.budget-nodes",
+        dest="budget_nodes",
+        type=int,
+        default=None,
+        help="at most this many nodes cordoned by nodeguard at once",
+    )
+    g.add_argument(
+        "--cordon.budget-percent",
+        dest="budget_percent",
+        type=float,
+        default=None,
+        help="at most this percent of nodes cordoned by nodeguard at once",
+    )
+    g.add_argument(
+        "--cordon.lease-namespace",
+        dest="lease_namespace",
+        default="kube-system",
+        help="namespace of the budget's Lease (default kube-system)",
+    )
+    g.add_argument(
+        "--evict.max-per-window",
+        dest="evict_max",
+        type=_count,
+        default=5,
+        help="evictions (units) per node per window (default 5)",
+    )
+    g.add_argument(
+        "--evict.window",
+        dest="evict_window",
+        type=parse_duration,
+        default=600.0,
+        help="the eviction window (default 10m)",
+    )
 
     snap = sub.add_parser("snapshot", help="take one sample and print it")
     _common(snap)
     snap.add_argument("--json", action="store_true", help="print JSON (bytes, seconds)")
+
+    check = sub.add_parser("check", help="validate rule files (exit 1 on any error)")
+    check.add_argument("files", type=Path, nargs="+")
+
+    inc = sub.add_parser("incidents", help="list incident records, or show one")
+    inc.add_argument("id", nargs="?", help="show this incident in full (JSON)")
+    inc.add_argument("--path.state", dest="state", type=Path, default=Path("/var/lib/nodeguard"))
+    inc.add_argument("--incidents.dir", dest="incidents_dir", type=Path, default=None)
+    inc.add_argument("--json", action="store_true")
+
+    for p in (check, inc):
+        p.add_argument(
+            "--log.level",
+            dest="log_level",
+            default="warning",
+            choices=["debug", "info", "warning", "error"],
+        )
 
     act = sub.add_parser("act", help="run one runbook action by hand (see --dry-run)")
     add_act_arguments(act)
@@ -216,60 +294,35 @@ def _usable_state_dir(path: Path) -> Path | None:
     return path
 
 
-def _cluster(args: argparse.Namespace) -> tuple[KubeClient, PodWatcher] | None:
-    """The Kubernetes client and pod watcher, when a cluster is configured."""
-    if args.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        log.info("no --kubeconfig and not in a pod: running without a cluster")
-        return None
-    kube = KubeClient.load(kubeconfig=args.kubeconfig)
-    return kube, PodWatcher(kube=kube, node_name=args.node_name)
-
-
-async def _serve(args: argparse.Namespace) -> int:
-    cluster = _cluster(args)
-    sampler = Sampler(
-        config=_config(args, state=_usable_state_dir(args.state), interval=args.interval),
-        cluster=cluster[1] if cluster else None,
-    )
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(SnapshotCollector(latest=lambda: sampler.latest))
-    app = make_app(sampler=sampler, registry=registry)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+def _run(args: argparse.Namespace) -> int:
+    state = _usable_state_dir(args.state)
     host, port = args.listen_address
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except (OSError, OverflowError) as exc:
-        await runner.cleanup()
-        log.error("cannot listen on %s:%d: %s", host or "*", port, exc)
-        return 2
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    log.info(
-        "nodeguard %s serving on %s:%d node=%s interval=%.3gs dry_run=%s collectors=%s",
-        __version__,
-        host,
-        port,
-        args.node_name,
-        args.interval,
-        args.dry_run,
-        ",".join(sorted(sampler.config.collectors)),
+    cfg = AgentConfig(
+        sampler=_config(args, state=state, interval=args.interval),
+        host=host,
+        port=port,
+        dry_run=args.dry_run,
+        kubeconfig=args.kubeconfig,
+        rules=tuple(args.rules),
+        incidents_dir=args.incidents_dir or (state / "incidents" if state else None),
+        incidents_keep=args.incidents_keep,
+        cordon=CordonConfig(
+            mode=args.cordon_mode,
+            budget_nodes=args.budget_nodes,
+            budget_percent=args.budget_percent,
+            lease_namespace=args.lease_namespace,
+        ),
+        evictions_per_window=args.evict_max,
+        eviction_window=args.evict_window,
     )
-    tasks = [asyncio.create_task(sampler.run(stop=stop), name="sampler")]
-    if cluster is not None:
-        tasks.append(asyncio.create_task(cluster[1].run(stop=stop), name="pod-watch"))
     try:
-        await asyncio.gather(*tasks)
-    finally:
-        sampler.close()
-        await runner.cleanup()
-        if cluster is not None:
-            cluster[0].close()
-    log.info("nodeguard stopped")
-    return 0
+        return asyncio.run(run_agent(cfg))
+    except RuleError as exc:
+        log.error("rules not loaded, not starting:\n%s", exc)
+        return 1
+    except KubeError as exc:
+        log.error("Kubernetes API not usable, not starting: %s", exc)
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,9 +334,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     if args.command == "run":
-        return asyncio.run(_serve(args))
+        return _run(args)
     if args.command == "act":
         return run_act(args)
+    if args.command == "check":
+        return check_files(args.files, out=sys.stdout)
+    if args.command == "incidents":
+        directory = args.incidents_dir or args.state / "incidents"
+        return show_incidents(directory, incident=args.id, as_json=args.json, console=Console())
     # A one-off snapshot keeps no state: it must not move the running agent's kmsg position.
     sampler = Sampler(config=_config(args, state=None, interval=5.0))
     try:

@@ -7,6 +7,7 @@
   restarted).
 - ``GET /readyz``: 200 once the first snapshot exists, 503 before.
 - ``GET /snapshot``: the latest snapshot as JSON (bytes and seconds); 503 before the first.
+- ``GET /incidents``: incident summaries, newest first; ``GET /incidents/{id}``: one in full.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 
+from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.sampler import Sampler
 from nodeguard.snapshot import to_jsonable
 
 __all__ = ["make_app"]
 
 
-def make_app(*, sampler: Sampler, registry: CollectorRegistry) -> web.Application:
+def make_app(
+    *, sampler: Sampler, registry: CollectorRegistry, incidents: IncidentStore | None = None
+) -> web.Application:
     """The aiohttp application serving the endpoints above from ``sampler.latest``."""
     interval = sampler.config.interval
     started = time.time()
@@ -56,12 +60,30 @@ def make_app(*, sampler: Sampler, registry: CollectorRegistry) -> web.Applicatio
     async def index(_: web.Request) -> web.Response:
         links = "".join(
             f'<li><a href="{p}">{p}</a></li>'
-            for p in ("/metrics", "/snapshot", "/healthz", "/readyz")
+            for p in ("/metrics", "/snapshot", "/incidents", "/healthz", "/readyz")
         )
         return web.Response(
             text=f"<html><body><h1>nodeguard</h1><ul>{links}</ul></body></html>",
             content_type="text/html",
         )
+
+    async def incident_list(_: web.Request) -> web.Response:
+        records = incidents.list() if incidents else []
+        summary = [
+            {
+                k: r.get(k)
+                for k in ("id", "time_utc", "rule", "kind", "target", "dry_run", "summary")
+            }
+            | {"actions": [f"{a['action']}:{a['outcome']}" for a in r.get("actions", [])]}
+            for r in records
+        ]
+        return web.json_response(summary, dumps=lambda o: json.dumps(o, indent=1))
+
+    async def incident_one(request: web.Request) -> web.Response:
+        record = incidents.get(request.match_info["id"]) if incidents else None
+        if record is None:
+            return web.json_response({"error": "no such incident"}, status=404)
+        return web.json_response(record, dumps=lambda o: json.dumps(o, indent=1, default=str))
 
     app = web.Application()
     app.router.add_get("/", index)
@@ -69,4 +91,6 @@ def make_app(*, sampler: Sampler, registry: CollectorRegistry) -> web.Applicatio
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/snapshot", snapshot)
+    app.router.add_get("/incidents", incident_list)
+    app.router.add_get("/incidents/{id}", incident_one)
     return app

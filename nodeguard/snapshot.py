@@ -250,6 +250,8 @@ class PodMeta:
       a container has no limit (then the pod has none).
     - ``containers``: container ID (runtime prefix stripped) -> container name, from
       ``status.containerStatuses``, init and ephemeral ones included.
+    - ``container_requests``: container name -> ``resources.requests.memory`` in bytes (app and
+      init containers that have one).
     - ``mirror``: a static pod's mirror (annotation ``kubernetes.io/config.mirror``);
       ``daemonset``: controlled by a DaemonSet; ``terminating``: ``metadata.deletionTimestamp``.
     """
@@ -268,6 +270,7 @@ class PodMeta:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     containers: Mapping[str, str]
+    container_requests: Mapping[str, int]
     mirror: bool
     daemonset: bool
     terminating: bool

@@ -37,7 +37,7 @@ TRAINING_KINDS = frozenset(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvictFilter:
     """What a rule allows to be evicted. ``None`` fields do not restrict.
-    ``labels``: equality matches, all required."""
+    ``labels``: all must match; a value ``"*"`` only requires the label to exist."""
 
     max_priority: int | None = None
     priority_classes: frozenset[str] | None = None
@@ -135,7 +135,9 @@ def _filtered(pod: PodMeta, flt: EvictFilter) -> str | None:
         return f"priority {pod.priority} above the rule's maximum {flt.max_priority}"
     if flt.priority_classes is not None and pod.priority_class not in flt.priority_classes:
         return f"PriorityClass {pod.priority_class or '(none)'} not in the rule's classes"
-    if flt.labels and any(pod.labels.get(k) != v for k, v in flt.labels.items()):
+    if flt.labels and not all(
+        k in pod.labels if v == "*" else pod.labels.get(k) == v for k, v in flt.labels.items()
+    ):
         return "labels do not match the rule's selector"
     return None
 

@@ -92,6 +92,12 @@ def pod_meta(pod: JSON) -> PodMeta:
         labels=dict(meta.get("labels") or {}),
         annotations=dict(annotations),
         containers=ids,
+        container_requests={
+            c.get("name", ""): v
+            for c in [*inits, *containers]
+            if (v := _bytes(((c.get("resources") or {}).get("requests") or {}).get("memory")))
+            is not None
+        },
         mirror=MIRROR_ANNOTATION in annotations,
         daemonset=any(o.kind == "DaemonSet" and o.controller for o in owners),
         terminating=bool(meta.get("deletionTimestamp")),

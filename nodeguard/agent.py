@@ -1,0 +1,163 @@
+"""``nodeguard run``: the agent's tasks wired together.
+
+One sampler task builds a snapshot every interval; after each, the rule engine evaluates it and
+its firings go to the remediator's queue (never awaited). The pod watch (with a cluster) keeps
+pod metadata current; the web server serves the latest snapshot. Rule files reload when they
+change (checked every sample) and on SIGHUP; SIGTERM and SIGINT stop everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from nodeguard import __version__
+from nodeguard.actions.audit import ActionMetrics, Auditor
+from nodeguard.actions.base import ActionResult
+from nodeguard.actions.cordon import CordonConfig
+from nodeguard.actions.evict import EvictionLimiter
+from nodeguard.exporter import SnapshotCollector
+from nodeguard.kube.client import KubeClient
+from nodeguard.kube.watch import PodWatcher
+from nodeguard.remediation.incidents import IncidentStore
+from nodeguard.remediation.metrics import RemediationCollector
+from nodeguard.remediation.runbook import Runbook
+from nodeguard.remediation.worker import Remediator
+from nodeguard.rules.engine import Firing, RuleEngine
+from nodeguard.rules.load import RuleSource
+from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.server import make_app
+from nodeguard.snapshot import NodeSnapshot
+
+__all__ = ["AgentConfig", "run_agent"]
+
+log = logging.getLogger("nodeguard")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentConfig:
+    """Everything ``nodeguard run`` was told. ``host=None`` listens on every address."""
+
+    sampler: SamplerConfig
+    host: str | None
+    port: int
+    dry_run: bool
+    kubeconfig: Path | None
+    rules: tuple[Path, ...] = ()
+    incidents_dir: Path | None = None
+    incidents_keep: int = 200
+    cordon: CordonConfig = field(default_factory=CordonConfig)
+    evictions_per_window: int = 5
+    eviction_window: float = 600.0
+    concurrency: int = 2
+    queue_size: int = 64
+
+
+def _cluster(cfg: AgentConfig) -> tuple[KubeClient, PodWatcher] | None:
+    if cfg.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        log.info("no --kubeconfig and not in a pod: running without a cluster")
+        return None
+    kube = KubeClient.load(kubeconfig=cfg.kubeconfig)
+    return kube, PodWatcher(kube=kube, node_name=cfg.sampler.node_name)
+
+
+async def run_agent(cfg: AgentConfig) -> int:
+    """Run until SIGTERM/SIGINT; the exit status."""
+    source = RuleSource(paths=list(cfg.rules)) if cfg.rules else None
+    cluster = _cluster(cfg)
+    kube = cluster[0] if cluster else None
+    sampler = Sampler(config=cfg.sampler, cluster=cluster[1] if cluster else None)
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(SnapshotCollector(latest=lambda: sampler.latest))
+    node = cfg.sampler.node_name
+    auditor = Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=registry))
+    incidents = IncidentStore(directory=cfg.incidents_dir, keep=cfg.incidents_keep)
+    engine = RuleEngine(rules=source.current.rules if source else ())
+
+    def feedback(firing: Firing, _results: list[ActionResult]) -> None:
+        engine.finished(firing, at=time.time())  # snapshots carry wall-clock time too
+
+    remediator = Remediator(
+        runbook=Runbook(
+            kube=kube,
+            auditor=auditor,
+            node=node,
+            cordon_config=cfg.cordon,
+            limiter=EvictionLimiter(max_units=cfg.evictions_per_window, window=cfg.eviction_window),
+        ),
+        incidents=incidents,
+        global_dry_run=cfg.dry_run,
+        queue_size=cfg.queue_size,
+        concurrency=cfg.concurrency,
+        on_done=feedback,
+    )
+    if source is not None:
+        registry.register(RemediationCollector(engine=engine, source=source, remediator=remediator))
+    reload_requested = False
+
+    async def evaluate(snapshot: NodeSnapshot) -> None:
+        nonlocal reload_requested
+        if source is not None and source.maybe_reload(force=reload_requested):
+            engine.set_rules(source.current.rules)
+        reload_requested = False
+        for firing in engine.evaluate(snapshot, global_dry_run=cfg.dry_run):
+            if not remediator.submit(firing):
+                engine.dropped(firing)
+
+    sampler.add_listener(evaluate)
+    app = make_app(sampler=sampler, registry=registry, incidents=incidents)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port)
+    try:
+        await site.start()
+    except (OSError, OverflowError) as exc:
+        await runner.cleanup()
+        log.error("cannot listen on %s:%d: %s", cfg.host or "*", cfg.port, exc)
+        return 2
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    def on_hup() -> None:
+        nonlocal reload_requested
+        reload_requested = True
+        log.info("SIGHUP: rules reload at the next sample")
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    log.info(
+        "nodeguard %s serving on %s:%d node=%s interval=%.3gs dry_run=%s cluster=%s rules=%d",
+        __version__,
+        cfg.host or "*",
+        cfg.port,
+        node,
+        cfg.sampler.interval,
+        cfg.dry_run,
+        "yes" if cluster else "no",
+        len(engine.rules),
+    )
+    tasks = [
+        asyncio.create_task(sampler.run(stop=stop), name="sampler"),
+        asyncio.create_task(remediator.run(stop=stop), name="remediator"),
+    ]
+    if cluster is not None:
+        tasks.append(asyncio.create_task(cluster[1].run(stop=stop), name="pod-watch"))
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        sampler.close()
+        await runner.cleanup()
+        if kube is not None:
+            kube.close()
+    log.info("nodeguard stopped")
+    return 0

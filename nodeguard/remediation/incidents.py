@@ -1,0 +1,182 @@
+"""Incident records: the evidence of each firing that acted (or would have, in dry run).
+
+One JSON file per incident in a bounded directory (oldest removed first): node, time, rule, the
+values that decided, the node memory breakdown (total, used, available, page cache, slab
+reclaimable and unreclaimable), the top containers by working set against limit and request,
+the top processes by RSS, GPU memory where known, and each action's outcome. Listed at
+``/incidents`` and by ``nodeguard incidents``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from nodeguard.actions.base import ActionResult
+from nodeguard.rules.engine import Firing
+from nodeguard.snapshot import NodeSnapshot
+
+__all__ = ["IncidentStore", "evidence", "incident_id"]
+
+log = logging.getLogger(__name__)
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
+def incident_id(firing: Firing) -> str:
+    """A sortable, file-safe id: UTC time, rule and a short target."""
+    when = dt.datetime.fromtimestamp(firing.time, tz=dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = _SAFE.sub("-", firing.target)[-24:]
+    return f"{when}-{firing.rule}-{firing.kind}-{target}"
+
+
+def evidence(snapshot: NodeSnapshot | None, *, top: int = 10) -> dict[str, Any]:
+    """The memory evidence of a snapshot, in bytes."""
+    if snapshot is None:
+        return {}
+    mem = snapshot.meminfo
+    memory = (
+        None
+        if mem is None
+        else {
+            "total_bytes": mem.total_bytes,
+            "used_bytes": mem.used_bytes,
+            "available_bytes": mem.available_bytes,
+            "available_estimated": mem.available_estimated,
+            "free_bytes": mem.free_bytes,
+            "page_cache_bytes": mem.page_cache_bytes,
+            "shmem_bytes": mem.shmem_bytes,
+            "slab_reclaimable_bytes": mem.slab_reclaimable_bytes,
+            "slab_unreclaimable_bytes": mem.slab_unreclaimable_bytes,
+        }
+    )
+    containers = []
+    for pod, c in snapshot.containers():
+        labels = snapshot.labels_for(pod.uid, c.container_id)
+        meta = snapshot.pod_meta.get(pod.uid) if snapshot.pod_meta else None
+        name = meta.containers.get(c.container_id) if meta else None
+        containers.append(
+            {
+                "namespace": labels.namespace,
+                "pod": labels.pod,
+                "container": labels.container,
+                "pod_uid": pod.uid,
+                "container_id": c.container_id,
+                "qos_class": pod.qos_class,
+                "priority": meta.priority if meta else None,
+                "working_set_bytes": c.memory.working_set_bytes,
+                "limit_bytes": c.memory.effective_limit_bytes,
+                "request_bytes": meta.container_requests.get(name) if meta and name else None,
+                "oom_kills": c.memory.oom_kills,
+            }
+        )
+    containers.sort(key=lambda c: c["working_set_bytes"] or 0, reverse=True)
+    psi = snapshot.pressure
+    return {
+        "memory": memory,
+        "pressure": None if psi is None else asdict(psi),
+        "top_containers": containers[:top],
+        "top_processes": [asdict(p) for p in snapshot.processes[:top]],
+        "oom_kills_this_boot": snapshot.oom.total if snapshot.oom else None,
+        "gpu": None,  # no GPU source yet
+    }
+
+
+class IncidentStore:
+    """A directory of incident records, at most ``keep`` files (oldest removed first). With
+    ``directory=None`` records are kept in memory only (the same bound)."""
+
+    def __init__(self, *, directory: Path | None, keep: int = 200) -> None:
+        self.directory = directory
+        self.keep = keep
+        self._memory: dict[str, dict[str, Any]] = {}
+        self.written = 0
+        if directory is not None:
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                log.warning(
+                    "incident directory %s unusable (%s): keeping incidents in memory",
+                    directory,
+                    exc,
+                )
+                self.directory = None
+
+    def write(self, *, firing: Firing, results: Sequence[ActionResult]) -> dict[str, Any]:
+        """Record one incident; returns the record."""
+        record: dict[str, Any] = {
+            "id": incident_id(firing),
+            "node": firing.node,
+            "time": firing.time,
+            "time_utc": dt.datetime.fromtimestamp(firing.time, tz=dt.UTC).isoformat(),
+            "rule": firing.rule,
+            "kind": firing.kind,
+            "source": firing.source,
+            "scope": firing.scope,
+            "target": firing.target,
+            "dry_run": firing.dry_run,
+            "summary": firing.summary,
+            "values": {
+                k: (v if v is not None and math.isfinite(v) else None)
+                for k, v in firing.values.items()
+            },
+            "evidence": evidence(firing.snapshot),
+            "actions": [asdict(r) for r in results],
+        }
+        self.written += 1
+        if self.directory is None:
+            self._memory[record["id"]] = record
+            for old in sorted(self._memory)[: max(0, len(self._memory) - self.keep)]:
+                del self._memory[old]
+            return record
+        path = self.directory / f"{record['id']}.json"
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(record, indent=1, default=str))
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.error("cannot write incident %s: %s", path, exc)
+        self._prune()
+        return record
+
+    def _prune(self) -> None:
+        assert self.directory is not None
+        files = sorted(self.directory.glob("*.json"))
+        for old in files[: max(0, len(files) - self.keep)]:
+            try:
+                old.unlink()
+            except OSError as exc:
+                log.warning("cannot remove old incident %s: %s", old, exc)
+
+    def list(self) -> list[dict[str, Any]]:
+        """All records, newest first."""
+        if self.directory is None:
+            return [self._memory[k] for k in sorted(self._memory, reverse=True)]
+        out = []
+        for path in sorted(self.directory.glob("*.json"), reverse=True):
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError) as exc:
+                log.warning("unreadable incident %s: %s", path, exc)
+        return out
+
+    def get(self, incident: str) -> dict[str, Any] | None:
+        """One record by id, ``None`` if unknown."""
+        if self.directory is None:
+            return self._memory.get(incident)
+        if not _ID.fullmatch(incident):
+            return None  # never a path outside the directory
+        path = self.directory / f"{incident}.json"
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data

@@ -1,0 +1,81 @@
+"""Self metrics of the rule engine, the rule files and the remediator.
+
+A custom collector (like the exporter's) reading the objects' counters at scrape time:
+``nodeguard_rules_loaded``, ``nodeguard_rules_reloads_total``,
+``nodeguard_rules_reload_errors_total``, ``nodeguard_rule_targets{rule,state}``,
+``nodeguard_rule_firings_total{rule,kind}``, ``nodeguard_rule_suppressed_total{rule,reason}``,
+``nodeguard_remediation_queue_length``, ``nodeguard_remediation_in_flight``,
+``nodeguard_incidents_total``. Action outcomes are ``nodeguard_actions_total`` (the auditor's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from nodeguard.remediation.worker import Remediator
+from nodeguard.rules.engine import RuleEngine
+from nodeguard.rules.load import RuleSource
+
+__all__ = ["RemediationCollector"]
+
+
+class RemediationCollector(Collector):
+    """Renders the engine's, the rule source's and the remediator's state."""
+
+    def __init__(self, *, engine: RuleEngine, source: RuleSource, remediator: Remediator) -> None:
+        self._engine, self._source, self._rem = engine, source, remediator
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        loaded = GaugeMetricFamily("nodeguard_rules_loaded", "rules in force")
+        loaded.add_metric([], len(self._engine.rules))
+        reloads = CounterMetricFamily("nodeguard_rules_reloads", "successful rule reloads")
+        reloads.add_metric([], self._source.reloads_total)
+        errors = CounterMetricFamily(
+            "nodeguard_rules_reload_errors",
+            "rule reloads refused because a file was bad (the last good rules stayed)",
+        )
+        errors.add_metric([], self._source.errors_total)
+        yield from (loaded, reloads, errors)
+
+        targets = GaugeMetricFamily(
+            "nodeguard_rule_targets", "targets of each rule by state", labels=["rule", "state"]
+        )
+        for rule, (pending, firing) in sorted(self._engine.state().items()):
+            targets.add_metric([rule, "pending"], pending)
+            targets.add_metric([rule, "firing"], firing)
+        yield targets
+
+        firings = CounterMetricFamily(
+            "nodeguard_rule_firings",
+            "rule firings by kind (firing, resolved)",
+            labels=["rule", "kind"],
+        )
+        suppressed = CounterMetricFamily(
+            "nodeguard_rule_suppressed",
+            "firings not acted on, by reason (cooldown, cap, queue_full)",
+            labels=["rule", "reason"],
+        )
+        for (rule, what), n in sorted(self._engine.counts.items()):
+            if what == "firings":
+                firings.add_metric([rule, "firing"], n)
+            elif what == "resolved":
+                firings.add_metric([rule, "resolved"], n)
+            else:
+                suppressed.add_metric([rule, what.removeprefix("suppressed_")], n)
+        yield from (firings, suppressed)
+
+        queue = GaugeMetricFamily("nodeguard_remediation_queue_length", "firings waiting")
+        queue.add_metric([], self._rem.queue.qsize())
+        busy = GaugeMetricFamily("nodeguard_remediation_in_flight", "firings being acted on")
+        busy.add_metric([], self._rem.in_flight)
+        incidents = CounterMetricFamily(
+            "nodeguard_incidents", "incident records written by this agent"
+        )
+        incidents.add_metric([], self._rem.incidents.written)
+        yield from (queue, busy, incidents)

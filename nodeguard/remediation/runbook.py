@@ -1,0 +1,283 @@
+"""Running a firing's actions: rule action names bound to :mod:`nodeguard.actions`.
+
+Each action gets the firing (its scope, target and the snapshot it was decided on) and returns
+:class:`~nodeguard.actions.base.ActionResult` values. Without a Kubernetes API (no cluster) an
+action that needs one reports ``refused`` and says why: a dry run tells the truth about what a
+real run could do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from nodeguard.actions.audit import Auditor
+from nodeguard.actions.base import ActionResult
+from nodeguard.actions.cordon import CordonConfig, cordon, uncordon
+from nodeguard.actions.evict import EvictionBackoff, EvictionLimiter, evict
+from nodeguard.actions.katib import EXPERIMENT_LABEL, experiments_on_node, pause_katib, resume_katib
+from nodeguard.actions.ranking import EvictFilter, EvictionPlan, plan_eviction
+from nodeguard.kube.client import KubeClient
+from nodeguard.kube.objects import parse_bytes
+from nodeguard.rules.actions import CordonArgs, EvictArgs, KatibArgs
+from nodeguard.rules.engine import Firing
+from nodeguard.rules.schema import ActionSpec
+
+__all__ = ["Runbook"]
+
+log = logging.getLogger(__name__)
+_DEFAULT_NODE_FREE = "5%"
+
+
+@dataclass(slots=True, kw_only=True)
+class Runbook:
+    """What actions need: the API (``None`` without a cluster), the auditor, this node's name
+    (also the Lease identity), cordon settings, eviction limits and backoff (kept across
+    firings), and which Katib experiments each rule paused (for its resume)."""
+
+    kube: KubeClient | None
+    auditor: Auditor
+    node: str
+    cordon_config: CordonConfig = field(default_factory=CordonConfig)
+    limiter: EvictionLimiter = field(default_factory=EvictionLimiter)
+    backoff: EvictionBackoff = field(default_factory=EvictionBackoff)
+    paused: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+
+    async def run(
+        self, spec: ActionSpec, *, firing: Firing, dry_run: bool, note: str
+    ) -> list[ActionResult]:
+        """Run one action of a firing; never raises."""
+        impl = _IMPLS[spec.action]
+        if spec.action != "record" and self.kube is None:
+            return [
+                ActionResult(
+                    action=spec.action,
+                    node=self.node,
+                    dry_run=dry_run,
+                    outcome="refused",
+                    message=f"{'would ' if dry_run else ''}{spec.action}: not "
+                    "possible, no Kubernetes API configured (--kubeconfig)",
+                )
+            ]
+        try:
+            return await impl(self, spec.parsed_args(), firing, dry_run, note)
+        except Exception as exc:  # an action's bug must not kill the remediator
+            log.exception("action %s of rule %s failed", spec.action, firing.rule)
+            return [
+                ActionResult(
+                    action=spec.action,
+                    node=self.node,
+                    dry_run=dry_run,
+                    outcome="failed",
+                    message=f"{type(exc).__name__}: {exc}",
+                )
+            ]
+
+    def _api(self) -> KubeClient:
+        assert self.kube is not None  # checked in run()
+        return self.kube
+
+
+Impl = Callable[[Runbook, Any, Firing, bool, str], Awaitable[list[ActionResult]]]
+
+
+async def _cordon(
+    rb: Runbook, args: CordonArgs, firing: Firing, dry: bool, note: str
+) -> list[ActionResult]:
+    cfg = dataclasses.replace(rb.cordon_config, mode=args.mode)
+    return [
+        await cordon(
+            kube=rb._api(),
+            auditor=rb.auditor,
+            node=rb.node,
+            rule=firing.rule,
+            reason=note,
+            identity=rb.node,
+            dry_run=dry,
+            config=cfg,
+        )
+    ]
+
+
+async def _uncordon(
+    rb: Runbook, args: CordonArgs, firing: Firing, dry: bool, note: str
+) -> list[ActionResult]:
+    return [
+        await uncordon(
+            kube=rb._api(),
+            auditor=rb.auditor,
+            node=rb.node,
+            rule=firing.rule,
+            dry_run=dry,
+            config=rb.cordon_config,
+        )
+    ]
+
+
+def _free_bytes(value: str, firing: Firing) -> int:
+    if value.endswith("%"):
+        mem = firing.snapshot.meminfo if firing.snapshot else None
+        total = mem.total_bytes if mem and mem.total_bytes else 0
+        return int(total * float(value[:-1]) / 100.0)
+    return parse_bytes(value)
+
+
+async def _evict(
+    rb: Runbook, args: EvictArgs, firing: Firing, dry: bool, note: str
+) -> list[ActionResult]:
+    snap = firing.snapshot
+    if snap is None or snap.pod_meta is None:
+        return [
+            ActionResult(
+                action="evict",
+                node=rb.node,
+                dry_run=dry,
+                outcome="refused",
+                message="no pod list of this node yet: nothing can be ranked",
+            )
+        ]
+    usage = {
+        p.uid: p.memory.working_set_bytes
+        for p in snap.pods
+        if p.memory.working_set_bytes is not None
+    }
+    flt = EvictFilter(
+        max_priority=args.max_priority,
+        priority_classes=frozenset(args.priority_classes) if args.priority_classes else None,
+        namespaces=frozenset(args.namespaces) if args.namespaces else None,
+        labels=args.selector,
+    )
+    plan = plan_eviction(pods=snap.pod_meta, usage=usage, flt=flt)
+    target = 0
+    if firing.scope in ("pod", "container") and firing.pod_uid:
+        # The pod of the firing, with its gang, and nothing else.
+        mine = tuple(
+            (u, why) for u, why in plan.ranked if any(p.uid == firing.pod_uid for p in u.pods)
+        )
+        if not mine:
+            why = next(
+                (e.reason for e in plan.excluded if e.pod.uid == firing.pod_uid),
+                "not in this node's pod list",
+            )
+            return [
+                ActionResult(
+                    action="evict",
+                    node=rb.node,
+                    dry_run=dry,
+                    outcome="refused",
+                    message=f"not evicting pod {firing.pod_uid}: {why}",
+                )
+            ]
+        plan = EvictionPlan(ranked=mine, excluded=plan.excluded)
+        if args.free:
+            target = _free_bytes(args.free, firing)
+    else:
+        target = _free_bytes(args.free or _DEFAULT_NODE_FREE, firing)
+    return [
+        await evict(
+            kube=rb._api(),
+            auditor=rb.auditor,
+            node=rb.node,
+            plan=plan,
+            target_bytes=target,
+            rule=f"{firing.rule} ({note})",
+            dry_run=dry,
+            limiter=rb.limiter,
+            backoff=rb.backoff,
+        )
+    ]
+
+
+def _experiments(firing: Firing) -> list[tuple[str, str]]:
+    snap = firing.snapshot
+    pods = snap.pod_meta if snap and snap.pod_meta else {}
+    if firing.scope in ("pod", "container") and firing.pod_uid and firing.pod_uid in pods:
+        meta = pods[firing.pod_uid]
+        exp = meta.labels.get(EXPERIMENT_LABEL)
+        return [(meta.namespace, exp)] if exp else []
+    return experiments_on_node(pods)
+
+
+async def _pause(
+    rb: Runbook, args: KatibArgs, firing: Firing, dry: bool, note: str
+) -> list[ActionResult]:
+    experiments = _experiments(firing)
+    if not experiments:
+        return [
+            ActionResult(
+                action="pause_katib",
+                node=rb.node,
+                dry_run=dry,
+                outcome="noop",
+                message="no Katib experiment has trials on this node",
+            )
+        ]
+    results = await pause_katib(
+        kube=rb._api(),
+        auditor=rb.auditor,
+        node=rb.node,
+        experiments=experiments,
+        floor=args.floor,
+        dry_run=dry,
+    )
+    if not dry:
+        key = (firing.rule, firing.target)
+        done = [
+            tuple(r.details["experiment"].split("/", 1))
+            for r in results
+            if r.outcome in ("done", "noop") and "experiment" in r.details
+        ]
+        rb.paused[key] = sorted({*rb.paused.get(key, []), *((a, b) for a, b in done)})
+    return results
+
+
+async def _resume(
+    rb: Runbook, args: BaseModel, firing: Firing, dry: bool, note: str
+) -> list[ActionResult]:
+    key = (firing.rule, firing.target)
+    experiments = sorted({*rb.paused.get(key, []), *_experiments(firing)})
+    if not experiments:
+        return [
+            ActionResult(
+                action="resume_katib",
+                node=rb.node,
+                dry_run=dry,
+                outcome="noop",
+                message="no Katib experiment to resume",
+            )
+        ]
+    results = await resume_katib(
+        kube=rb._api(), auditor=rb.auditor, node=rb.node, experiments=experiments, dry_run=dry
+    )
+    if not dry and all(r.outcome != "failed" for r in results):
+        rb.paused.pop(key, None)
+    return results
+
+
+async def _record(
+    rb: Runbook, args: BaseModel, firing: Firing, dry: bool, note: str
+) -> list[ActionResult]:
+    return [
+        ActionResult(
+            action="record",
+            node=rb.node,
+            dry_run=dry,
+            outcome="done",
+            message=f"evidence recorded: {note}",
+        )
+    ]
+
+
+_IMPLS: dict[str, Impl] = {
+    "cordon": _cordon,
+    "uncordon": _uncordon,
+    "evict": _evict,
+    "pause_katib": _pause,
+    "resume_katib": _resume,
+    "record": _record,
+}

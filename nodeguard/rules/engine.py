@@ -1,0 +1,226 @@
+"""The rule engine: snapshots in, :class:`Firing` out.
+
+For every rule and every target of its scope (oomd's detector semantics):
+
+- ``when`` holds (all conditions) -> the first-crossing time is kept; it resets as soon as the
+  value drops back. Held for ``for`` -> the rule fires on that target, once.
+- While firing it does not fire again until its actions have finished (their result is fed back
+  with :meth:`RuleEngine.finished`) and ``cooldown`` has passed since then, so a rule that
+  evicted waits for the eviction and a cooldown's worth of samples before it acts again.
+- It stops firing when ``clear`` holds (hysteresis; without ``clear``, when ``when`` no longer
+  holds); then ``resolve`` actions, if any, are emitted as a ``resolved`` firing.
+- ``maxFirings`` caps firings of a rule over all targets per window; a capped or cooled-down
+  firing is counted, never queued.
+
+Time is the snapshot's timestamp, so tests drive the engine with a fake clock by building
+snapshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from nodeguard.rules.schema import ActionSpec, Rule
+from nodeguard.rules.signals import SIGNALS, History, Target, targets
+from nodeguard.snapshot import NodeSnapshot
+
+__all__ = ["Firing", "RuleEngine"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Firing:
+    """A decision to act, from a local rule or an Alertmanager alert: the one type the
+    remediator takes.
+
+    ``kind``: ``firing`` runs the rule's actions, ``resolved`` its resolve actions. ``target``
+    is the target key (node name, pod UID, ``<pod uid>/<container id>``); ``values`` the
+    signal values that decided; ``snapshot`` the sample it was decided on (the evidence).
+    """
+
+    rule: str
+    kind: Literal["firing", "resolved"]
+    scope: str
+    target: str
+    node: str
+    time: float
+    actions: tuple[ActionSpec, ...]
+    dry_run: bool
+    values: Mapping[str, float | None] = field(default_factory=dict)
+    pod_uid: str | None = None
+    container_id: str | None = None
+    source: Literal["local", "alertmanager"] = "local"
+    summary: str = ""
+    snapshot: NodeSnapshot | None = None
+
+
+@dataclass(slots=True)
+class _State:
+    pending_since: float | None = None
+    firing: bool = False
+    busy: bool = False
+    last_acted: float | None = None
+
+
+class RuleEngine:
+    """Evaluates rules on snapshots. ``counts`` holds per-rule counters for the exporter:
+    ``firings``, ``resolved``, ``suppressed_cooldown``, ``suppressed_cap``."""
+
+    def __init__(self, *, rules: Sequence[Rule]) -> None:
+        self.history = History()
+        self._rules: tuple[Rule, ...] = ()
+        self._states: dict[tuple[str, str], _State] = {}
+        self._fired: dict[str, deque[float]] = {}
+        self.counts: dict[tuple[str, str], int] = {}
+        self.set_rules(rules)
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return self._rules
+
+    def set_rules(self, rules: Sequence[Rule]) -> None:
+        """Put new rules in force. A rule whose definition is unchanged keeps its state (a
+        reload does not re-arm ``for`` timers); a changed or removed rule starts over."""
+        old = {r.name: r for r in self._rules}
+        keep = {r.name for r in rules if old.get(r.name) == r}
+        self._states = {k: v for k, v in self._states.items() if k[0] in keep}
+        self._fired = {k: v for k, v in self._fired.items() if k in keep}
+        self._rules = tuple(rules)
+
+    def state(self) -> dict[str, tuple[int, int]]:
+        """Per rule: ``(targets pending, targets firing)``."""
+        out = {r.name: (0, 0) for r in self._rules}
+        for (rule, _), st in self._states.items():
+            pending, firing = out.get(rule, (0, 0))
+            out[rule] = (
+                pending + (st.pending_since is not None and not st.firing),
+                firing + st.firing,
+            )
+        return out
+
+    def _count(self, rule: str, what: str) -> None:
+        self.counts[(rule, what)] = self.counts.get((rule, what), 0) + 1
+
+    def _capped(self, rule: Rule, now: float) -> bool:
+        if rule.max_firings is None:
+            return False
+        times = self._fired.setdefault(rule.name, deque())
+        while times and times[0] <= now - rule.max_firings.window:
+            times.popleft()
+        return len(times) >= rule.max_firings.count
+
+    def evaluate(self, snapshot: NodeSnapshot, *, global_dry_run: bool) -> list[Firing]:
+        """Evaluate every rule on the snapshot; the firings to act on, in rule order."""
+        self.history.observe(snapshot)
+        now = snapshot.timestamp
+        out: list[Firing] = []
+        for rule in self._rules:
+            present: set[str] = set()
+            for target in targets(snapshot, rule.scope):
+                present.add(target.key)
+                firing = self._step(rule, target, snapshot, now, global_dry_run)
+                if firing is not None:
+                    out.append(firing)
+            for key in [k for k in self._states if k[0] == rule.name and k[1] not in present]:
+                del self._states[key]  # the pod or container is gone
+        return out
+
+    def _step(
+        self, rule: Rule, target: Target, snapshot: NodeSnapshot, now: float, dry: bool
+    ) -> Firing | None:
+        conds = [*rule.when, *(rule.clear or [])]
+        values = {c.signal: SIGNALS[c.signal].fn(snapshot, self.history, target) for c in conds}
+        holds = all(c.holds(values[c.signal]) for c in rule.when)
+        st = self._states.setdefault((rule.name, target.key), _State())
+
+        def make(kind: Literal["firing", "resolved"]) -> Firing:
+            why = " and ".join(
+                f"{c} (is {_fmt(values[c.signal])})"
+                for c in (rule.when if kind == "firing" else (rule.clear or rule.when))
+            )
+            return Firing(
+                rule=rule.name,
+                kind=kind,
+                scope=rule.scope,
+                target=target.key,
+                node=snapshot.node_name,
+                time=now,
+                actions=tuple(rule.actions if kind == "firing" else rule.resolve),
+                dry_run=dry or bool(rule.dry_run),
+                values=values,
+                pod_uid=target.pod.uid if target.pod else None,
+                container_id=target.container.container_id if target.container else None,
+                summary=f"{rule.name} on {rule.scope} {target.key}: "
+                + ("" if kind == "firing" else "cleared: ")
+                + why,
+                snapshot=snapshot,
+            )
+
+        if st.firing:
+            cleared = (
+                all(c.holds(values[c.signal]) for c in rule.clear) if rule.clear else not holds
+            )
+            if cleared:
+                st.firing, st.pending_since = False, None
+                if rule.resolve:
+                    self._count(rule.name, "resolved")
+                    return make("resolved")
+                return None
+            if not holds or st.busy:
+                return None
+        elif not holds:
+            st.pending_since = None
+            return None
+        elif st.pending_since is None:
+            st.pending_since = now
+        if now - (st.pending_since or now) < rule.for_:
+            return None
+        if st.busy or (st.last_acted is not None and now - st.last_acted < rule.cooldown):
+            self._count(rule.name, "suppressed_cooldown")
+            return None
+        if self._capped(rule, now):
+            self._count(rule.name, "suppressed_cap")
+            log.warning(
+                "rule %s reached maxFirings (%d per %.0fs); not firing on %s",
+                rule.name,
+                rule.max_firings.count if rule.max_firings else 0,
+                rule.max_firings.window if rule.max_firings else 0,
+                target.key,
+            )
+            return None
+        st.firing, st.busy, st.last_acted = True, True, now
+        self._fired.setdefault(rule.name, deque()).append(now)
+        self._count(rule.name, "firings")
+        return make("firing")
+
+    def finished(self, firing: Firing, *, at: float) -> None:
+        """Feed back that the firing's actions are done: the cooldown counts from now."""
+        st = self._states.get((firing.rule, firing.target))
+        if st is not None and firing.kind == "firing":
+            st.busy = False
+            st.last_acted = at
+
+    def dropped(self, firing: Firing) -> None:
+        """The remediator could not take the firing (queue full): free the target so the rule
+        can fire again at the next sample."""
+        self._count(firing.rule, "suppressed_queue_full")
+        st = self._states.get((firing.rule, firing.target))
+        if st is not None and firing.kind == "firing":
+            st.busy, st.firing, st.last_acted = False, False, None
+            times = self._fired.get(firing.rule)
+            if times:
+                times.pop()
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "no data"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}"

@@ -1,0 +1,200 @@
+"""The rule file schema (``apiVersion: nodeguard.io/v1alpha1``, ``kind: RuleSet``), in pydantic.
+
+Unknown keys, unknown signals, unknown actions, bad action arguments, negative durations and
+duplicate rule names are errors at load time, never at 3 a.m. when the rule trips. Example::
+
+    apiVersion: nodeguard.io/v1alpha1
+    kind: RuleSet
+    spec:
+      rules:
+        - name: node-memory-low
+          scope: node
+          when:
+            - {signal: node_memory_available_ratio, op: "<", value: 0.05}
+          for: 1m
+          clear:
+            - {signal: node_memory_available_ratio, op: ">=", value: 0.10}
+          cooldown: 5m
+          maxFirings: {count: 3, window: 1h}
+          actions:
+            - action: cordon
+            - action: evict
+              args: {free: "5%", maxPriority: 1000}
+          resolve:
+            - action: uncordon
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from nodeguard.rules.actions import ACTION_ARGS
+from nodeguard.rules.signals import SIGNALS, Scope
+
+__all__ = ["API_VERSION", "ActionSpec", "Condition", "Rule", "RuleFile", "parse_duration"]
+
+API_VERSION = "nodeguard.io/v1alpha1"
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """``"90s"``, ``"1m30s"``, ``"500ms"``, ``"2h"`` or a number of seconds, as seconds.
+    Raises ``ValueError`` for anything else and for a negative duration."""
+    if isinstance(value, bool):
+        raise ValueError("a duration, not a boolean")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.startswith("-"):
+            raise ValueError(f"negative duration {value!r}")
+        pos, seconds = 0, 0.0
+        for m in _PART.finditer(text):
+            if m.start() != pos:
+                break
+            seconds += float(m.group(1)) * _UNIT[m.group(2)]
+            pos = m.end()
+        if pos != len(text) or not text:
+            raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 5m, 1h30m)")
+    else:
+        raise ValueError(f"not a duration: {value!r}")
+    if seconds < 0:
+        raise ValueError(f"negative duration {value!r}")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Condition(_Strict):
+    """``signal op value``: for example ``node_memory_available_ratio < 0.05``."""
+
+    signal: str
+    op: Literal[">", ">=", "<", "<="]
+    value: float
+
+    @field_validator("signal")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in SIGNALS:
+            raise ValueError(f"unknown signal {name!r} (known: {', '.join(sorted(SIGNALS))})")
+        return name
+
+    def holds(self, observed: float | None) -> bool:
+        """Whether the observed value satisfies the condition; no data never does."""
+        if observed is None:
+            return False
+        return {
+            ">": observed > self.value,
+            ">=": observed >= self.value,
+            "<": observed < self.value,
+            "<=": observed <= self.value,
+        }[self.op]
+
+    def __str__(self) -> str:
+        return f"{self.signal} {self.op} {self.value:g}"
+
+
+class ActionSpec(_Strict):
+    """One runbook step: an action by name and its arguments, checked against the action's own
+    argument schema (:mod:`nodeguard.rules.actions`)."""
+
+    action: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_args(self) -> ActionSpec:
+        model = ACTION_ARGS.get(self.action)
+        if model is None:
+            raise ValueError(
+                f"unknown action {self.action!r} (known: {', '.join(sorted(ACTION_ARGS))})"
+            )
+        try:
+            model.model_validate(self.args)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"args.{'.'.join(str(p) for p in e['loc'])}: "
+                + e["msg"].removeprefix("Value error, ")
+                for e in exc.errors()
+            )
+            raise ValueError(f"{self.action}: {problems}") from None
+        return self
+
+    def parsed_args(self) -> BaseModel:
+        """The arguments as the action's argument model."""
+        return ACTION_ARGS[self.action].model_validate(self.args)
+
+
+class RateLimit(_Strict):
+    """At most ``count`` firings per ``window``."""
+
+    count: PositiveInt
+    window: Duration
+
+
+class Rule(_Strict):
+    """A rule: when all ``when`` conditions hold for ``for`` on one target of ``scope``, it
+    fires (once per target), runs ``actions`` in order, and stays firing until all ``clear``
+    conditions hold (or, without ``clear``, until ``when`` no longer holds); then it runs
+    ``resolve``. ``cooldown`` is the least time between two firings on one target;
+    ``maxFirings`` caps firings over all targets; ``dryRun`` can only add dry run, never
+    remove the global one."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    description: str = ""
+    scope: Scope
+    when: list[Condition] = Field(min_length=1)
+    for_: Duration = Field(default=0.0, alias="for")
+    clear: list[Condition] | None = None
+    cooldown: Duration = 300.0
+    max_firings: RateLimit | None = Field(default=None, alias="maxFirings")
+    dry_run: bool | None = Field(default=None, alias="dryRun")
+    actions: list[ActionSpec] = Field(min_length=1)
+    resolve: list[ActionSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _scopes_match(self) -> Rule:
+        for cond in [*self.when, *(self.clear or [])]:
+            scope = SIGNALS[cond.signal].scope
+            if scope != self.scope:
+                raise ValueError(
+                    f"signal {cond.signal!r} is a {scope} signal, but the rule's scope is "
+                    f"{self.scope}"
+                )
+        return self
+
+
+class _Metadata(_Strict):
+    name: str = ""
+    description: str = ""
+
+
+class _Spec(_Strict):
+    # Unique names are checked by the loader, which can point at the duplicate's line.
+    rules: list[Rule] = Field(default_factory=list)
+
+
+class RuleFile(_Strict):
+    """A whole rule file."""
+
+    api_version: Literal["nodeguard.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["RuleSet"]
+    metadata: _Metadata = Field(default_factory=_Metadata)
+    spec: _Spec

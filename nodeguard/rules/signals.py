@@ -1,0 +1,313 @@
+"""The signal registry: named values a rule compares with a threshold, per scope.
+
+A signal is a function of the current snapshot and the agent's own recent history for one
+target (the node, a pod, a container). It returns ``None`` when the data is not there (no limit,
+PSI off, no pod metadata), and a condition on ``None`` never holds. Adding a signal is one
+function with :func:`signal`.
+
+Ratios are 0..1; bytes are bytes; seconds are seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from nodeguard.snapshot import CgroupMemory, ContainerMemory, NodeSnapshot, PodMemory, PodMeta
+
+__all__ = ["SIGNALS", "History", "Scope", "Signal", "Target", "signal", "targets"]
+
+Scope = Literal["node", "pod", "container", "gpu"]
+
+#: How far back growth is fitted for the time-to-limit prediction, and OOM kills counted.
+GROWTH_WINDOW = 30.0
+OOM_WINDOW = 600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """One thing a rule is evaluated on. ``key`` is stable across samples: the node name, the
+    pod UID, or ``<pod uid>/<container id>``."""
+
+    scope: Scope
+    key: str
+    pod: PodMemory | None = None
+    container: ContainerMemory | None = None
+    meta: PodMeta | None = None
+
+    @property
+    def memory(self) -> CgroupMemory | None:
+        if self.container is not None:
+            return self.container.memory
+        return self.pod.memory if self.pod is not None else None
+
+
+def targets(snapshot: NodeSnapshot, scope: Scope) -> list[Target]:
+    """Every target of a scope in the snapshot."""
+    metas = snapshot.pod_meta or {}
+    if scope == "node":
+        return [Target(scope="node", key=snapshot.node_name)]
+    if scope == "pod":
+        return [Target(scope="pod", key=p.uid, pod=p, meta=metas.get(p.uid)) for p in snapshot.pods]
+    if scope == "container":
+        return [
+            Target(
+                scope="container",
+                key=f"{p.uid}/{c.container_id}",
+                pod=p,
+                container=c,
+                meta=metas.get(p.uid),
+            )
+            for p, c in snapshot.containers()
+        ]
+    return []  # gpu: once the GPU source exists
+
+
+class History:
+    """The agent's own recent samples per target: working set (for growth) and the cgroup OOM
+    kill counter (for kills in a window). Targets not seen in a sample are forgotten."""
+
+    def __init__(self) -> None:
+        self._ws: dict[str, deque[tuple[float, int]]] = {}
+        self._oom: dict[str, deque[tuple[float, int]]] = {}
+
+    def observe(self, snapshot: NodeSnapshot) -> None:
+        """Record one snapshot."""
+        now = snapshot.timestamp
+        seen: set[str] = set()
+        for scope in ("pod", "container"):
+            for t in targets(snapshot, scope):
+                mem = t.memory
+                if mem is None:
+                    continue
+                seen.add(t.key)
+                if mem.working_set_bytes is not None:
+                    _push(self._ws, t.key, now, mem.working_set_bytes, GROWTH_WINDOW * 2)
+                if mem.oom_kills is not None:
+                    _push(self._oom, t.key, now, mem.oom_kills, OOM_WINDOW)
+        for store in (self._ws, self._oom):
+            for key in [k for k in store if k not in seen]:
+                del store[key]
+
+    def working_set(self, key: str) -> list[tuple[float, int]]:
+        return list(self._ws.get(key, ()))
+
+    def oom_kills(self, key: str) -> list[tuple[float, int]]:
+        return list(self._oom.get(key, ()))
+
+
+def _push(
+    store: dict[str, deque[tuple[float, int]]], key: str, now: float, value: int, keep: float
+) -> None:
+    series = store.setdefault(key, deque())
+    series.append((now, value))
+    while series and series[0][0] < now - keep:
+        series.popleft()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Signal:
+    """A registered signal: its scope, unit, help text and function."""
+
+    name: str
+    scope: Scope
+    unit: str
+    help: str
+    fn: Callable[[NodeSnapshot, History, Target], float | None]
+
+
+SIGNALS: dict[str, Signal] = {}
+
+
+def signal(
+    name: str, *, scope: Scope, unit: str, help: str
+) -> Callable[
+    [Callable[[NodeSnapshot, History, Target], float | None]],
+    Callable[[NodeSnapshot, History, Target], float | None],
+]:
+    """Register a signal function under ``name``."""
+
+    def register(
+        fn: Callable[[NodeSnapshot, History, Target], float | None],
+    ) -> Callable[[NodeSnapshot, History, Target], float | None]:
+        if name in SIGNALS:
+            raise ValueError(f"signal {name} registered twice")
+        SIGNALS[name] = Signal(name=name, scope=scope, unit=unit, help=help, fn=fn)
+        return fn
+
+    return register
+
+
+def _ratio(part: float | None, whole: float | None) -> float | None:
+    if part is None or not whole:
+        return None
+    return part / whole
+
+
+# -- node ----------------------------------------------------------------------------------------
+def _mem_ratio(attr: str) -> Callable[[NodeSnapshot, History, Target], float | None]:
+    def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+        m = snap.meminfo
+        return None if m is None else _ratio(getattr(m, attr), m.total_bytes)
+
+    return fn
+
+
+for _name, _attr, _help in (
+    ("node_memory_available_ratio", "available_bytes", "MemAvailable / MemTotal"),
+    ("node_page_cache_ratio", "page_cache_bytes", "page cache (file LRU) / MemTotal"),
+    ("node_slab_reclaimable_ratio", "slab_reclaimable_bytes", "SReclaimable / MemTotal"),
+    ("node_slab_unreclaimable_ratio", "slab_unreclaimable_bytes", "SUnreclaim / MemTotal"),
+):
+    signal(_name, scope="node", unit="ratio", help=_help)(_mem_ratio(_attr))
+
+
+@signal("node_memory_available_bytes", scope="node", unit="bytes", help="MemAvailable")
+def _available(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+    return None if snap.meminfo is None else snap.meminfo.available_bytes
+
+
+def _psi(kind: str, window: str) -> Callable[[NodeSnapshot, History, Target], float | None]:
+    def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+        line = getattr(snap.pressure, kind, None) if snap.pressure else None
+        return None if line is None else float(getattr(line, window))
+
+    return fn
+
+
+for _kind in ("some", "full"):
+    for _window in ("avg10", "avg60"):
+        signal(
+            f"node_psi_{_kind}_{_window}",
+            scope="node",
+            unit="ratio",
+            help=f"memory PSI {_kind} {_window}, share of time stalled",
+        )(_psi(_kind, _window))
+
+
+def _overcommit(attr: str) -> Callable[[NodeSnapshot, History, Target], float | None]:
+    def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+        if snap.pod_meta is None or snap.node_meta is None:
+            return None
+        live = [m for m in snap.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
+        total = sum(getattr(m, attr) or 0 for m in live)
+        return _ratio(total, snap.node_meta.allocatable_memory_bytes)
+
+    return fn
+
+
+signal(
+    "node_memory_requests_allocatable_ratio",
+    scope="node",
+    unit="ratio",
+    help="sum of pod memory requests / node allocatable",
+)(_overcommit("memory_request_bytes"))
+signal(
+    "node_memory_limits_allocatable_ratio",
+    scope="node",
+    unit="ratio",
+    help="sum of pod memory limits / node allocatable (overcommit above 1)",
+)(_overcommit("memory_limit_bytes"))
+
+
+# -- pod and container ---------------------------------------------------------------------------
+def seconds_to_limit(samples: Iterable[tuple[float, int]], limit: int | None) -> float | None:
+    """Seconds until the working set reaches ``limit`` at the growth of the last
+    :data:`GROWTH_WINDOW` seconds (least-squares slope over at least 3 samples spanning 1 s or
+    more); ``inf`` when not growing, 0 at or past the limit, ``None`` without a limit or with
+    too few samples."""
+    points = list(samples)
+    if limit is None or len(points) < 3:
+        return None
+    t_end, ws_end = points[-1]
+    if ws_end >= limit:
+        return 0.0
+    recent = [(t, v) for t, v in points if t >= t_end - GROWTH_WINDOW]
+    if len(recent) < 3 or recent[-1][0] - recent[0][0] < 1.0:
+        return None
+    n = len(recent)
+    mt = sum(t for t, _ in recent) / n
+    mv = sum(v for _, v in recent) / n
+    var = sum((t - mt) ** 2 for t, _ in recent)
+    slope = sum((t - mt) * (v - mv) for t, v in recent) / var
+    if slope <= 0:
+        return math.inf
+    return (limit - ws_end) / slope
+
+
+def _kills_in_window(samples: list[tuple[float, int]]) -> float | None:
+    if not samples:
+        return None
+    total, prev = 0, samples[0][1]
+    for _, v in samples[1:]:
+        total += v - prev if v >= prev else v  # a reset (new cgroup) counts from 0
+        prev = v
+    return float(total)
+
+
+def _request(t: Target) -> int | None:
+    if t.meta is None:
+        return None
+    if t.container is None:
+        return t.meta.memory_request_bytes or None
+    name = t.meta.containers.get(t.container.container_id)
+    return t.meta.container_requests.get(name) if name else None
+
+
+def _register_workload(scope: Literal["pod", "container"]) -> None:
+    @signal(
+        f"{scope}_working_set_bytes",
+        scope=scope,
+        unit="bytes",
+        help=f"{scope} working set (usage - inactive_file)",
+    )
+    def _ws(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+        return None if t.memory is None else t.memory.working_set_bytes
+
+    @signal(
+        f"{scope}_working_set_limit_ratio",
+        scope=scope,
+        unit="ratio",
+        help=f"{scope} working set / effective memory limit",
+    )
+    def _ws_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+        m = t.memory
+        return None if m is None else _ratio(m.working_set_bytes, m.effective_limit_bytes)
+
+    @signal(
+        f"{scope}_working_set_request_ratio",
+        scope=scope,
+        unit="ratio",
+        help=f"{scope} working set / memory request (from the pod spec)",
+    )
+    def _ws_request(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+        m = t.memory
+        return None if m is None else _ratio(m.working_set_bytes, _request(t))
+
+    @signal(
+        f"{scope}_seconds_to_limit",
+        scope=scope,
+        unit="seconds",
+        help=f"{scope}: seconds until the working set reaches the limit at its recent growth",
+    )
+    def _eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
+        m = t.memory
+        return (
+            None if m is None else seconds_to_limit(h.working_set(t.key), m.effective_limit_bytes)
+        )
+
+    @signal(
+        f"{scope}_oom_kills_10m",
+        scope=scope,
+        unit="count",
+        help=f"{scope} OOM kills (cgroup counter) in the last 10 minutes",
+    )
+    def _ooms(_s: NodeSnapshot, h: History, t: Target) -> float | None:
+        return _kills_in_window(h.oom_kills(t.key))
+
+
+_register_workload("pod")
+_register_workload("container")

@@ -1,0 +1,136 @@
+"""Rule files: every shipped file passes ``nodeguard check``; broken files give exact errors
+with file, line and field."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeguard.commands import check_files
+from nodeguard.rules.load import RuleError, load_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted([ROOT / "rules" / "default.yaml", *(ROOT / "rules" / "examples").glob("*.yaml")])
+
+GOOD_RULE = """\
+apiVersion: nodeguard.io/v1alpha1
+kind: RuleSet
+spec:
+  rules:
+    - name: low
+      scope: node
+      when:
+        - {signal: node_memory_available_ratio, op: "<", value: 0.05}
+      actions:
+        - action: cordon
+"""
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_rule_files_pass_check(path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "check", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_shipped_rules_load_together() -> None:
+    rules = load_rules([ROOT / "rules" / "default.yaml", ROOT / "rules" / "examples"]).rules
+    assert {r.name for r in rules} >= {
+        "container-near-limit",
+        "node-memory-low",
+        "slab-unreclaimable-high",
+        "memory-pressure-katib",
+    }
+
+
+def _check(tmp_path: Path, text: str) -> tuple[int, str]:
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    out = io.StringIO()
+    return check_files([path], out=out), out.getvalue().replace(str(path), "F")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "apiVersion: nodeguard.io/v1alpha1\nkind: RuleSet\nspec:\n  rules: [\n",
+            "F:5: invalid YAML",
+        ),
+        (
+            GOOD_RULE.replace("node_memory_available_ratio", "node_memory_free_ratio"),
+            "F:8: spec.rules[0].when[0].signal: unknown signal 'node_memory_free_ratio'",
+        ),
+        (
+            GOOD_RULE.replace("action: cordon", "action: reboot"),
+            "F:10: spec.rules[0].actions[0]: unknown action 'reboot'",
+        ),
+        (
+            GOOD_RULE.replace("value: 0.05", "value: five percent"),
+            "F:8: spec.rules[0].when[0].value: Input should be a valid number",
+        ),
+        (
+            GOOD_RULE.replace("      scope: node\n", "      scope: node\n      for: -1m\n"),
+            "F:7: spec.rules[0].for: negative duration '-1m'",
+        ),
+        (
+            GOOD_RULE + GOOD_RULE.split("  rules:\n")[1],
+            "F:11: spec.rules[1].name: duplicate rule name 'low'",
+        ),
+        (
+            GOOD_RULE.replace("      scope: node\n", "      scope: node\n      severity: high\n"),
+            "F:7: spec.rules[0].severity: Extra inputs are not permitted",
+        ),
+        (
+            GOOD_RULE.replace("scope: node", "scope: container"),
+            "F:5: spec.rules[0]: signal 'node_memory_available_ratio' is a node signal, but the "
+            "rule's scope is container",
+        ),
+        (
+            GOOD_RULE.replace("- action: cordon", "- action: evict\n          args: {free: lots}"),
+            "F:10: spec.rules[0].actions[0]: evict: args.free: not a memory quantity or percent",
+        ),
+        (
+            GOOD_RULE.replace("kind: RuleSet", "kind: PrometheusRule"),
+            "F:2: kind: Input should be 'RuleSet'",
+        ),
+    ],
+    ids=[
+        "yaml",
+        "signal",
+        "action",
+        "type",
+        "negative-duration",
+        "duplicate",
+        "unknown-key",
+        "scope",
+        "action-args",
+        "kind",
+    ],
+)
+def test_broken_files_give_exact_errors(tmp_path: Path, text: str, error: str) -> None:
+    rc, out = _check(tmp_path, text)
+    assert rc == 1
+    assert "FAILED" in out
+    assert error in out, out
+
+
+def test_good_file(tmp_path: Path) -> None:
+    rc, out = _check(tmp_path, GOOD_RULE)
+    assert (rc, out) == (0, "Checking F\n  SUCCESS: 1 rules found\n")
+
+
+def test_duplicate_names_across_files(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD_RULE)
+    (tmp_path / "b.yaml").write_text(GOOD_RULE)
+    with pytest.raises(RuleError, match="duplicate rule name 'low'"):
+        load_rules([tmp_path])
