@@ -31,15 +31,24 @@ def get(url: str, *, timeout: float = 5.0) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+class Agent(str):
+    """The agent's base URL, with its process ID."""
+
+    pid: int
+
+
 @contextlib.contextmanager
-def running_agent(*, args: list[str], log_path: Path, ready_timeout: float = 20.0) -> Iterator[str]:
+def running_agent(
+    *, args: list[str], log_path: Path, ready_timeout: float = 20.0
+) -> Iterator[Agent]:
     """Run ``nodeguard run ARGS`` on a free loopback port until the block ends; yields the base
     URL once ``/readyz`` answers 200. The process's output goes to ``log_path``."""
     port = free_port()
     cmd = [sys.executable, "-m", "nodeguard", "run", f"--listen-address=127.0.0.1:{port}", *args]
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
-        base = f"http://127.0.0.1:{port}"
+        base = Agent(f"http://127.0.0.1:{port}")
+        base.pid = proc.pid
         try:
             deadline = time.monotonic() + ready_timeout
             while True:

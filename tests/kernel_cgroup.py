@@ -60,7 +60,9 @@ def _enable_memory_v2(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def kubelet_cgroup(*, limit_bytes: int, pod_uid: str | None = None) -> Iterator[KubeletCgroup]:
+def kubelet_cgroup(
+    *, limit_bytes: int, pod_uid: str | None = None, container_id: str | None = None
+) -> Iterator[KubeletCgroup]:
     """Create ``kubepods/burstable/pod<uid>/<container id>`` with a memory limit on the container;
     remove what was created afterwards."""
     found = writable_memory_controller()
@@ -68,7 +70,7 @@ def kubelet_cgroup(*, limit_bytes: int, pod_uid: str | None = None) -> Iterator[
         raise RuntimeError("needs root and a writable cgroup memory controller")
     version, root = found
     uid = pod_uid or str(uuid.uuid4())
-    cid = secrets.token_hex(32)
+    cid = container_id or secrets.token_hex(32)
     chain = [
         root / "kubepods",
         root / "kubepods/burstable",

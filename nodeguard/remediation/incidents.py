@@ -110,8 +110,11 @@ class IncidentStore:
                 )
                 self.directory = None
 
-    def write(self, *, firing: Firing, results: Sequence[ActionResult]) -> dict[str, Any]:
-        """Record one incident; returns the record."""
+    def write(
+        self, *, firing: Firing, results: Sequence[ActionResult], dry_run: bool | None = None
+    ) -> dict[str, Any]:
+        """Record one incident; returns the record. ``dry_run`` is the effective mode (the
+        global one or the rule's), default the firing's own."""
         record: dict[str, Any] = {
             "id": incident_id(firing),
             "node": firing.node,
@@ -122,7 +125,7 @@ class IncidentStore:
             "source": firing.source,
             "scope": firing.scope,
             "target": firing.target,
-            "dry_run": firing.dry_run,
+            "dry_run": firing.dry_run if dry_run is None else dry_run,
             "summary": firing.summary,
             "values": {
                 k: (v if v is not None and math.isfinite(v) else None)

@@ -82,7 +82,7 @@ class Remediator:
         results: list[ActionResult] = []
         for spec in firing.actions:
             results += await self.runbook.run(spec, firing=firing, dry_run=dry, note=note)
-        self.incidents.write(firing=firing, results=results)
+        self.incidents.write(firing=firing, results=results, dry_run=dry)
         return results
 
     async def _worker(self) -> None:

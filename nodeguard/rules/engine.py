@@ -179,7 +179,8 @@ class RuleEngine:
             return None
         elif st.pending_since is None:
             st.pending_since = now
-        if now - (st.pending_since or now) < rule.for_:
+        since = now if st.pending_since is None else st.pending_since
+        if now - since < rule.for_:
             return None
         if st.busy or (st.last_acted is not None and now - st.last_acted < rule.cooldown):
             self._count(rule.name, "suppressed_cooldown")

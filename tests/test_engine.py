@@ -1,0 +1,215 @@
+"""The rule engine's semantics on a fake clock (snapshot timestamps), with stand-in signals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodeguard.rules.engine import RuleEngine
+from nodeguard.rules.schema import Rule
+from nodeguard.rules.signals import SIGNALS, History, Target, signal
+from nodeguard.snapshot import CgroupMemory, ContainerMemory, NodeSnapshot, PodMemory
+
+# Stand-in signals: the node's value and each container's value come from these dicts, set by
+# the test before each step.
+NODE: dict[str, float | None] = {"v": None}
+CONTAINERS: dict[str, float] = {}
+
+if "test_node_value" not in SIGNALS:
+
+    @signal("test_node_value", scope="node", unit="ratio", help="stand-in")
+    def _node(_s: NodeSnapshot, _h: History, _t: Target) -> float | None:
+        return NODE["v"]
+
+    @signal("test_container_value", scope="container", unit="ratio", help="stand-in")
+    def _ctr(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+        return CONTAINERS.get(t.key)
+
+
+def rule(**over: Any) -> Rule:
+    data: dict[str, Any] = {
+        "name": "r",
+        "scope": "node",
+        "when": [{"signal": "test_node_value", "op": ">", "value": 0.5}],
+        "actions": [{"action": "record"}],
+        "cooldown": "0s",
+    }
+    data.update(over)
+    return Rule.model_validate(data)
+
+
+def _cg(path: str) -> CgroupMemory:
+    return CgroupMemory(
+        path=path,
+        cgroup_version=2,
+        usage_bytes=1,
+        working_set_bytes=1,
+        anon_bytes=1,
+        file_bytes=0,
+        inactive_file_bytes=0,
+        limit_bytes=None,
+        effective_limit_bytes=None,
+        oom_kills=0,
+        limit_hits=0,
+        high_events=0,
+        pressure=None,
+    )
+
+
+def snap(t: float, containers: tuple[str, ...] = ()) -> NodeSnapshot:
+    pods = tuple(
+        PodMemory(
+            uid=f"pod{c}",
+            qos_class="burstable",
+            memory=_cg(f"/p{c}"),
+            containers=(ContainerMemory(container_id=c, runtime="", memory=_cg(f"/p{c}/{c}")),),
+        )
+        for c in containers
+    )
+    return NodeSnapshot(
+        timestamp=t,
+        node_name="node-a",
+        meminfo=None,
+        pressure=None,
+        pods=pods,
+        oom=None,
+        processes=(),
+        collectors=(),
+    )
+
+
+def step(engine: RuleEngine, t: float, value: float | None, *, dry: bool = False) -> list[Any]:
+    NODE["v"] = value
+    return engine.evaluate(snap(t), global_dry_run=dry)
+
+
+def test_for_duration_and_reset_when_the_value_drops_back() -> None:
+    engine = RuleEngine(rules=[rule(**{"for": "30s"})])
+    assert step(engine, 0, 0.9) == []
+    assert step(engine, 20, 0.9) == []
+    assert step(engine, 25, 0.1) == []  # dropped back: the first crossing resets
+    assert step(engine, 30, 0.9) == []  # crossed again at t=30
+    assert step(engine, 55, 0.9) == []
+    fired = step(engine, 60, 0.9)
+    assert [(f.rule, f.kind, f.target, f.node) for f in fired] == [
+        ("r", "firing", "node-a", "node-a")
+    ]
+    assert fired[0].values == {"test_node_value": 0.9}
+    assert "test_node_value > 0.5 (is 0.9)" in fired[0].summary
+    assert engine.state() == {"r": (0, 1)}
+
+
+def test_no_data_never_holds() -> None:
+    engine = RuleEngine(rules=[rule()])
+    assert step(engine, 0, None) == []
+
+
+def test_fires_once_while_busy_then_after_cooldown() -> None:
+    engine = RuleEngine(rules=[rule(cooldown="60s")])
+    first = step(engine, 0, 0.9)
+    assert len(first) == 1
+    assert step(engine, 10, 0.9) == []  # its actions have not finished
+    engine.finished(first[0], at=20)
+    assert step(engine, 50, 0.9) == []  # cooldown counts from the end of the actions
+    assert engine.counts[("r", "suppressed_cooldown")] == 1
+    again = step(engine, 80, 0.9)
+    assert [f.kind for f in again] == ["firing"]
+
+
+def test_hysteresis_and_resolve_actions() -> None:
+    r = rule(
+        clear=[{"signal": "test_node_value", "op": "<", "value": 0.3}],
+        resolve=[{"action": "uncordon"}],
+        actions=[{"action": "cordon"}],
+    )
+    engine = RuleEngine(rules=[r])
+    fired = step(engine, 0, 0.9)
+    engine.finished(fired[0], at=0)
+    assert step(engine, 10, 0.4) == []  # below 0.5 but not below 0.3: still firing
+    assert engine.state() == {"r": (0, 1)}
+    resolved = step(engine, 20, 0.2)
+    assert [(f.kind, [a.action for a in f.actions]) for f in resolved] == [
+        ("resolved", ["uncordon"])
+    ]
+    assert "cleared: test_node_value < 0.3 (is 0.2)" in resolved[0].summary
+    assert engine.state() == {"r": (0, 0)}
+    assert step(engine, 30, 0.25) == []
+
+
+def test_without_clear_it_resolves_when_when_stops_holding() -> None:
+    engine = RuleEngine(rules=[rule(resolve=[{"action": "record"}])])
+    engine.finished(step(engine, 0, 0.9)[0], at=0)
+    assert [f.kind for f in step(engine, 5, 0.4)] == ["resolved"]
+
+
+def test_one_firing_per_target_and_the_cap() -> None:
+    r = rule(
+        scope="container",
+        when=[{"signal": "test_container_value", "op": ">=", "value": 0.95}],
+        maxFirings={"count": 2, "window": "10m"},
+        cooldown="1h",
+    )
+    engine = RuleEngine(rules=[r])
+    CONTAINERS.clear()
+    CONTAINERS.update({"poda/a": 0.99, "podb/b": 0.97, "podc/c": 0.96, "podd/d": 0.5})
+    fired = engine.evaluate(snap(0, ("a", "b", "c", "d")), global_dry_run=False)
+    assert [(f.target, f.pod_uid, f.container_id) for f in fired] == [
+        ("poda/a", "poda", "a"),
+        ("podb/b", "podb", "b"),
+    ]
+    assert engine.counts[("r", "suppressed_cap")] == 1
+    for f in fired:
+        engine.finished(f, at=0)
+    # The window passes: the third container may fire now; the first two are cooling down.
+    later = engine.evaluate(snap(601, ("a", "b", "c", "d")), global_dry_run=False)
+    assert [f.target for f in later] == ["podc/c"]
+
+
+def test_vanished_targets_are_forgotten() -> None:
+    r = rule(
+        scope="container", when=[{"signal": "test_container_value", "op": ">=", "value": 0.95}]
+    )
+    engine = RuleEngine(rules=[r])
+    CONTAINERS.clear()
+    CONTAINERS.update({"poda/a": 0.99})
+    engine.evaluate(snap(0, ("a",)), global_dry_run=False)
+    assert engine.state() == {"r": (0, 1)}
+    engine.evaluate(snap(5, ()), global_dry_run=False)
+    assert engine.state() == {"r": (0, 0)}
+
+
+@pytest.mark.parametrize(
+    ("global_dry", "rule_dry", "expected"),
+    [
+        (True, None, True),
+        (True, False, True),
+        (False, True, True),
+        (False, None, False),
+        (False, False, False),
+    ],
+)
+def test_global_dry_run_always_wins(
+    global_dry: bool, rule_dry: bool | None, expected: bool
+) -> None:
+    engine = RuleEngine(rules=[rule(dryRun=rule_dry)])
+    assert step(engine, 0, 0.9, dry=global_dry)[0].dry_run is expected
+
+
+def test_reload_keeps_state_of_unchanged_rules_only() -> None:
+    a = rule(name="a", **{"for": "30s"})
+    b = rule(name="b", **{"for": "30s"})
+    engine = RuleEngine(rules=[a, b])
+    step(engine, 0, 0.9)
+    engine.set_rules([a, rule(name="b", **{"for": "40s"})])
+    fired = step(engine, 30, 0.9)
+    assert [f.rule for f in fired] == ["a"]  # b changed: its timer started over at t=30
+    assert [f.rule for f in step(engine, 70, 0.9)] == ["b"]
+
+
+def test_dropped_firing_can_fire_again() -> None:
+    engine = RuleEngine(rules=[rule(cooldown="10m", maxFirings={"count": 1, "window": "1h"})])
+    fired = step(engine, 0, 0.9)
+    engine.dropped(fired[0])  # the queue was full
+    assert engine.counts[("r", "suppressed_queue_full")] == 1
+    assert len(step(engine, 5, 0.9)) == 1  # not held back by cooldown or the cap

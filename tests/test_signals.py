@@ -1,0 +1,58 @@
+"""The real signals on a fixture host, and the time-to-limit prediction."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nodeguard.rules.signals import SIGNALS, History, seconds_to_limit, targets
+from nodeguard.sampler import Sampler, SamplerConfig
+from tests.conftest import host_paths
+from tests.fixtures.make_hosts import CID, UID_G
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def test_seconds_to_limit() -> None:
+    growing = [(t, 40 * MiB + int(t * MiB)) for t in range(0, 21, 5)]  # 1 MiB/s, 60 MiB now
+    assert seconds_to_limit(growing, 100 * MiB) == pytest.approx(40.0)
+    flat = [(t, 60 * MiB) for t in range(0, 21, 5)]
+    assert seconds_to_limit(flat, 100 * MiB) == math.inf
+    assert seconds_to_limit(growing[:2], 100 * MiB) is None  # too few samples
+    assert seconds_to_limit(growing, None) is None  # no limit
+    assert seconds_to_limit([*growing, (25, 100 * MiB)], 100 * MiB) == 0.0
+    # Only the last 30 s count: an old plateau does not dilute a recent climb.
+    old = [(t, 10 * MiB) for t in range(0, 60, 5)]
+    climb = [(60 + t, 10 * MiB + 2 * t * MiB) for t in range(0, 31, 5)]
+    assert seconds_to_limit(old + climb, 100 * MiB) == pytest.approx((100 - 70) / 2, rel=0.05)
+
+
+def test_real_signals_on_a_fixture_host() -> None:
+    snap = Sampler(
+        config=SamplerConfig(paths=host_paths("v2-systemd-containerd"), node_name="n")
+    ).sample_once()
+    history = History()
+    history.observe(snap)
+
+    def value(name: str, key: str) -> float | None:
+        sig = SIGNALS[name]
+        target = next(t for t in targets(snap, sig.scope) if t.key == key)
+        return sig.fn(snap, history, target)
+
+    assert value("node_memory_available_ratio", "n") == pytest.approx(6 / 32)
+    assert value("node_memory_available_bytes", "n") == 6 * GiB
+    assert value("node_slab_unreclaimable_ratio", "n") == pytest.approx(10 / 32)
+    assert value("node_page_cache_ratio", "n") == pytest.approx(2.5 / 32)
+    assert value("node_psi_full_avg10", "n") == pytest.approx(0.04)
+    assert value("node_psi_some_avg60", "n") == pytest.approx(0.08)
+    # No pod list without a cluster: overcommit is unknown, not 0.
+    assert value("node_memory_requests_allocatable_ratio", "n") is None
+    key = f"{UID_G}/{CID[1]}"
+    assert value("container_working_set_limit_ratio", key) == pytest.approx(
+        (3 * GiB + 412 * MiB) / (4 * GiB)
+    )
+    assert value("container_working_set_request_ratio", key) is None
+    assert value("container_seconds_to_limit", key) is None  # one sample: no growth yet
+    assert value("pod_working_set_bytes", UID_G) == 3 * GiB + 600 * MiB - 100 * MiB
