@@ -208,3 +208,25 @@ def test_agent_acts_on_rules_and_reload_keeps_the_last_good(tmp_path: Path) -> N
 
         os.kill(base.pid, signal.SIGHUP)
         _wait(lambda: _metric(get(f"{base}/metrics")[1], "nodeguard_rules_reloads_total") == 2)
+
+
+def test_incidents_command_lists_and_shows(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    store = IncidentStore(directory=tmp_path / "incidents")
+    record = store.write(firing=firing("slab-high"), results=[ActionResult(
+        action="cordon", node="node-a", dry_run=True, outcome="done", message="would cordon")])
+    env = {"COLUMNS": "200", "PATH": ""}
+    listing = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}"],
+        capture_output=True, text=True, check=True, env=env).stdout
+    assert "slab-high" in listing and "cordon:done" in listing and record["id"] in listing
+    shown = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}",
+         record["id"]], capture_output=True, text=True, check=True, env=env).stdout
+    assert json.loads(shown)["evidence"]["memory"]["total_bytes"] == 32 * GiB
+    missing = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}", "nope"],
+        capture_output=True, text=True, check=False, env=env)
+    assert missing.returncode == 1

@@ -51,6 +51,7 @@ async def _one(
     pause: bool,
     floor: int,
     dry_run: bool,
+    note: str,
 ) -> ActionResult:
     action = "pause_katib" if pause else "resume_katib"
 
@@ -124,7 +125,7 @@ async def _one(
         patch=patch,
         dry_run=dry_run,
     )
-    res = result("done", message)
+    res = result("done", f"{message}; {note}" if note else message)
     await auditor.record(result=res, obj=ref, reason=reason)
     return res
 
@@ -138,6 +139,7 @@ async def _each(
     pause: bool,
     floor: int,
     dry_run: bool,
+    note: str,
 ) -> list[ActionResult]:
     results = []
     action = "pause_katib" if pause else "resume_katib"
@@ -153,6 +155,7 @@ async def _each(
                     pause=pause,
                     floor=floor,
                     dry_run=dry_run,
+                    note=note,
                 )
             )
         except NotFound:
@@ -196,8 +199,10 @@ async def pause_katib(
     experiments: Iterable[tuple[str, str]],
     floor: int = 1,
     dry_run: bool,
+    note: str = "",
 ) -> list[ActionResult]:
-    """Pause each ``(namespace, name)`` experiment; one result per experiment."""
+    """Pause each ``(namespace, name)`` experiment; one result per experiment. ``note`` (the
+    incident) is appended to the Event's message."""
     return await _each(
         kube=kube,
         auditor=auditor,
@@ -206,6 +211,7 @@ async def pause_katib(
         pause=True,
         floor=floor,
         dry_run=dry_run,
+        note=note,
     )
 
 
@@ -216,6 +222,7 @@ async def resume_katib(
     node: str,
     experiments: Iterable[tuple[str, str]],
     dry_run: bool,
+    note: str = "",
 ) -> list[ActionResult]:
     """Resume each experiment that nodeguard paused, restoring parallelTrialCount exactly."""
     return await _each(
@@ -226,4 +233,5 @@ async def resume_katib(
         pause=False,
         floor=1,
         dry_run=dry_run,
+        note=note,
     )

@@ -224,6 +224,7 @@ async def _pause(
         experiments=experiments,
         floor=args.floor,
         dry_run=dry,
+        note=note,
     )
     if not dry:
         key = (firing.rule, firing.target)
@@ -252,7 +253,12 @@ async def _resume(
             )
         ]
     results = await resume_katib(
-        kube=rb._api(), auditor=rb.auditor, node=rb.node, experiments=experiments, dry_run=dry
+        kube=rb._api(),
+        auditor=rb.auditor,
+        node=rb.node,
+        experiments=experiments,
+        dry_run=dry,
+        note=note,
     )
     if not dry and all(r.outcome != "failed" for r in results):
         rb.paused.pop(key, None)
