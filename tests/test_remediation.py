@@ -215,18 +215,36 @@ def test_incidents_command_lists_and_shows(tmp_path: Path) -> None:
     import sys
 
     store = IncidentStore(directory=tmp_path / "incidents")
-    record = store.write(firing=firing("slab-high"), results=[ActionResult(
-        action="cordon", node="node-a", dry_run=True, outcome="done", message="would cordon")])
+    record = store.write(
+        firing=firing("slab-high"),
+        results=[
+            ActionResult(
+                action="cordon", node="node-a", dry_run=True, outcome="done", message="would cordon"
+            )
+        ],
+    )
     env = {"COLUMNS": "200", "PATH": ""}
     listing = subprocess.run(
         [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}"],
-        capture_output=True, text=True, check=True, env=env).stdout
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     assert "slab-high" in listing and "cordon:done" in listing and record["id"] in listing
     shown = subprocess.run(
-        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}",
-         record["id"]], capture_output=True, text=True, check=True, env=env).stdout
+        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}", record["id"]],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     assert json.loads(shown)["evidence"]["memory"]["total_bytes"] == 32 * GiB
     missing = subprocess.run(
         [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}", "nope"],
-        capture_output=True, text=True, check=False, env=env)
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
     assert missing.returncode == 1
