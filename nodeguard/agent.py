@@ -24,6 +24,8 @@ from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.cordon import CordonConfig
 from nodeguard.actions.evict import EvictionLimiter
+from nodeguard.alerts.metrics import WebhookCollector
+from nodeguard.alerts.webhook import WebhookReceiver
 from nodeguard.exporter import SnapshotCollector
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
@@ -59,6 +61,9 @@ class AgentConfig:
     eviction_window: float = 600.0
     concurrency: int = 2
     queue_size: int = 64
+    webhook_token: str | None = None
+    webhook_node_label: str = "node"
+    webhook_max_body: int = 1 << 20
 
 
 def _cluster(cfg: AgentConfig) -> tuple[KubeClient, PodWatcher] | None:
@@ -113,7 +118,23 @@ async def run_agent(cfg: AgentConfig) -> int:
                 engine.dropped(firing)
 
     sampler.add_listener(evaluate)
-    app = make_app(sampler=sampler, registry=registry, incidents=incidents)
+    receiver = WebhookReceiver(
+        node_name=node,
+        rules=lambda: source.current.alerts if source else (),
+        submit=remediator.submit,
+        latest=lambda: sampler.latest,
+        global_dry_run=cfg.dry_run,
+        token=cfg.webhook_token,
+        node_label=cfg.webhook_node_label,
+    )
+    registry.register(WebhookCollector(receiver=receiver))
+    app = make_app(
+        sampler=sampler,
+        registry=registry,
+        incidents=incidents,
+        webhook=receiver.handle,
+        max_body=cfg.webhook_max_body,
+    )
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)

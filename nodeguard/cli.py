@@ -195,6 +195,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=200,
         help="incident records kept, oldest removed first (default 200)",
     )
+    w = run.add_argument_group("Alertmanager webhook (POST /webhook/alertmanager)")
+    w.add_argument(
+        "--webhook.token-file",
+        dest="webhook_token_file",
+        type=Path,
+        default=None,
+        help="file holding the bearer token Alertmanager must send (default: none)",
+    )
+    w.add_argument(
+        "--webhook.node-label",
+        dest="webhook_node_label",
+        default="node",
+        help="the alert label naming the node to act on (default node)",
+    )
+    w.add_argument(
+        "--webhook.max-body",
+        dest="webhook_max_body",
+        type=_count,
+        default=1 << 20,
+        help="largest accepted delivery in bytes; 413 above (default 1 MiB)",
+    )
     g = run.add_argument_group("actions")
     g.add_argument(
         "--cordon.mode",
@@ -294,6 +315,15 @@ def _usable_state_dir(path: Path) -> Path | None:
     return path
 
 
+def _read_token(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    token = path.read_text().strip()
+    if not token:
+        raise SystemExit(f"nodeguard: {path} is empty: no webhook token")
+    return token
+
+
 def _run(args: argparse.Namespace) -> int:
     state = _usable_state_dir(args.state)
     host, port = args.listen_address
@@ -314,6 +344,9 @@ def _run(args: argparse.Namespace) -> int:
         ),
         evictions_per_window=args.evict_max,
         eviction_window=args.evict_window,
+        webhook_token=_read_token(args.webhook_token_file),
+        webhook_node_label=args.webhook_node_label,
+        webhook_max_body=args.webhook_max_body,
     )
     try:
         return asyncio.run(run_agent(cfg))

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.rules.load import RuleError, expand_paths, load_rule_file
+from nodeguard.rules.schema import AlertRule, Rule
 
 __all__ = ["check_files", "show_incidents"]
 
@@ -33,13 +34,15 @@ def check_files(files: Sequence[Path], *, out: TextIO) -> int:
             for msg in exc.messages:
                 out.write(f"{msg}\n")
             continue
-        dupes = [r.name for r in rf.spec.rules if r.name in seen]
+        items: list[Rule | AlertRule] = [*rf.spec.rules, *rf.spec.alerts]
+        dupes = [r.name for r in items if r.name in seen]
         for name in dupes:
             failed = True
             out.write(f"{path}: spec.rules: duplicate rule name {name!r} (also in {seen[name]})\n")
-        seen.update({r.name: path for r in rf.spec.rules})
+        seen.update({r.name: path for r in items})
         if not dupes:
-            out.write(f"  SUCCESS: {len(rf.spec.rules)} rules found\n")
+            extra = f", {len(rf.spec.alerts)} alert rules" if rf.spec.alerts else ""
+            out.write(f"  SUCCESS: {len(rf.spec.rules)} rules found{extra}\n")
     return 1 if failed else 0
 
 

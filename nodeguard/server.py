@@ -8,12 +8,14 @@
 - ``GET /readyz``: 200 once the first snapshot exists, 503 before.
 - ``GET /snapshot``: the latest snapshot as JSON (bytes and seconds); 503 before the first.
 - ``GET /incidents``: incident summaries, newest first; ``GET /incidents/{id}``: one in full.
+- ``POST /webhook/alertmanager``: Alertmanager's webhook (:mod:`nodeguard.alerts.webhook`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -26,8 +28,16 @@ from nodeguard.snapshot import to_jsonable
 __all__ = ["make_app"]
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
 def make_app(
-    *, sampler: Sampler, registry: CollectorRegistry, incidents: IncidentStore | None = None
+    *,
+    sampler: Sampler,
+    registry: CollectorRegistry,
+    incidents: IncidentStore | None = None,
+    webhook: Handler | None = None,
+    max_body: int = 1 << 20,
 ) -> web.Application:
     """The aiohttp application serving the endpoints above from ``sampler.latest``."""
     interval = sampler.config.interval
@@ -85,7 +95,8 @@ def make_app(
             return web.json_response({"error": "no such incident"}, status=404)
         return web.json_response(record, dumps=lambda o: json.dumps(o, indent=1, default=str))
 
-    app = web.Application()
+    # The body limit (413 above it) matters for the Alertmanager webhook, the only POST.
+    app = web.Application(client_max_size=max_body)
     app.router.add_get("/", index)
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
     app.router.add_get("/healthz", healthz)
@@ -93,4 +104,6 @@ def make_app(
     app.router.add_get("/snapshot", snapshot)
     app.router.add_get("/incidents", incident_list)
     app.router.add_get("/incidents/{id}", incident_one)
+    if webhook is not None:
+        app.router.add_post("/webhook/alertmanager", webhook)
     return app

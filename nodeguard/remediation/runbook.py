@@ -23,10 +23,11 @@ from nodeguard.actions.evict import EvictionBackoff, EvictionLimiter, evict
 from nodeguard.actions.katib import EXPERIMENT_LABEL, experiments_on_node, pause_katib, resume_katib
 from nodeguard.actions.ranking import EvictFilter, EvictionPlan, plan_eviction
 from nodeguard.kube.client import KubeClient
-from nodeguard.kube.objects import parse_bytes
+from nodeguard.kube.objects import parse_bytes, pod_meta
 from nodeguard.rules.actions import CordonArgs, EvictArgs, KatibArgs
 from nodeguard.rules.engine import Firing
 from nodeguard.rules.schema import ActionSpec
+from nodeguard.snapshot import PodMeta
 
 __all__ = ["Runbook"]
 
@@ -94,7 +95,7 @@ async def _cordon(
         await cordon(
             kube=rb._api(),
             auditor=rb.auditor,
-            node=rb.node,
+            node=firing.node,
             rule=firing.rule,
             reason=note,
             identity=rb.node,
@@ -111,7 +112,7 @@ async def _uncordon(
         await uncordon(
             kube=rb._api(),
             auditor=rb.auditor,
-            node=rb.node,
+            node=firing.node,
             rule=firing.rule,
             dry_run=dry,
             config=rb.cordon_config,
@@ -119,70 +120,92 @@ async def _uncordon(
     ]
 
 
-def _free_bytes(value: str, firing: Firing) -> int:
+def _free_bytes(value: str, firing: Firing) -> int | None:
+    """A ``free`` argument in bytes; ``None`` for a percent of a node whose MemTotal this agent
+    does not know (an alert about another node)."""
     if value.endswith("%"):
-        mem = firing.snapshot.meminfo if firing.snapshot else None
-        total = mem.total_bytes if mem and mem.total_bytes else 0
-        return int(total * float(value[:-1]) / 100.0)
+        snap = firing.snapshot
+        mem = snap.meminfo if snap and snap.node_name == firing.node else None
+        if mem is None or not mem.total_bytes:
+            return None
+        return int(mem.total_bytes * float(value[:-1]) / 100.0)
     return parse_bytes(value)
+
+
+async def _pods(rb: Runbook, firing: Firing) -> tuple[dict[str, PodMeta], dict[str, int]]:
+    """The pods of the firing's node and their working sets: from the snapshot for this node;
+    from the API for another node (an alert about it), without working sets."""
+    snap = firing.snapshot
+    if snap is not None and snap.node_name == firing.node and snap.pod_meta is not None:
+        usage = {
+            p.uid: p.memory.working_set_bytes
+            for p in snap.pods
+            if p.memory.working_set_bytes is not None
+        }
+        return dict(snap.pod_meta), usage
+    items, _ = await rb._api().list_pods(node_name=firing.node)
+    return {m.uid: m for m in (pod_meta(p) for p in items)}, {}
+
+
+def _firing_pod(firing: Firing, pods: dict[str, PodMeta]) -> str | None:
+    """The UID of the pod a firing is about: given, or found by namespace/name (alerts)."""
+    if firing.pod_uid:
+        return firing.pod_uid
+    if firing.pod_ref:
+        return next((m.uid for m in pods.values() if (m.namespace, m.name) == firing.pod_ref), None)
+    return None
 
 
 async def _evict(
     rb: Runbook, args: EvictArgs, firing: Firing, dry: bool, note: str
 ) -> list[ActionResult]:
-    snap = firing.snapshot
-    if snap is None or snap.pod_meta is None:
-        return [
-            ActionResult(
-                action="evict",
-                node=rb.node,
-                dry_run=dry,
-                outcome="refused",
-                message="no pod list of this node yet: nothing can be ranked",
-            )
-        ]
-    usage = {
-        p.uid: p.memory.working_set_bytes
-        for p in snap.pods
-        if p.memory.working_set_bytes is not None
-    }
+    pods, usage = await _pods(rb, firing)
     flt = EvictFilter(
         max_priority=args.max_priority,
         priority_classes=frozenset(args.priority_classes) if args.priority_classes else None,
         namespaces=frozenset(args.namespaces) if args.namespaces else None,
         labels=args.selector,
     )
-    plan = plan_eviction(pods=snap.pod_meta, usage=usage, flt=flt)
-    target = 0
-    if firing.scope in ("pod", "container") and firing.pod_uid:
+    plan = plan_eviction(pods=pods, usage=usage, flt=flt)
+    pod_uid = _firing_pod(firing, pods)
+    if firing.scope in ("pod", "container"):
         # The pod of the firing, with its gang, and nothing else.
-        mine = tuple(
-            (u, why) for u, why in plan.ranked if any(p.uid == firing.pod_uid for p in u.pods)
-        )
+        mine = tuple((u, why) for u, why in plan.ranked if any(p.uid == pod_uid for p in u.pods))
         if not mine:
             why = next(
-                (e.reason for e in plan.excluded if e.pod.uid == firing.pod_uid),
+                (e.reason for e in plan.excluded if e.pod.uid == pod_uid),
                 "not in this node's pod list",
             )
             return [
                 ActionResult(
                     action="evict",
-                    node=rb.node,
+                    node=firing.node,
                     dry_run=dry,
                     outcome="refused",
-                    message=f"not evicting pod {firing.pod_uid}: {why}",
+                    message=f"not evicting pod {pod_uid or firing.pod_ref}: {why}",
                 )
             ]
         plan = EvictionPlan(ranked=mine, excluded=plan.excluded)
-        if args.free:
-            target = _free_bytes(args.free, firing)
+        wanted = _free_bytes(args.free, firing) if args.free else 0
     else:
-        target = _free_bytes(args.free or _DEFAULT_NODE_FREE, firing)
+        wanted = _free_bytes(args.free or _DEFAULT_NODE_FREE, firing)
+    if wanted is None:
+        return [
+            ActionResult(
+                action="evict",
+                node=firing.node,
+                dry_run=dry,
+                outcome="refused",
+                message=f"free: {args.free or _DEFAULT_NODE_FREE} is a share of "
+                f"{firing.node}'s MemTotal, which only its own agent knows",
+            )
+        ]
+    target = wanted
     return [
         await evict(
             kube=rb._api(),
             auditor=rb.auditor,
-            node=rb.node,
+            node=firing.node,
             plan=plan,
             target_bytes=target,
             rule=f"{firing.rule} ({note})",
@@ -193,11 +216,11 @@ async def _evict(
     ]
 
 
-def _experiments(firing: Firing) -> list[tuple[str, str]]:
-    snap = firing.snapshot
-    pods = snap.pod_meta if snap and snap.pod_meta else {}
-    if firing.scope in ("pod", "container") and firing.pod_uid and firing.pod_uid in pods:
-        meta = pods[firing.pod_uid]
+async def _experiments(rb: Runbook, firing: Firing) -> list[tuple[str, str]]:
+    pods, _ = await _pods(rb, firing)
+    uid = _firing_pod(firing, pods)
+    if firing.scope in ("pod", "container") and uid and uid in pods:
+        meta = pods[uid]
         exp = meta.labels.get(EXPERIMENT_LABEL)
         return [(meta.namespace, exp)] if exp else []
     return experiments_on_node(pods)
@@ -206,12 +229,12 @@ def _experiments(firing: Firing) -> list[tuple[str, str]]:
 async def _pause(
     rb: Runbook, args: KatibArgs, firing: Firing, dry: bool, note: str
 ) -> list[ActionResult]:
-    experiments = _experiments(firing)
+    experiments = await _experiments(rb, firing)
     if not experiments:
         return [
             ActionResult(
                 action="pause_katib",
-                node=rb.node,
+                node=firing.node,
                 dry_run=dry,
                 outcome="noop",
                 message="no Katib experiment has trials on this node",
@@ -220,7 +243,7 @@ async def _pause(
     results = await pause_katib(
         kube=rb._api(),
         auditor=rb.auditor,
-        node=rb.node,
+        node=firing.node,
         experiments=experiments,
         floor=args.floor,
         dry_run=dry,
@@ -241,12 +264,12 @@ async def _resume(
     rb: Runbook, args: BaseModel, firing: Firing, dry: bool, note: str
 ) -> list[ActionResult]:
     key = (firing.rule, firing.target)
-    experiments = sorted({*rb.paused.get(key, []), *_experiments(firing)})
+    experiments = sorted({*rb.paused.get(key, []), *(await _experiments(rb, firing))})
     if not experiments:
         return [
             ActionResult(
                 action="resume_katib",
-                node=rb.node,
+                node=firing.node,
                 dry_run=dry,
                 outcome="noop",
                 message="no Katib experiment to resume",
@@ -255,7 +278,7 @@ async def _resume(
     results = await resume_katib(
         kube=rb._api(),
         auditor=rb.auditor,
-        node=rb.node,
+        node=firing.node,
         experiments=experiments,
         dry_run=dry,
         note=note,
@@ -271,7 +294,7 @@ async def _record(
     return [
         ActionResult(
             action="record",
-            node=rb.node,
+            node=firing.node,
             dry_run=dry,
             outcome="done",
             message=f"evidence recorded: {note}",

@@ -41,7 +41,9 @@ class Firing:
 
     ``kind``: ``firing`` runs the rule's actions, ``resolved`` its resolve actions. ``target``
     is the target key (node name, pod UID, ``<pod uid>/<container id>``); ``values`` the
-    signal values that decided; ``snapshot`` the sample it was decided on (the evidence).
+    signal values that decided; ``snapshot`` the sample it was decided on (the evidence);
+    ``node`` the node to act on (an alert may name another node than the agent's own);
+    ``pod_ref`` ``(namespace, name)`` of the pod an alert names, when it has no UID.
     """
 
     rule: str
@@ -55,6 +57,7 @@ class Firing:
     values: Mapping[str, float | None] = field(default_factory=dict)
     pod_uid: str | None = None
     container_id: str | None = None
+    pod_ref: tuple[str, str] | None = None
     source: Literal["local", "alertmanager"] = "local"
     summary: str = ""
     snapshot: NodeSnapshot | None = None

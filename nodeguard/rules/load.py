@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from nodeguard.rules.schema import Rule, RuleFile
+from nodeguard.rules.schema import AlertRule, Rule, RuleFile
 
 __all__ = ["RuleError", "RuleSet", "RuleSource", "expand_paths", "load_rule_file", "load_rules"]
 
@@ -34,9 +34,11 @@ class RuleError(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuleSet:
-    """Rules loaded from files, in file order; ``files`` are the paths they came from."""
+    """Rules and alert rules loaded from files, in file order; ``files`` are the paths they
+    came from."""
 
     rules: tuple[Rule, ...]
+    alerts: tuple[AlertRule, ...]
     files: tuple[Path, ...]
 
 
@@ -99,13 +101,15 @@ def load_rule_file(path: Path) -> RuleFile:
         raise RuleError(messages) from exc
     seen: set[str] = set()
     duplicates = []
-    for i, rule in enumerate(rf.spec.rules):
-        if rule.name in seen:
-            loc = ["spec", "rules", i, "name"]
+    named = [("rules", i, r.name) for i, r in enumerate(rf.spec.rules)]
+    named += [("alerts", i, a.name) for i, a in enumerate(rf.spec.alerts)]
+    for section, i, name in named:
+        if name in seen:
+            loc = ["spec", section, i, "name"]
             duplicates.append(
-                f"{path}:{_line_of(node, loc)}: {_field(loc)}: duplicate rule name {rule.name!r}"
+                f"{path}:{_line_of(node, loc)}: {_field(loc)}: duplicate rule name {name!r}"
             )
-        seen.add(rule.name)
+        seen.add(name)
     if duplicates:
         raise RuleError(duplicates)
     return rf
@@ -131,6 +135,7 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
     """Load every file; all or nothing. Rule names must be unique across files."""
     messages: list[str] = []
     rules: list[Rule] = []
+    alerts: list[AlertRule] = []
     seen: dict[str, Path] = {}
     files = expand_paths(paths)
     for path in files:
@@ -139,17 +144,18 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
         except RuleError as exc:
             messages += exc.messages
             continue
-        for rule in rf.spec.rules:
-            if rule.name in seen:
+        items: list[Rule | AlertRule] = [*rf.spec.rules, *rf.spec.alerts]
+        for item in items:
+            if item.name in seen:
                 messages.append(
-                    f"{path}: spec.rules: duplicate rule name {rule.name!r} "
-                    f"(also in {seen[rule.name]})"
+                    f"{path}: spec: duplicate rule name {item.name!r} (also in {seen[item.name]})"
                 )
-            seen[rule.name] = path
-            rules.append(rule)
+            seen[item.name] = path
+        rules += rf.spec.rules
+        alerts += rf.spec.alerts
     if messages:
         raise RuleError(messages)
-    return RuleSet(rules=tuple(rules), files=tuple(files))
+    return RuleSet(rules=tuple(rules), alerts=tuple(alerts), files=tuple(files))
 
 
 class RuleSource:

@@ -43,7 +43,15 @@ from pydantic import (
 from nodeguard.rules.actions import ACTION_ARGS
 from nodeguard.rules.signals import SIGNALS, Scope
 
-__all__ = ["API_VERSION", "ActionSpec", "Condition", "Rule", "RuleFile", "parse_duration"]
+__all__ = [
+    "API_VERSION",
+    "ActionSpec",
+    "AlertRule",
+    "Condition",
+    "Rule",
+    "RuleFile",
+    "parse_duration",
+]
 
 API_VERSION = "nodeguard.io/v1alpha1"
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -181,6 +189,30 @@ class Rule(_Strict):
         return self
 
 
+class AlertRule(_Strict):
+    """Maps an Alertmanager alert to actions: ``alertname`` plus label ``matchers`` (all equal;
+    ``"*"`` only requires the label). A firing alert runs ``actions`` on the node named by the
+    alert's node label (default ``node``), on the pod named by ``namespace``/``pod`` where the
+    alert has them; a resolved alert runs ``resolve`` (the undo: uncordon, resume_katib), if
+    any."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    description: str = ""
+    alertname: str = Field(min_length=1)
+    matchers: dict[str, str] = Field(default_factory=dict)
+    dry_run: bool | None = Field(default=None, alias="dryRun")
+    actions: list[ActionSpec] = Field(min_length=1)
+    resolve: list[ActionSpec] = Field(default_factory=list)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Whether an alert's labels select this rule."""
+        if labels.get("alertname") != self.alertname:
+            return False
+        return all(
+            k in labels if v == "*" else labels.get(k) == v for k, v in self.matchers.items()
+        )
+
+
 class _Metadata(_Strict):
     name: str = ""
     description: str = ""
@@ -189,6 +221,7 @@ class _Metadata(_Strict):
 class _Spec(_Strict):
     # Unique names are checked by the loader, which can point at the duplicate's line.
     rules: list[Rule] = Field(default_factory=list)
+    alerts: list[AlertRule] = Field(default_factory=list)
 
 
 class RuleFile(_Strict):

@@ -1,0 +1,1 @@
+"""Alertmanager integration: the webhook receiver that turns alerts into firings."""

@@ -1,0 +1,255 @@
+"""The Alertmanager webhook receiver (payload version 4).
+
+``POST /webhook/alertmanager``, configured in Alertmanager as a ``webhook_configs`` receiver
+with ``send_resolved: true`` (docs/alertmanager.yml). For each alert of a delivery, decided by
+the alert's own ``status`` (a batch can mix firing and resolved):
+
+- duplicate: ``(fingerprint, startsAt, status)`` was already handled (an HA Alertmanager pair
+  delivers each notification twice; a retry after a 503 repeats the batch) -> nothing;
+- stale: a firing whose instance (fingerprint, startsAt) was already resolved -> nothing;
+- unmatched: no alert rule maps its ``alertname`` and labels -> nothing;
+- otherwise a :class:`~nodeguard.rules.engine.Firing` for the node named by the node label
+  (default ``node``) goes to the remediator's queue, the same path as local rules.
+
+Answers: 401 without the configured bearer token, 413 over the body limit, 400 for malformed
+JSON or a payload without the v4 fields (unknown fields are ignored), 503 when the queue is
+full (Alertmanager retries; what was queued is deduplicated), 200 once every alert is queued
+or deliberately skipped, with the outcome of each in the body.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nodeguard.rules.engine import Firing
+from nodeguard.rules.schema import AlertRule
+from nodeguard.snapshot import NodeSnapshot
+
+__all__ = ["AlertDedupe", "WebhookPayload", "WebhookReceiver"]
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal[
+    "queued", "duplicate", "stale", "unmatched", "no_node", "nothing_to_undo", "queue_full"
+]
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class WebhookAlert(_Loose):
+    """One alert of a delivery (Alertmanager's webhook payload, ``alerts[]``)."""
+
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    starts_at: str = Field(alias="startsAt", min_length=1)
+    ends_at: str = Field(default="", alias="endsAt")
+    fingerprint: str = Field(min_length=1)
+
+
+class WebhookPayload(_Loose):
+    """The delivery: version ``"4"`` and its alerts; group fields are not needed."""
+
+    version: Literal["4"]
+    status: str = ""
+    receiver: str = ""
+    alerts: list[WebhookAlert]
+
+
+class AlertDedupe:
+    """Handled alert deliveries, each remembered for ``ttl`` seconds (bounded to ``limit``
+    entries, oldest forgotten first), and the instances already resolved."""
+
+    def __init__(
+        self,
+        *,
+        ttl: float = 24 * 3600.0,
+        limit: int = 20000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._ttl, self._limit, self._clock = ttl, limit, clock
+        self._seen: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        self._resolved: OrderedDict[str, str] = OrderedDict()  # fingerprint -> startsAt
+
+    def _prune(self) -> None:
+        now = self._clock()
+        while self._seen and (
+            next(iter(self._seen.values())) < now or len(self._seen) > self._limit
+        ):
+            self._seen.popitem(last=False)
+        while len(self._resolved) > self._limit:
+            self._resolved.popitem(last=False)
+
+    def check(self, alert: WebhookAlert) -> Outcome | None:
+        """``duplicate``/``stale`` if the alert must not act, else ``None``."""
+        self._prune()
+        if (alert.fingerprint, alert.starts_at, alert.status) in self._seen:
+            return "duplicate"
+        resolved_start = self._resolved.get(alert.fingerprint)
+        # RFC 3339 times from one Alertmanager compare correctly as strings only when their
+        # formats match; compare as instants instead.
+        if (
+            alert.status == "firing"
+            and resolved_start is not None
+            and _instant(alert.starts_at) <= _instant(resolved_start)
+        ):
+            return "stale"
+        return None
+
+    def handled(self, alert: WebhookAlert) -> None:
+        """Remember the alert as acted on (or deliberately skipped)."""
+        self._seen[(alert.fingerprint, alert.starts_at, alert.status)] = self._clock() + self._ttl
+        if alert.status == "resolved":
+            previous = self._resolved.get(alert.fingerprint)
+            if previous is None or _instant(alert.starts_at) >= _instant(previous):
+                self._resolved[alert.fingerprint] = alert.starts_at
+                self._resolved.move_to_end(alert.fingerprint)
+
+
+def _instant(rfc3339: str) -> float:
+    text = rfc3339.strip().replace("Z", "+00:00")
+    if "." in text:  # Go prints nanoseconds; Python takes microseconds
+        head, _, tail = text.partition(".")
+        digits = "".join(ch for ch in tail if ch.isdigit())
+        zone = tail[len(digits) :]
+        text = f"{head}.{digits[:6]}{zone}"
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return 0.0
+
+
+class WebhookReceiver:
+    """The aiohttp handler. ``rules()`` gives the alert rules in force, ``submit(firing)`` queues
+    (False when full), ``latest()`` the agent's latest snapshot (evidence for its own node).
+    ``counts`` holds ``(status, outcome)`` counters for the exporter; ``requests`` by code."""
+
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        rules: Callable[[], tuple[AlertRule, ...]],
+        submit: Callable[[Firing], bool],
+        latest: Callable[[], NodeSnapshot | None],
+        global_dry_run: bool,
+        token: str | None = None,
+        node_label: str = "node",
+        dedupe: AlertDedupe | None = None,
+    ) -> None:
+        self._node, self._rules, self._submit, self._latest = node_name, rules, submit, latest
+        self._dry, self._token, self._node_label = global_dry_run, token, node_label
+        self.dedupe = dedupe or AlertDedupe()
+        self.counts: dict[tuple[str, str], int] = {}
+        self.requests: dict[int, int] = {}
+
+    def _answer(self, status: int, body: dict[str, Any]) -> web.Response:
+        self.requests[status] = self.requests.get(status, 0) + 1
+        headers = {"WWW-Authenticate": 'Bearer realm="nodeguard"'} if status == 401 else None
+        return web.json_response(body, status=status, headers=headers)
+
+    def _authorized(self, request: web.Request) -> bool:
+        if not self._token:
+            return True
+        header = request.headers.get("Authorization", "")
+        scheme, _, credential = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credential.strip().encode(), self._token.encode()
+        )
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """``POST /webhook/alertmanager``."""
+        if not self._authorized(request):
+            return self._answer(401, {"error": "missing or wrong bearer token"})
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._answer(413, {"error": f"body over {request.client_max_size} bytes"})
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            return self._answer(400, {"error": f"malformed JSON: {exc}"})
+        try:
+            payload = WebhookPayload.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            return self._answer(400, {"error": f"not an Alertmanager v4 payload: {problems}"})
+        outcomes = []
+        full = False
+        for alert in payload.alerts:
+            outcome = self._decide(alert)
+            self.counts[(alert.status, outcome)] = self.counts.get((alert.status, outcome), 0) + 1
+            outcomes.append(
+                {
+                    "fingerprint": alert.fingerprint,
+                    "status": alert.status,
+                    "alertname": alert.labels.get("alertname", ""),
+                    "outcome": outcome,
+                }
+            )
+            if outcome == "queue_full":
+                full = True
+                break  # Alertmanager retries the whole batch; the rest is handled then
+        if full:
+            return self._answer(503, {"error": "remediation queue full, retry", "alerts": outcomes})
+        return self._answer(200, {"alerts": outcomes})
+
+    def _decide(self, alert: WebhookAlert) -> Outcome:
+        skip = self.dedupe.check(alert)
+        if skip is not None:
+            return skip
+        rule = next((r for r in self._rules() if r.matches(alert.labels)), None)
+        if rule is None:
+            return "unmatched"
+        node = alert.labels.get(self._node_label)
+        if not node:
+            log.warning(
+                "alert %s has no %r label: no node to act on",
+                alert.labels.get("alertname"),
+                self._node_label,
+            )
+            return "no_node"
+        actions = rule.actions if alert.status == "firing" else rule.resolve
+        if not actions:
+            self.dedupe.handled(alert)
+            return "nothing_to_undo"
+        firing = self._firing(alert, rule, node)
+        if not self._submit(firing):
+            return "queue_full"
+        self.dedupe.handled(alert)
+        return "queued"
+
+    def _firing(self, alert: WebhookAlert, rule: AlertRule, node: str) -> Firing:
+        ns, pod = alert.labels.get("namespace"), alert.labels.get("pod")
+        pod_ref = (ns, pod) if ns and pod else None
+        snap = self._latest()
+        text = alert.annotations.get("summary") or alert.annotations.get("description") or ""
+        labels = ",".join(f"{k}={v}" for k, v in sorted(alert.labels.items()))
+        return Firing(
+            rule=rule.name,
+            kind="firing" if alert.status == "firing" else "resolved",
+            scope="pod" if pod_ref else "node",
+            target=f"{ns}/{pod}" if pod_ref else node,
+            node=node,
+            time=time.time(),
+            actions=tuple(rule.actions if alert.status == "firing" else rule.resolve),
+            dry_run=self._dry or bool(rule.dry_run),
+            pod_ref=pod_ref,
+            source="alertmanager",
+            summary=f"alert {alert.labels.get('alertname')} {alert.status} ({labels})"
+            + (f": {text}" if text else ""),
+            snapshot=snap if snap is not None and snap.node_name == node else None,
+        )
