@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
@@ -564,3 +565,125 @@ async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient
         for item in client.CoordinationV1Api(cluster.api).list_namespaced_lease("default").items
     ]
     assert cfg.lease_name not in names
+
+
+def _lease(cluster: Cluster, name: str, holder: str, renew: dt.datetime) -> None:
+    client.CoordinationV1Api(cluster.api).create_namespaced_lease(
+        "default",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": 2,
+                "acquireTime": renew,
+                "renewTime": renew,
+            },
+        },
+    )
+
+
+async def test_a_held_lease_is_judged_on_our_own_clock(cluster: Cluster, kube: KubeClient) -> None:
+    # The holder's renewTime is years old (its clock is behind, or it died): only watching it
+    # stay unchanged for leaseDurationSeconds on this agent's clock lets us take it over.
+    node = cluster.node()
+    name = unique("budget")
+    _lease(cluster, name, "another-agent", dt.datetime(2020, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC))
+    short = CordonConfig(
+        budget_nodes=100, lease_name=name, lease_namespace="default", lock_timeout=1.0
+    )
+    res = await cordon(
+        kube=kube,
+        auditor=auditor_for(kube, node),
+        node=node,
+        rule="r",
+        reason="x",
+        identity="me",
+        dry_run=False,
+        config=short,
+    )
+    assert res.outcome == "refused" and "still held" in res.message
+    patient = CordonConfig(
+        budget_nodes=100, lease_name=name, lease_namespace="default", lock_timeout=10.0
+    )
+    started = asyncio.get_running_loop().time()
+    res = await cordon(
+        kube=kube,
+        auditor=auditor_for(kube, node),
+        node=node,
+        rule="r",
+        reason="x",
+        identity="me",
+        dry_run=False,
+        config=patient,
+    )
+    assert res.outcome == "done", res.message
+    assert asyncio.get_running_loop().time() - started >= 2.0
+
+
+async def test_a_cordon_made_while_waiting_is_left_alone(
+    cluster: Cluster, kube: KubeClient
+) -> None:
+    node = cluster.node()
+    name = unique("budget")
+    _lease(cluster, name, "another-agent", dt.datetime(2099, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC))
+    cfg = CordonConfig(
+        budget_nodes=100, lease_name=name, lease_namespace="default", lock_timeout=10.0
+    )
+    task = asyncio.create_task(
+        cordon(
+            kube=kube,
+            auditor=auditor_for(kube, node),
+            node=node,
+            rule="r",
+            reason="x",
+            identity="me",
+            dry_run=False,
+            config=cfg,
+        )
+    )
+    await asyncio.sleep(0.5)
+    cluster.core.patch_node(node, {"spec": {"unschedulable": True}})  # the operator
+    res = await task
+    assert res.outcome == "noop" and "someone else" in res.message
+    assert LABEL not in (cluster.core.read_node(node).metadata.labels or {})
+
+
+async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) -> None:
+    node = cluster.node()
+    aud = auditor_for(kube, node)
+    taint = CordonConfig(mode="taint")
+    assert (
+        await cordon(
+            kube=kube,
+            auditor=aud,
+            node=node,
+            rule="r",
+            reason="x",
+            identity="me",
+            dry_run=False,
+            config=taint,
+        )
+    ).outcome == "done"
+    # Uncordon with the default (unschedulable) settings still undoes the taint it made.
+    assert (
+        await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False)
+    ).outcome == "done"
+    n = cluster.core.read_node(node)
+    assert not any(t.key == "nodeguard.io/memory-pressure" for t in n.spec.taints or [])
+    assert LABEL not in (n.metadata.labels or {})
+
+    assert (
+        await cordon(
+            kube=kube, auditor=aud, node=node, rule="r", reason="x", identity="me", dry_run=False
+        )
+    ).outcome == "done"
+    cluster.core.patch_node(node, {"spec": {"unschedulable": None}})  # kubectl uncordon
+    res = await cordon(
+        kube=kube, auditor=aud, node=node, rule="r", reason="again", identity="me", dry_run=False
+    )
+    assert res.outcome == "done"  # the stale mark did not make it a noop
+    assert cluster.core.read_node(node).spec.unschedulable is True
+    cluster.core.patch_node(node, {"spec": {"unschedulable": None}})
+    res = await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False)
+    assert res.outcome == "noop" and "stale mark removed" in res.message
+    assert LABEL not in (cluster.core.read_node(node).metadata.labels or {})

@@ -34,7 +34,9 @@ ANN_BY = "nodeguard.io/cordoned-by"
 ANN_RULE = "nodeguard.io/cordon-rule"
 ANN_REASON = "nodeguard.io/cordon-reason"
 ANN_TIME = "nodeguard.io/cordoned-at"
-_ANNOTATIONS = (ANN_BY, ANN_RULE, ANN_REASON, ANN_TIME)
+ANN_MODE = "nodeguard.io/cordon-mode"
+DEFAULT_TAINT = "nodeguard.io/memory-pressure"
+_ANNOTATIONS = (ANN_BY, ANN_RULE, ANN_REASON, ANN_TIME, ANN_MODE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +51,7 @@ class CordonConfig:
     """
 
     mode: Literal["unschedulable", "taint"] = "unschedulable"
-    taint_key: str = "nodeguard.io/memory-pressure"
+    taint_key: str = DEFAULT_TAINT
     taint_effect: str = "NoSchedule"
     budget_nodes: int | None = None
     budget_percent: float | None = None
@@ -75,6 +77,12 @@ class BudgetLease:
     ``async with BudgetLease(...)``: acquires (waiting with jittered backoff while another live
     holder has it, up to ``timeout``; raises :class:`TimeoutError`), releases on exit. In dry
     run it waits the same way but writes nothing.
+
+    Whether another holder's Lease has expired is judged as client-go's leader election does:
+    by how long this agent has watched the same ``renewTime`` stay unchanged, on its own
+    monotonic clock, never by comparing the holder's timestamps with this machine's clock (the
+    nodes' clocks may disagree). The holder does not renew: it must finish within the lease, and
+    :meth:`check` says whether it still may write.
     """
 
     def __init__(
@@ -90,6 +98,9 @@ class BudgetLease:
     ) -> None:
         self._kube, self._ns, self._name = kube, namespace, name
         self._id, self._duration, self._timeout, self._dry = identity, duration, timeout, dry_run
+        self._observed: tuple[str, str] | None = None
+        self._observed_at = 0.0
+        self._acquired_at = 0.0
         self.waited = 0
 
     def _held_by_other(self, lease: JSON) -> bool:
@@ -97,9 +108,12 @@ class BudgetLease:
         holder = spec.get("holderIdentity")
         if not holder or holder == self._id:
             return False
-        renewed = _parse_time(spec.get("renewTime") or spec.get("acquireTime"))
-        duration = spec.get("leaseDurationSeconds") or self._duration
-        return renewed is not None and renewed + duration > time.time()
+        record = (str(holder), str(spec.get("renewTime") or spec.get("acquireTime") or ""))
+        now = time.monotonic()
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        duration = float(spec.get("leaseDurationSeconds") or self._duration)
+        return now - self._observed_at < duration
 
     async def _try_acquire(self) -> bool:
         now = _micro_now()
@@ -152,7 +166,17 @@ class BudgetLease:
                 raise TimeoutError(f"Lease {self._ns}/{self._name} still held by another agent")
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 1.0)
+        self._acquired_at = time.monotonic()
         return self
+
+    def check(self) -> None:
+        """Raise :class:`TimeoutError` when less than a third of the lease is left: another
+        agent may take it over soon, so no decision made under it may be written any more."""
+        if time.monotonic() - self._acquired_at > self._duration * 2 / 3:
+            raise TimeoutError(
+                f"Lease {self._ns}/{self._name} held too long (slow API server); "
+                "giving up rather than deciding on a stale budget"
+            )
 
     async def __aexit__(self, *exc: object) -> None:
         if self._dry:
@@ -166,16 +190,32 @@ class BudgetLease:
             pass  # it expires by itself after leaseDurationSeconds
 
 
-def is_cordoned_by_us(node: JSON) -> bool:
-    """Whether nodeguard's mark is on the node."""
+def _taint_present(node: JSON, key: str) -> bool:
+    return any(t.get("key") == key for t in node.get("spec", {}).get("taints") or [])
+
+
+def _recorded_mode(node: JSON) -> str:
+    annotations = node.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(ANN_MODE, "unschedulable"))
+
+
+def _marked(node: JSON) -> bool:
     return bool(node.get("metadata", {}).get("labels", {}).get(LABEL) == "true")
+
+
+def is_cordoned_by_us(node: JSON, *, taint_key: str = DEFAULT_TAINT) -> bool:
+    """Whether nodeguard's mark is on the node and its cordon (in the recorded mode) is still
+    in place. A mark whose cordon someone removed (``kubectl uncordon``) is stale: not ours."""
+    if not _marked(node):
+        return False
+    if _recorded_mode(node) == "taint":
+        return _taint_present(node, taint_key)
+    return bool(node.get("spec", {}).get("unschedulable"))
 
 
 def _cordoned(node: JSON, config: CordonConfig) -> bool:
     if config.mode == "taint":
-        return any(
-            t.get("key") == config.taint_key for t in node.get("spec", {}).get("taints") or []
-        )
+        return _taint_present(node, config.taint_key)
     return bool(node.get("spec", {}).get("unschedulable"))
 
 
@@ -192,19 +232,23 @@ def _cordon_patch(
     node: JSON, *, config: CordonConfig, identity: str, rule: str, reason: str
 ) -> JSON:
     meta: dict[str, Any] = {
-        "resourceVersion": node["metadata"]["resourceVersion"],
         "labels": {LABEL: "true"},
         "annotations": {
             ANN_BY: identity,
             ANN_RULE: rule,
             ANN_REASON: reason[:512],
             ANN_TIME: _micro_now(),
+            ANN_MODE: config.mode,
         },
     }
     if config.mode == "taint":
+        # A merge patch replaces the whole list: carry the resourceVersion so a taint added
+        # meanwhile is a Conflict (and a retry), never lost.
+        meta["resourceVersion"] = node["metadata"]["resourceVersion"]
         taints = list(node.get("spec", {}).get("taints") or [])
         taints.append({"key": config.taint_key, "value": "true", "effect": config.taint_effect})
         return {"metadata": meta, "spec": {"taints": taints}}
+    # A bool needs no precondition: kubelet status writes between read and patch are harmless.
     return {"metadata": meta, "spec": {"unschedulable": True}}
 
 
@@ -220,8 +264,9 @@ async def cordon(
     config: CordonConfig = CordonConfig(),
 ) -> ActionResult:
     """Cordon ``node`` if the budget allows. Outcomes: done; noop (already cordoned, by us or
-    by someone else — then left alone); refused (budget spent, or the Lease not obtained);
-    failed (API error: nothing was changed, retry later)."""
+    by someone else — then left alone, also when that happened while we waited for the Lease);
+    refused (budget spent, or the Lease not obtained or held too long); failed (API error:
+    retry later). ``identity`` must be unique per agent process (it holds the Lease)."""
     verb = "would cordon" if dry_run else "cordoned"
 
     def result(outcome: Any, message: str, **details: Any) -> ActionResult:
@@ -234,14 +279,19 @@ async def cordon(
             details=details,
         )
 
+    def already(current: JSON) -> ActionResult | None:
+        if is_cordoned_by_us(current, taint_key=config.taint_key):
+            return result("noop", f"{node} is already cordoned by nodeguard")
+        if _cordoned(current, config):
+            return result("noop", f"{node} is already cordoned by someone else; left alone")
+        return None
+
     ref = ObjectRef(kind="Node", name=node)
     try:
         current = await kube.get_node(name=node)
         ref.uid = current["metadata"].get("uid", "")
-        if is_cordoned_by_us(current):
-            return result("noop", f"{node} is already cordoned by nodeguard")
-        if _cordoned(current, config):
-            return result("noop", f"{node} is already cordoned by someone else; left alone")
+        if (res0 := already(current)) is not None:
+            return res0
         async with BudgetLease(
             kube=kube,
             namespace=config.lease_namespace,
@@ -250,16 +300,22 @@ async def cordon(
             duration=config.lease_seconds,
             timeout=config.lock_timeout,
             dry_run=dry_run,
-        ):
-            ours = await kube.list_nodes(label_selector=f"{LABEL}=true")
+        ) as lease:
+            marked = await kube.list_nodes(label_selector=f"{LABEL}=true")
+            ours = [
+                n
+                for n in marked
+                if n["metadata"]["name"] != node
+                and is_cordoned_by_us(n, taint_key=config.taint_key)
+            ]
             total = len(await kube.list_nodes()) if config.budget_percent is not None else 0
             allowed = _allowed(config, total)
             if allowed is not None and len(ours) >= allowed:
+                names = ", ".join(n["metadata"]["name"] for n in ours) or "none"
                 res = result(
                     "refused",
                     f"not cordoning {node}: budget spent, {len(ours)} of "
-                    f"{allowed} node(s) already cordoned by nodeguard "
-                    f"({', '.join(n['metadata']['name'] for n in ours)})",
+                    f"{allowed} node(s) already cordoned by nodeguard ({names})",
                     cordoned=len(ours),
                     allowed=allowed,
                 )
@@ -267,12 +323,21 @@ async def cordon(
                     result=res, obj=ref, reason="NodeguardCordonRefused", event_type="Warning"
                 )
                 return res
-            # Re-read under the lock: the patch carries this resourceVersion.
-            current = await kube.get_node(name=node)
-            patch = _cordon_patch(
-                current, config=config, identity=identity, rule=rule, reason=reason
-            )
-            await kube.patch_node(name=node, patch=patch, dry_run=dry_run)
+            for attempt in range(3):
+                # Re-read under the lock: someone may have cordoned it while we waited.
+                current = await kube.get_node(name=node)
+                if (res0 := already(current)) is not None:
+                    return res0
+                lease.check()
+                patch = _cordon_patch(
+                    current, config=config, identity=identity, rule=rule, reason=reason
+                )
+                try:
+                    await kube.patch_node(name=node, patch=patch, dry_run=dry_run)
+                    break
+                except Conflict:
+                    if attempt == 2:
+                        raise
     except TimeoutError as exc:
         return result("refused", f"not cordoning {node}: {exc}")
     except KubeError as exc:
@@ -297,7 +362,9 @@ async def uncordon(
     dry_run: bool,
     config: CordonConfig = CordonConfig(),
 ) -> ActionResult:
-    """Undo nodeguard's cordon of ``node``; a node without nodeguard's mark is left alone."""
+    """Undo nodeguard's cordon of ``node`` in the mode it was made (recorded on the node);
+    a node without nodeguard's mark is left alone. A stale mark (someone uncordoned the node
+    meanwhile) is removed, and nothing else is touched."""
 
     def result(outcome: Any, message: str) -> ActionResult:
         return ActionResult(
@@ -308,10 +375,17 @@ async def uncordon(
     try:
         current = await kube.get_node(name=node)
         ref.uid = current["metadata"].get("uid", "")
-        if not is_cordoned_by_us(current):
+        if not _marked(current):
             return result("noop", f"{node} is not cordoned by nodeguard; left alone")
+        unmark = {"labels": {LABEL: None}, "annotations": dict.fromkeys(_ANNOTATIONS)}
+        if not is_cordoned_by_us(current, taint_key=config.taint_key):
+            await kube.patch_node(name=node, patch={"metadata": unmark}, dry_run=dry_run)
+            return result(
+                "noop", f"{node} was uncordoned by someone else; nodeguard's stale mark removed"
+            )
         spec: JSON = {}
-        if config.mode == "taint":
+        if _recorded_mode(current) == "taint":
+            unmark["resourceVersion"] = current["metadata"]["resourceVersion"]
             spec["taints"] = [
                 t
                 for t in current.get("spec", {}).get("taints") or []
@@ -319,15 +393,7 @@ async def uncordon(
             ] or None
         else:
             spec["unschedulable"] = None
-        patch = {
-            "metadata": {
-                "resourceVersion": current["metadata"]["resourceVersion"],
-                "labels": {LABEL: None},
-                "annotations": dict.fromkeys(_ANNOTATIONS),
-            },
-            "spec": spec,
-        }
-        await kube.patch_node(name=node, patch=patch, dry_run=dry_run)
+        await kube.patch_node(name=node, patch={"metadata": unmark, "spec": spec}, dry_run=dry_run)
     except KubeError as exc:
         res = result("failed", f"uncordon of {node} failed: {type(exc).__name__}: {exc}")
         await auditor.record(
