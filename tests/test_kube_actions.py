@@ -687,3 +687,121 @@ async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) 
     res = await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False)
     assert res.outcome == "noop" and "stale mark removed" in res.message
     assert LABEL not in (cluster.core.read_node(node).metadata.labels or {})
+
+
+def _pdb(cluster: Cluster, ns: str, name: str, labels: dict[str, str]) -> None:
+    cluster.policy.create_namespaced_pod_disruption_budget(
+        ns,
+        {
+            "metadata": {"name": name},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
+        },
+    )
+    gen = cluster.policy.read_namespaced_pod_disruption_budget(name, ns).metadata.generation
+    cluster.policy.patch_namespaced_pod_disruption_budget_status(
+        name,
+        ns,
+        {
+            "status": {
+                "observedGeneration": gen,
+                "disruptionsAllowed": 0,
+                "currentHealthy": 1,
+                "desiredHealthy": 1,
+                "expectedPods": 1,
+            }
+        },
+    )
+
+
+def _alive(cluster: Cluster, ns: str, name: str) -> bool:
+    pod = cluster.pod_json(ns, name)
+    return pod is not None and not pod["metadata"].get("deletionTimestamp")
+
+
+async def test_a_gang_is_never_half_evicted_and_two_budgets_skip_the_unit(
+    cluster: Cluster, kube: KubeClient
+) -> None:
+    ns, node, other = cluster.namespace("gangpdb"), cluster.node(), cluster.node()
+    # A Volcano PodGroup with a member on another node that a PDB protects.
+    group = {"scheduling.k8s.io/group-name": "pg-1"}
+    here = cluster.pod(namespace=ns, node=node, name="pg-1-here", request="1Gi", annotations=group)
+    cluster.pod(
+        namespace=ns,
+        node=other,
+        name="pg-1-there",
+        request="1Gi",
+        annotations=group,
+        labels={"protect": "yes"},
+    )
+    _pdb(cluster, ns, "protect", {"protect": "yes"})
+    # A pod covered by two budgets: the API refuses it with a 500, for good.
+    twice = cluster.pod(
+        namespace=ns, node=node, name="twice", request="1Gi", labels={"a": "1", "b": "1"}
+    )
+    for name, labels in (("pdb-a", {"a": "1"}), ("pdb-b", {"b": "1"})):
+        cluster.policy.create_namespaced_pod_disruption_budget(
+            ns,
+            {
+                "metadata": {"name": name},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+            },
+        )
+    # A plain Job's pod: not a gang, evicted alone.
+    batch = cluster.pod(
+        namespace=ns, node=node, name="batch-0", request="1Gi", owner=("Job", "batch")
+    )
+    cluster.pod(namespace=ns, node=other, name="batch-1", request="1Gi", owner=("Job", "batch"))
+    pods = [here, twice, batch]
+    metas = {m.uid: m for m in (pod_meta(p) for p in pods)}
+    usage = {
+        here["metadata"]["uid"]: 9 * GiB,
+        twice["metadata"]["uid"]: 8 * GiB,
+        batch["metadata"]["uid"]: 2 * GiB,
+    }
+    plan = plan_eviction(pods=metas, usage=usage, flt=EvictFilter())
+    assert [u.kind for u, _ in plan.ranked] == ["podgroup", "pod", "pod"]
+    res = await evict(
+        kube=kube,
+        auditor=auditor_for(kube, node),
+        node=node,
+        plan=plan,
+        target_bytes=1 * GiB,
+        rule="r",
+        dry_run=False,
+        limiter=EvictionLimiter(),
+        backoff=EvictionBackoff(),
+    )
+    assert res.outcome == "done", res.details
+    assert [u["pods"] for u in res.details["evicted"]] == [[f"{ns}/batch-0"]]
+    reasons = {b["unit"]: b["reason"] for b in res.details["blocked"]}
+    assert "PodDisruptionBudget" in reasons[f"podgroup/{ns}/pg-1"]
+    assert "more than one PodDisruptionBudget" in reasons[f"pod/{ns}/twice"]
+    assert _alive(cluster, ns, "pg-1-here") and _alive(cluster, ns, "pg-1-there")
+    assert _alive(cluster, ns, "twice") and _alive(cluster, ns, "batch-1")
+    assert not _alive(cluster, ns, "batch-0")
+
+
+async def test_a_podgroup_is_evicted_across_nodes(cluster: Cluster, kube: KubeClient) -> None:
+    ns, node, other = cluster.namespace("pg"), cluster.node(), cluster.node()
+    group = {"scheduling.k8s.io/group-name": "pg-2"}
+    here = cluster.pod(namespace=ns, node=node, name="pg-2-0", request="1Gi", annotations=group)
+    cluster.pod(namespace=ns, node=other, name="pg-2-1", request="1Gi", annotations=group)
+    cluster.pod(namespace=ns, node=other, name="bystander", request="1Gi")
+    plan = plan_eviction(
+        pods={here["metadata"]["uid"]: pod_meta(here)},
+        usage={here["metadata"]["uid"]: 2 * GiB},
+        flt=EvictFilter(),
+    )
+    res = await evict(
+        kube=kube,
+        auditor=auditor_for(kube, node),
+        node=node,
+        plan=plan,
+        target_bytes=0,
+        rule="r",
+        dry_run=False,
+        limiter=EvictionLimiter(),
+        backoff=EvictionBackoff(),
+    )
+    assert sorted(res.details["evicted"][0]["pods"]) == [f"{ns}/pg-2-0", f"{ns}/pg-2-1"]
+    assert not _alive(cluster, ns, "pg-2-1") and _alive(cluster, ns, "bystander")

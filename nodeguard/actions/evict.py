@@ -22,9 +22,10 @@ from typing import Any
 
 from nodeguard.actions.audit import Auditor, ObjectRef
 from nodeguard.actions.base import ActionResult, Outcome
-from nodeguard.actions.ranking import EvictionPlan, Unit
+from nodeguard.actions.ranking import EvictionPlan, Unit, gang_of, never_evicted
 from nodeguard.kube.client import KubeClient
-from nodeguard.kube.errors import KubeError, NotFound, TooManyRequests
+from nodeguard.kube.errors import KubeError, NotFound, ServerError, TooManyRequests
+from nodeguard.kube.objects import pod_meta
 from nodeguard.snapshot import PodMeta
 
 __all__ = ["EvictionBackoff", "EvictionLimiter", "evict"]
@@ -80,18 +81,29 @@ class EvictionLimiter:
         self._times.setdefault(node, deque()).append(self.clock())
 
 
-async def _members(kube: KubeClient, unit: Unit) -> list[tuple[str, str]]:
-    """``(namespace, name)`` of every live pod of the unit, cluster-wide for a gang."""
-    names = {(p.namespace, p.name) for p in unit.pods}
-    selector = unit.label_selector()
-    if selector:
-        items, _ = await kube.list_pods(namespace=unit.namespace, label_selector=selector)
-        names |= {
-            (unit.namespace, p["metadata"]["name"])
-            for p in items
-            if not p["metadata"].get("deletionTimestamp")
-        }
-    return sorted(names)
+async def _members(kube: KubeClient, unit: Unit) -> list[PodMeta]:
+    """Every live pod of the unit, cluster-wide for a gang: the namespace's pods (by label where
+    the gang has one) whose gang is this one."""
+    if unit.kind == "pod":
+        return list(unit.pods)
+    items, _ = await kube.list_pods(namespace=unit.namespace, label_selector=unit.label_selector())
+    found = {
+        m.uid: m
+        for m in (pod_meta(p) for p in items)
+        if not m.terminating and gang_of(m) == (unit.kind, unit.name)
+    }
+    found.update({p.uid: p for p in unit.pods})
+    return sorted(found.values(), key=lambda m: (m.node_name, m.name))
+
+
+def _refusal(exc: KubeError) -> str | None:
+    """Why the API refuses an eviction for now: a PodDisruptionBudget (429), or two budgets
+    covering one pod (the API answers 500 and never evicts it until that is fixed)."""
+    if isinstance(exc, TooManyRequests):
+        return f"PodDisruptionBudget: {exc}" if exc.disruption_budget else f"429: {exc}"
+    if isinstance(exc, ServerError) and "more than one PodDisruptionBudget" in str(exc):
+        return f"more than one PodDisruptionBudget covers the pod: {exc}"
+    return None
 
 
 def _pod_ref(pod: PodMeta | None, namespace: str, name: str) -> ObjectRef:
@@ -151,59 +163,107 @@ async def evict(
             continue
         try:
             members = await _members(kube, unit)
-            evicted: list[str] = []
-            for namespace, name in members:
-                pod = by_name.get((namespace, name))
+            never = [(m, r) for m in members if (r := never_evicted(m))]
+            if never:
+                m, r = never[0]
+                blocked.append(
+                    {
+                        "unit": unit.key,
+                        "pod": f"{m.namespace}/{m.name}",
+                        "reason": f"a member may not be evicted: {r}",
+                    }
+                )
+                continue
+            # Ask first (dryRun=All) for every member of a gang, so a budget that refuses one
+            # member leaves the whole gang running rather than half of it dead.
+            checks = members if (dry_run or len(members) > 1) else []
+            refused = None
+            for m in checks:
                 try:
-                    await kube.evict_pod(name=name, namespace=namespace, dry_run=dry_run)
+                    await kube.evict_pod(name=m.name, namespace=m.namespace, dry_run=True)
                 except NotFound:
-                    continue  # gone meanwhile: nothing to do
-                except TooManyRequests as exc:
-                    delay = backoff.refused(unit.key, retry_after=exc.retry_after)
-                    blocked.append(
-                        {
-                            "unit": unit.key,
-                            "pod": f"{namespace}/{name}",
-                            "reason": str(exc),
-                            "retry_in_seconds": delay,
-                        }
-                    )
-                    res = ActionResult(
-                        action="evict",
-                        node=node,
-                        dry_run=dry_run,
-                        outcome="blocked",
-                        message=f"eviction of {namespace}/{name} refused "
-                        f"({'PodDisruptionBudget' if exc.disruption_budget else '429'}): "
-                        f"{exc}; retrying in {delay:.0f}s, never by DELETE",
-                    )
-                    await auditor.record(
-                        result=res,
-                        obj=_pod_ref(pod, namespace, name),
-                        reason="NodeguardEvictionBlocked",
-                        event_type="Warning",
-                    )
+                    continue
+                except KubeError as exc:
+                    if (why_not := _refusal(exc)) is None:
+                        raise
+                    refused = (m, why_not, getattr(exc, "retry_after", None))
                     break
-                evicted.append(f"{namespace}/{name}")
+            evicted: list[str] = []
+            if refused is None and not dry_run:
+                for m in members:
+                    try:
+                        await kube.evict_pod(name=m.name, namespace=m.namespace, dry_run=False)
+                    except NotFound:
+                        continue  # gone meanwhile: nothing to do
+                    except KubeError as exc:
+                        if (why_not := _refusal(exc)) is None:
+                            raise
+                        refused = (m, why_not, getattr(exc, "retry_after", None))
+                        break
+                    evicted.append(f"{m.namespace}/{m.name}")
+            elif refused is None:
+                evicted = [f"{m.namespace}/{m.name}" for m in members]
+            for pod_name in evicted:
+                namespace, name = pod_name.split("/", 1)
                 res = ActionResult(
                     action="evict",
                     node=node,
                     dry_run=dry_run,
                     outcome="done",
-                    message=f"{verb} {namespace}/{name} from {node} for rule {rule}: {why}",
+                    message=f"{verb} {pod_name} from {node} for rule {rule}: {why}",
                 )
                 await auditor.record(
                     result=res,
-                    obj=_pod_ref(pod, namespace, name),
+                    obj=_pod_ref(by_name.get((namespace, name)), namespace, name),
                     reason="NodeguardEvicted",
                     event_type="Warning",
                 )
-            else:
-                backoff.succeeded(unit.key)
-                limiter.record(node)
-                freed += unit.usage_bytes
+            if refused is not None:
+                m, why_not, retry_after = refused
+                delay = (
+                    backoff.refused(unit.key, retry_after=retry_after)
+                    if not dry_run
+                    else backoff.base
+                )
+                blocked.append(
+                    {
+                        "unit": unit.key,
+                        "pod": f"{m.namespace}/{m.name}",
+                        "reason": why_not,
+                        "retry_in_seconds": delay,
+                        "partial": bool(evicted),
+                    }
+                )
+                res = ActionResult(
+                    action="evict",
+                    node=node,
+                    dry_run=dry_run,
+                    outcome="blocked",
+                    message=f"eviction of {m.namespace}/{m.name} refused "
+                    f"({why_not}); retrying in {delay:.0f}s, never by DELETE"
+                    + (f"; already evicted: {', '.join(evicted)}" if evicted else ""),
+                )
+                await auditor.record(
+                    result=res,
+                    obj=_pod_ref(m, m.namespace, m.name),
+                    reason="NodeguardEvictionBlocked",
+                    event_type="Warning",
+                )
+            if evicted:
+                if not dry_run:
+                    limiter.record(node)
+                    if refused is None:
+                        backoff.succeeded(unit.key)
+                if refused is None:  # a half-evicted gang is not counted as freed memory
+                    freed += unit.usage_bytes
                 done_units.append(
-                    {"unit": unit.key, "pods": evicted, "usage_bytes": unit.usage_bytes, "why": why}
+                    {
+                        "unit": unit.key,
+                        "pods": evicted,
+                        "usage_bytes": unit.usage_bytes,
+                        "why": why,
+                        "partial": refused is not None,
+                    }
                 )
         except KubeError as exc:
             outcome = "failed"

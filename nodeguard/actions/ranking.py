@@ -9,11 +9,12 @@ useful:
   ``system-cluster-critical`` PriorityClasses), DaemonSet pods, mirror/static pods, pods already
   terminating or finished. A rule narrows further (max priority, PriorityClass names,
   namespaces, labels).
-- Gangs: the pods of one Katib trial (label ``katib.kubeflow.org/trial``), one Volcano PodGroup
-  (annotation ``scheduling.k8s.io/group-name``), one Kubeflow training job (label
-  ``training.kubeflow.org/job-name``, or a PyTorchJob/TFJob/MPIJob/XGBoostJob owner) or one
-  Job (controller owner kind Job) are one unit: evicting one member kills the whole, so they
-  are counted (usage, request, highest priority) and evicted together.
+- Gangs: the pods of one Katib trial (label ``katib.kubeflow.org/trial``), one PodGroup
+  (Volcano's ``scheduling.k8s.io/group-name`` annotation, or the coscheduling plugin's label),
+  one Kubeflow training job (label ``training.kubeflow.org/job-name``, or a
+  PyTorchJob/TFJob/MPIJob/XGBoostJob owner) or one Indexed Job are one unit: evicting one
+  member kills the whole, so they are counted (usage, request, highest priority) and evicted
+  together, with their members on other nodes.
 
 Pure functions: no I/O, tested without a cluster.
 """
@@ -68,14 +69,13 @@ class Unit:
         return f"{self.kind}/{self.namespace}/{self.name}"
 
     def label_selector(self) -> str | None:
-        """The selector of all the gang's pods cluster-wide; ``None`` for a lone pod."""
+        """A label selector narrowing the namespace's pods to the gang's, where one exists
+        (the caller still checks each pod's gang); ``None``: list the namespace."""
         member = self.pods[0]
         if self.kind == "katib-trial":
             return f"katib.kubeflow.org/trial={self.name}"
         if self.kind == "training-job" and "training.kubeflow.org/job-name" in member.labels:
             return f"training.kubeflow.org/job-name={self.name}"
-        if self.kind == "job":
-            return f"batch.kubernetes.io/job-name={self.name}"
         return None
 
 
@@ -95,26 +95,44 @@ class EvictionPlan:
     excluded: tuple[Exclusion, ...] = field(default=())
 
 
+# Pod annotations and labels that name a PodGroup: Volcano, and the scheduler-plugins
+# coscheduling plugin.
+_PODGROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+_PODGROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
+
+
 def gang_of(pod: PodMeta) -> tuple[str, str]:
-    """``(kind, name)`` of the gang a pod belongs to; ``("pod", pod.name)`` if none."""
+    """``(kind, name)`` of the gang a pod belongs to; ``("pod", pod.name)`` if none.
+
+    A plain Job of independent workers is not a gang; an Indexed Job (pods annotated
+    ``batch.kubernetes.io/job-completion-index``, what distributed training runs as) is.
+    """
     trial = pod.labels.get("katib.kubeflow.org/trial")
     if trial:
         return "katib-trial", trial
-    group = pod.annotations.get("scheduling.k8s.io/group-name")
-    if group:
-        return "podgroup", group
+    for key in _PODGROUP_ANNOTATIONS:
+        if pod.annotations.get(key):
+            return "podgroup", pod.annotations[key]
+    for key in _PODGROUP_LABELS:
+        if pod.labels.get(key):
+            return "podgroup", pod.labels[key]
     job = pod.labels.get("training.kubeflow.org/job-name")
     if job:
         return "training-job", job
     for owner in pod.owners:
         if owner.controller and owner.kind in TRAINING_KINDS:
             return "training-job", owner.name
-        if owner.controller and owner.kind == "Job":
+        if (
+            owner.controller
+            and owner.kind == "Job"
+            and "batch.kubernetes.io/job-completion-index" in pod.annotations
+        ):
             return "job", owner.name
     return "pod", pod.name
 
 
-def _never(pod: PodMeta) -> str | None:
+def never_evicted(pod: PodMeta) -> str | None:
+    """Why a pod may never be evicted by nodeguard, ``None`` if it may."""
     if pod.terminating:
         return "already terminating"
     if pod.phase in ("Succeeded", "Failed"):
@@ -158,7 +176,7 @@ def plan_eviction(
 
     units: list[Unit] = []
     for (kind, namespace, name), members in gangs.items():
-        reasons = [(p, _never(p) or _filtered(p, flt)) for p in members]
+        reasons = [(p, never_evicted(p) or _filtered(p, flt)) for p in members]
         bad = [(p, r) for p, r in reasons if r]
         if bad:
             for p, r in reasons:
