@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import copy
+import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
 
