@@ -197,3 +197,24 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
     assert f"DRY RUN evict done: would evict 1 unit(s) (pod/{ns}/pandas-prep)" in text
     assert "No working sets known" in text
     assert cluster.pod_json(ns, "pandas-prep")["metadata"].get("deletionTimestamp") is None
+
+
+async def test_cancelling_the_watch_does_not_hang(
+    cluster: Cluster, control_plane: TestCluster
+) -> None:
+    node = cluster.node()
+    kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    watcher = PodWatcher(kube=kube, node_name=node)  # a 60 s server-side watch
+    task = asyncio.create_task(watcher.run(stop=asyncio.Event()))
+    await asyncio.wait_for(watcher.synced.wait(), 15)
+    await asyncio.sleep(0.5)  # now blocked in the watch's read
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The pool is still usable after the shut-down socket.
+    assert (await kube.get_node(name=node))["metadata"]["name"] == node
+    kube.close()
+    # The executor thread let go too: asyncio.run() would otherwise wait for it at exit.
+    await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 10)
+    assert time.monotonic() - started < 6

@@ -42,7 +42,7 @@ __all__ = ["KubeClient", "translate_error"]
 
 JSON = dict[str, Any]
 _MERGE = "application/merge-patch+json"
-_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+_TIMEOUT = (5.0, 15.0)  # connect, read (seconds)
 
 
 def translate_error(exc: Exception) -> KubeError:
@@ -84,6 +84,14 @@ def translate_error(exc: Exception) -> KubeError:
     return KubeError(f"{type(exc).__name__}: {exc}")
 
 
+def _api_client(configuration: k8s.Configuration) -> k8s.ApiClient:
+    # urllib3 would retry each request 3 times on its own, under our tenacity retries: one
+    # layer of retries, with backoff, is enough (and keeps a hung API server from costing
+    # minutes per call).
+    configuration.retries = False
+    return k8s.ApiClient(configuration)
+
+
 class KubeClient:
     """Async facade over the official client for what nodeguard does to a cluster.
 
@@ -104,17 +112,19 @@ class KubeClient:
         """In-cluster config (the pod's ServiceAccount) when ``kubeconfig`` is ``None`` and
         ``KUBERNETES_SERVICE_HOST`` is set; otherwise the kubeconfig (``$KUBECONFIG`` or
         ``~/.kube/config`` when ``None``). Raises :class:`KubeError` when neither works."""
+        configuration = k8s.Configuration()
         try:
             if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-                configuration = k8s.Configuration()
                 k8s_config.load_incluster_config(client_configuration=configuration)
-                return cls(api_client=k8s.ApiClient(configuration))
-            api = k8s_config.new_client_from_config(
-                config_file=str(kubeconfig) if kubeconfig else None, context=context
-            )
+            else:
+                k8s_config.load_kube_config(
+                    config_file=str(kubeconfig) if kubeconfig else None,
+                    context=context,
+                    client_configuration=configuration,
+                )
         except (k8s_config.ConfigException, OSError) as exc:
             raise KubeError(f"no usable Kubernetes config: {exc}") from exc
-        return cls(api_client=api)
+        return cls(api_client=_api_client(configuration))
 
     @classmethod
     def with_token(cls, *, server: str, token: str, ca_file: Path) -> KubeClient:
@@ -124,7 +134,7 @@ class KubeClient:
         configuration.ssl_ca_cert = str(ca_file)
         configuration.api_key = {"authorization": token}
         configuration.api_key_prefix = {"authorization": "Bearer"}
-        return cls(api_client=k8s.ApiClient(configuration))
+        return cls(api_client=_api_client(configuration))
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -140,7 +150,10 @@ class KubeClient:
             raise translate_error(exc) from exc
         if not data:
             return {}
-        parsed: JSON = json.loads(data)
+        try:
+            parsed: JSON = json.loads(data)
+        except ValueError as exc:
+            raise ServerError(f"the API answered something that is not JSON: {exc}") from exc
         return parsed
 
     async def write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:

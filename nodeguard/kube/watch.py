@@ -43,7 +43,7 @@ class PodWatcher:
         *,
         kube: KubeClient,
         node_name: str,
-        watch_timeout: int = 240,
+        watch_timeout: int = 60,
         node_refresh: float = 60.0,
         max_backoff: float = 30.0,
     ) -> None:
@@ -147,46 +147,62 @@ class PodWatcher:
             raise translate_error(exc) from exc
         finally:
             self._resp = None
-            resp.release_conn()
+            if stop.is_set():
+                resp.close()  # a shut-down socket must not go back to the pool
+            else:
+                resp.release_conn()
         return rv
 
+    def _unblock(self, stop_thread: threading.Event) -> None:
+        """Stop the watch thread now rather than at the watch's server-side timeout."""
+        stop_thread.set()
+        resp = self._resp
+        if resp is not None:
+            with contextlib.suppress(Exception):
+                resp.shutdown()
+
     async def run(self, *, stop: asyncio.Event) -> None:
-        """List, then watch, until ``stop`` is set; never raises."""
+        """List, then watch, until ``stop`` is set (or the task is cancelled); never raises
+        otherwise. Relists and failures back off (capped exponential), so a flapping API server
+        is not hammered."""
         stop_thread = threading.Event()
         backoff = 1.0
         rv: str | None = None
-        while not stop.is_set():
-            try:
-                if rv is None:
-                    rv = await self._list()
-                if time.monotonic() - self._node_read_at > self._node_refresh:
-                    await self._refresh_node()
-                watch = asyncio.create_task(
-                    asyncio.to_thread(self._watch_blocking, rv, stop_thread)
-                )
-                stopper = asyncio.create_task(stop.wait())
-                done, _ = await asyncio.wait({watch, stopper}, return_when="FIRST_COMPLETED")
-                stopper.cancel()
-                if watch not in done:
-                    stop_thread.set()
-                    # Unblock the thread's read now rather than at the watch's timeout.
-                    resp = self._resp
-                    if resp is not None:
-                        with contextlib.suppress(Exception):
-                            resp.shutdown()
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(watch, timeout=5)
-                    break
-                rv = watch.result()
-                backoff = 1.0
-            except _Relist as exc:
-                log.info("pod watch on %s: %s; listing again", self._node_name, exc)
-                rv = None
-            except KubeError as exc:
-                log.warning(
-                    "pod watch on %s failed (%s); retrying in %.0fs", self._node_name, exc, backoff
-                )
-                rv = None
+        watch: asyncio.Task[str] | None = None
+        try:
+            while not stop.is_set():
+                try:
+                    if rv is None:
+                        rv = await self._list()
+                    if time.monotonic() - self._node_read_at > self._node_refresh:
+                        await self._refresh_node()
+                    watch = asyncio.create_task(
+                        asyncio.to_thread(self._watch_blocking, rv, stop_thread)
+                    )
+                    stopper = asyncio.create_task(stop.wait())
+                    done, _ = await asyncio.wait({watch, stopper}, return_when="FIRST_COMPLETED")
+                    stopper.cancel()
+                    if watch not in done:
+                        break
+                    rv = watch.result()
+                    watch = None
+                    backoff = 1.0
+                    continue
+                except _Relist as exc:
+                    log.info("pod watch on %s: %s; listing again", self._node_name, exc)
+                except KubeError as exc:
+                    log.warning(
+                        "pod watch on %s failed (%s); retrying in %.0fs",
+                        self._node_name,
+                        exc,
+                        backoff,
+                    )
+                rv, watch = None, None
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=backoff)
                 backoff = min(backoff * 2, self._max_backoff)
+        finally:
+            if watch is not None and not watch.done():
+                self._unblock(stop_thread)
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(watch), timeout=5)
