@@ -805,3 +805,63 @@ async def test_a_podgroup_is_evicted_across_nodes(cluster: Cluster, kube: KubeCl
     )
     assert sorted(res.details["evicted"][0]["pods"]) == [f"{ns}/pg-2-0", f"{ns}/pg-2-1"]
     assert not _alive(cluster, ns, "pg-2-1") and _alive(cluster, ns, "bystander")
+
+
+async def test_katib_resume_keeps_an_edit_made_while_paused(
+    cluster: Cluster, kube: KubeClient
+) -> None:
+    ns, node = cluster.namespace("katib2"), cluster.node()
+    cluster.katib_experiment(ns)
+    aud = auditor_for(kube, node)
+    assert [
+        r.outcome
+        for r in await pause_katib(
+            kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
+        )
+    ] == ["done"]
+    cluster.custom.patch_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", ns, "experiments", "random", {"spec": {"parallelTrialCount": 8}}
+    )  # a person raised it during the pause
+    (res,) = await resume_katib(
+        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
+    )
+    assert res.outcome == "done" and "set by someone else" in res.message
+    exp = cluster.custom.get_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", ns, "experiments", "random"
+    )
+    assert exp["spec"]["parallelTrialCount"] == 8
+    assert not any(k.startswith("nodeguard.io/") for k in exp["metadata"].get("annotations", {}))
+
+    # A broken annotation is a clear failure, not a crash; a finished experiment is not paused.
+    cluster.custom.patch_namespaced_custom_object(
+        "kubeflow.org",
+        "v1beta1",
+        ns,
+        "experiments",
+        "random",
+        {"metadata": {"annotations": {ANNOTATION: "three"}}},
+    )
+    (res,) = await resume_katib(
+        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
+    )
+    assert res.outcome == "failed" and "not a count" in res.message
+    cluster.custom.patch_namespaced_custom_object(
+        "kubeflow.org",
+        "v1beta1",
+        ns,
+        "experiments",
+        "random",
+        {"metadata": {"annotations": {ANNOTATION: None}}},
+    )
+    cluster.custom.patch_namespaced_custom_object_status(
+        "kubeflow.org",
+        "v1beta1",
+        ns,
+        "experiments",
+        "random",
+        {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}},
+    )
+    (res,) = await pause_katib(
+        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
+    )
+    assert res.outcome == "noop" and "succeeded" in res.message

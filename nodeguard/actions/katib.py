@@ -2,9 +2,11 @@
 
 Katib has no suspend. Pausing lowers ``spec.parallelTrialCount`` (how many trials run at once)
 to a floor of at least 1 — Katib's validating webhook rejects 0 — and records the original in the
-annotation ``nodeguard.io/paused-parallel-trial-count`` (``"unset"`` when the field was absent);
-resuming restores it exactly and removes the annotation. ``spec.maxTrialCount`` is never
-touched: reaching it ends the experiment, and with the default ``resumePolicy: Never`` an ended
+annotation ``nodeguard.io/paused-parallel-trial-count`` (``"unset"`` when the field was absent)
+and the value it set in ``nodeguard.io/paused-at-parallel-trial-count``; resuming restores the
+original exactly and removes both — unless someone changed the count while it was paused, whose
+newer intent is then kept. A finished experiment (Succeeded or Failed) is not paused.
+``spec.maxTrialCount`` is never touched: reaching it ends the experiment, and with the default ``resumePolicy: Never`` an ended
 experiment cannot be restarted. Both are idempotent, and both patch with the Experiment's
 resourceVersion, so a concurrent edit is a Conflict, not a lost update.
 
@@ -19,14 +21,15 @@ from typing import Any
 
 from nodeguard.actions.audit import Auditor, ObjectRef
 from nodeguard.actions.base import ActionResult
-from nodeguard.kube.client import KubeClient
-from nodeguard.kube.errors import KubeError, NotFound
+from nodeguard.kube.client import JSON, KubeClient
+from nodeguard.kube.errors import Conflict, KubeError, NotFound
 from nodeguard.snapshot import PodMeta
 
 __all__ = ["experiments_on_node", "pause_katib", "resume_katib"]
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"
 ANNOTATION = "nodeguard.io/paused-parallel-trial-count"
+FLOOR_ANNOTATION = "nodeguard.io/paused-at-parallel-trial-count"
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
 _UNSET = "unset"
 
@@ -39,6 +42,91 @@ def experiments_on_node(pods: Mapping[str, PodMeta]) -> list[tuple[str, str]]:
         if EXPERIMENT_LABEL in p.labels and not p.terminating
     }
     return sorted(found)
+
+
+def _finished(exp: JSON) -> str | None:
+    """The terminal condition of an Experiment (Succeeded or Failed, status True), if any."""
+    for cond in (exp.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Succeeded", "Failed") and cond.get("status") == "True":
+            return str(cond["type"]).lower()
+    return None
+
+
+def _plan(
+    exp: JSON, *, namespace: str, name: str, pause: bool, floor: int, dry_run: bool
+) -> tuple[JSON | None, str, str]:
+    """``(patch or None for nothing to do, message, Event reason)`` for one experiment."""
+    meta, spec = exp.get("metadata", {}), exp.get("spec", {})
+    annotations = meta.get("annotations") or {}
+    recorded, paused_at = annotations.get(ANNOTATION), annotations.get(FLOOR_ANNOTATION)
+    current = spec.get("parallelTrialCount")
+    rv = meta.get("resourceVersion")
+    what = f"Katib experiment {namespace}/{name}"
+    if pause:
+        if recorded is not None:
+            return None, f"{what} is already paused by nodeguard", ""
+        if (state := _finished(exp)) is not None:
+            return None, f"{what} has {state}: nothing to pause", ""
+        new = max(1, floor)
+        if current is not None and current <= new:
+            return (
+                None,
+                (f"{what} runs {current} trial(s) at once, already at or below the floor {new}"),
+                "",
+            )
+        patch = {
+            "metadata": {
+                "resourceVersion": rv,
+                "annotations": {
+                    ANNOTATION: _UNSET if current is None else str(current),
+                    FLOOR_ANNOTATION: str(new),
+                },
+            },
+            "spec": {"parallelTrialCount": new},
+        }
+        shown = current if current is not None else "unset"
+        return (
+            patch,
+            (
+                f"{'would pause' if dry_run else 'paused'} {what}: parallelTrialCount "
+                f"{shown} -> {new} (maxTrialCount untouched)"
+            ),
+            "NodeguardKatibPaused",
+        )
+    if recorded is None:
+        return None, f"{what} was not paused by nodeguard", ""
+    unmark = {ANNOTATION: None, FLOOR_ANNOTATION: None}
+    if recorded != _UNSET and not recorded.isdigit():
+        raise ValueError(
+            f"{what}: annotation {ANNOTATION}={recorded!r} is not a count; "
+            "not guessing what to restore"
+        )
+    if paused_at is not None and str(current) != paused_at:
+        # Someone set parallelTrialCount while it was paused: theirs is the newer intent.
+        patch = {"metadata": {"resourceVersion": rv, "annotations": unmark}}
+        return (
+            patch,
+            (
+                f"{'would leave' if dry_run else 'left'} {what} at parallelTrialCount "
+                f"{current}, set by someone else while paused (was {recorded}); "
+                "nodeguard's mark removed"
+            ),
+            "NodeguardKatibResumed",
+        )
+    original = None if recorded == _UNSET else int(recorded)
+    patch = {
+        "metadata": {"resourceVersion": rv, "annotations": unmark},
+        "spec": {"parallelTrialCount": original},
+    }
+    shown_original = original if original is not None else "unset"
+    return (
+        patch,
+        (
+            f"{'would resume' if dry_run else 'resumed'} {what}: parallelTrialCount "
+            f"{current} -> {shown_original}"
+        ),
+        "NodeguardKatibResumed",
+    )
 
 
 async def _one(
@@ -55,75 +143,46 @@ async def _one(
 ) -> ActionResult:
     action = "pause_katib" if pause else "resume_katib"
 
-    def result(outcome: Any, message: str, **details: Any) -> ActionResult:
+    def result(outcome: Any, message: str) -> ActionResult:
         return ActionResult(
             action=action,
             node=node,
             dry_run=dry_run,
             outcome=outcome,
             message=message,
-            details={"experiment": f"{namespace}/{name}", **details},
+            details={"experiment": f"{namespace}/{name}"},
         )
 
-    exp = await kube.get_custom(
-        group=GROUP, version=VERSION, plural=PLURAL, namespace=namespace, name=name
-    )
-    meta, spec = exp.get("metadata", {}), exp.get("spec", {})
+    for attempt in range(3):
+        exp = await kube.get_custom(
+            group=GROUP, version=VERSION, plural=PLURAL, namespace=namespace, name=name
+        )
+        patch, message, reason = _plan(
+            exp, namespace=namespace, name=name, pause=pause, floor=floor, dry_run=dry_run
+        )
+        if patch is None:
+            return result("noop", message)
+        try:
+            await kube.patch_custom(
+                group=GROUP,
+                version=VERSION,
+                plural=PLURAL,
+                namespace=namespace,
+                name=name,
+                patch=patch,
+                dry_run=dry_run,
+            )
+            break
+        except Conflict:
+            if attempt == 2:  # edited under us three times running: give up for now
+                raise
+    meta = exp.get("metadata", {})
     ref = ObjectRef(
         kind="Experiment",
         name=name,
         namespace=namespace,
         uid=meta.get("uid", ""),
         api_version=f"{GROUP}/{VERSION}",
-    )
-    recorded = (meta.get("annotations") or {}).get(ANNOTATION)
-    current = spec.get("parallelTrialCount")
-    rv = meta.get("resourceVersion")
-    if pause:
-        if recorded is not None:
-            return result("noop", f"experiment {namespace}/{name} is already paused by nodeguard")
-        new = max(1, floor)
-        if current is not None and current <= new:
-            return result(
-                "noop",
-                f"experiment {namespace}/{name} runs {current} trial(s) at "
-                f"once, already at or below the floor {new}",
-            )
-        patch = {
-            "metadata": {
-                "resourceVersion": rv,
-                "annotations": {ANNOTATION: _UNSET if current is None else str(current)},
-            },
-            "spec": {"parallelTrialCount": new},
-        }
-        message = (
-            f"{'would pause' if dry_run else 'paused'} Katib experiment "
-            f"{namespace}/{name}: parallelTrialCount {current if current is not None else 'unset'}"
-            f" -> {new} (maxTrialCount untouched)"
-        )
-        reason = "NodeguardKatibPaused"
-    else:
-        if recorded is None:
-            return result("noop", f"experiment {namespace}/{name} was not paused by nodeguard")
-        original = None if recorded == _UNSET else int(recorded)
-        patch = {
-            "metadata": {"resourceVersion": rv, "annotations": {ANNOTATION: None}},
-            "spec": {"parallelTrialCount": original},
-        }
-        message = (
-            f"{'would resume' if dry_run else 'resumed'} Katib experiment "
-            f"{namespace}/{name}: parallelTrialCount {current} -> "
-            f"{original if original is not None else 'unset'}"
-        )
-        reason = "NodeguardKatibResumed"
-    await kube.patch_custom(
-        group=GROUP,
-        version=VERSION,
-        plural=PLURAL,
-        namespace=namespace,
-        name=name,
-        patch=patch,
-        dry_run=dry_run,
     )
     res = result("done", f"{message}; {note}" if note else message)
     await auditor.record(result=res, obj=ref, reason=reason)
@@ -168,7 +227,7 @@ async def _each(
                     message=f"experiment {namespace}/{name} not found",
                 )
             )
-        except KubeError as exc:
+        except (KubeError, ValueError) as exc:
             res = ActionResult(
                 action=action,
                 node=node,
