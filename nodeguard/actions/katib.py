@@ -6,9 +6,10 @@ annotation ``nodeguard.io/paused-parallel-trial-count`` (``"unset"`` when the fi
 and the value it set in ``nodeguard.io/paused-at-parallel-trial-count``; resuming restores the
 original exactly and removes both — unless someone changed the count while it was paused, whose
 newer intent is then kept. A finished experiment (Succeeded or Failed) is not paused.
-``spec.maxTrialCount`` is never touched: reaching it ends the experiment, and with the default ``resumePolicy: Never`` an ended
-experiment cannot be restarted. Both are idempotent, and both patch with the Experiment's
-resourceVersion, so a concurrent edit is a Conflict, not a lost update.
+``spec.maxTrialCount`` is never touched: reaching it ends the experiment, and with the default
+``resumePolicy: Never`` an ended experiment cannot be restarted. Both are idempotent, and both
+patch with the Experiment's resourceVersion, so a concurrent edit is a Conflict (re-read and
+tried again), not a lost update.
 
 Which experiments: those whose trial pods run on the node (pod label
 ``katib.kubeflow.org/experiment``), or those named.
