@@ -24,13 +24,34 @@ from nodeguard.actions.evict import EvictionBackoff, EvictionLimiter, evict
 from nodeguard.actions.katib import experiments_on_node, pause_katib, resume_katib
 from nodeguard.actions.ranking import EvictFilter, EvictionPlan, plan_eviction
 from nodeguard.kube.client import KubeClient
-from nodeguard.kube.errors import KubeError
+from nodeguard.kube.errors import KubeError, NotFound
 from nodeguard.kube.objects import parse_bytes, pod_meta
 from nodeguard.report import format_bytes
 
 __all__ = ["ACTIONS", "add_act_arguments", "run_act"]
 
 ACTIONS = ("cordon", "uncordon", "evict", "pause-katib", "resume-katib")
+
+
+def _quantity(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a memory quantity: {text!r} (e.g. 8Gi)") from exc
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r}")
+    return key, value
+
+
+def _namespaced(text: str) -> tuple[str, str]:
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name:
+        raise argparse.ArgumentTypeError(f"not NAMESPACE/NAME: {text!r}")
+    return namespace, name
 
 
 def add_act_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,13 +77,20 @@ def add_act_arguments(parser: argparse.ArgumentParser) -> None:
     e = parser.add_argument_group("evict")
     e.add_argument(
         "--target",
-        default="0",
+        type=_quantity,
+        default=0,
         help="memory to free, a quantity like 8Gi (default 0: the first unit only)",
     )
     e.add_argument("--max-priority", type=int)
     e.add_argument("--priority-class", action="append", dest="priority_classes")
     e.add_argument("--namespace", action="append", dest="namespaces")
-    e.add_argument("--selector", action="append", default=[], help="label KEY=VALUE (repeat)")
+    e.add_argument(
+        "--selector",
+        action="append",
+        type=_label,
+        default=[],
+        help="label KEY=VALUE (repeat); VALUE * only requires the label",
+    )
     e.add_argument("--agent-url", help="the node's nodeguard, for working sets (its /snapshot)")
     k = parser.add_argument_group("Katib")
     k.add_argument(
@@ -119,6 +147,8 @@ def render_plan(plan: EvictionPlan, *, console: Console) -> None:
 
 
 def _print_results(results: list[ActionResult], console: Console) -> int:
+    """Print each result; the exit status: 1 if any failed, 3 if any was refused or blocked
+    (a budget, a limit or a PodDisruptionBudget said no), else 0."""
     for r in results:
         style = {
             "done": "green",
@@ -133,7 +163,9 @@ def _print_results(results: list[ActionResult], console: Console) -> int:
             if style
             else f"{prefix}{r.action} {r.outcome}: {r.message}"
         )
-    return 1 if any(r.outcome == "failed" for r in results) else 0
+    if any(r.outcome == "failed" for r in results):
+        return 1
+    return 3 if any(r.outcome in ("refused", "blocked") for r in results) else 0
 
 
 async def _act(args: argparse.Namespace, console: Console) -> int:
@@ -168,10 +200,15 @@ async def _act(args: argparse.Namespace, console: Console) -> int:
                     config=cfg,
                 )
             return _print_results([res], console)
+        try:
+            await kube.get_node(name=args.node)
+        except NotFound:
+            console.print(f"[red]error[/red]: no node {args.node!r} in the cluster")
+            return 1
         items, _ = await kube.list_pods(node_name=args.node)
         pods = {m.uid: m for m in (pod_meta(p) for p in items)}
         if args.action == "evict":
-            labels = dict(s.split("=", 1) for s in args.selector)
+            labels = dict(args.selector)
             flt = EvictFilter(
                 max_priority=args.max_priority,
                 priority_classes=frozenset(args.priority_classes)
@@ -180,22 +217,26 @@ async def _act(args: argparse.Namespace, console: Console) -> int:
                 namespaces=frozenset(args.namespaces) if args.namespaces else None,
                 labels=labels or None,
             )
-            plan = plan_eviction(pods=pods, usage=_usage_from_agent(args.agent_url), flt=flt)
+            try:
+                usage = _usage_from_agent(args.agent_url)
+            except (OSError, ValueError) as exc:
+                console.print(f"[red]error[/red]: cannot read {args.agent_url}/snapshot: {exc}")
+                return 1
+            plan = plan_eviction(pods=pods, usage=usage, flt=flt)
             render_plan(plan, console=console)
             res = await evict(
                 kube=kube,
                 auditor=auditor,
                 node=args.node,
                 plan=plan,
-                target_bytes=parse_bytes(args.target),
+                target_bytes=args.target,
                 rule=args.rule,
                 dry_run=args.dry_run,
                 limiter=EvictionLimiter(),
                 backoff=EvictionBackoff(),
             )
             return _print_results([res], console)
-        named = [tuple(e.split("/", 1)) for e in args.experiment]
-        experiments = [(ns, n) for ns, n in named] or experiments_on_node(pods)
+        experiments = list(args.experiment) or experiments_on_node(pods)
         if not experiments:
             console.print(f"no Katib experiment has trial pods on {args.node}")
             return 0
@@ -222,10 +263,11 @@ async def _act(args: argparse.Namespace, console: Console) -> int:
 
 
 def run_act(args: argparse.Namespace) -> int:
-    """Run ``nodeguard act``; exit status 0, 1 when the action failed, 2 on a config error."""
+    """Run ``nodeguard act``. Exit status: 0 done or nothing to do, 1 failed (including an API
+    server that cannot be reached), 2 bad flags (argparse), 3 refused or blocked."""
     console = Console()
     try:
         return asyncio.run(_act(args, console))
     except KubeError as exc:
-        console.print(f"[red]error[/red]: {exc}")
-        return 2
+        console.print(f"[red]error[/red]: {type(exc).__name__}: {exc}")
+        return 1

@@ -218,3 +218,65 @@ async def test_cancelling_the_watch_does_not_hang(
     # The executor thread let go too: asyncio.run() would otherwise wait for it at exit.
     await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 10)
     assert time.monotonic() - started < 6
+
+
+def test_act_exit_codes(cluster: Cluster, control_plane: TestCluster) -> None:
+    node = cluster.node()
+
+    def act(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nodeguard",
+                "act",
+                *argv,
+                "--kubeconfig",
+                str(control_plane.kubeconfig_path),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={"COLUMNS": "200", "PATH": ""},
+        )
+
+    typo = act("evict", "--node", "no-such-node", "--dry-run")
+    assert typo.returncode == 1 and "no node 'no-such-node'" in typo.stdout
+    bad = act("evict", "--node", node, "--selector", "oops")
+    assert bad.returncode == 2 and "not KEY=VALUE" in bad.stderr and "Traceback" not in bad.stderr
+    bad = act("evict", "--node", node, "--target", "lots")
+    assert bad.returncode == 2 and "not a memory quantity" in bad.stderr
+    refused = act(
+        "cordon", "--node", node, "--budget-nodes", "0", "--dry-run", "--lease-namespace", "default"
+    )
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert "budget spent, 0 of 0 node(s) already cordoned by nodeguard (none)" in refused.stdout
+    down = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodeguard",
+            "act",
+            "cordon",
+            "--node",
+            node,
+            "--kubeconfig",
+            str(_unreachable_kubeconfig(control_plane)),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": ""},
+    )
+    assert down.returncode == 1 and "Traceback" not in down.stderr + down.stdout
+
+
+def _unreachable_kubeconfig(control_plane: TestCluster) -> Path:
+    import json as _json
+
+    text = control_plane.kubeconfig_path.read_text()
+    data = _json.loads(text)
+    data["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
+    path = control_plane.kubeconfig_path.with_name("unreachable.kubeconfig")
+    path.write_text(_json.dumps(data))
+    return path
