@@ -96,6 +96,7 @@ def add_act_arguments(parser: argparse.ArgumentParser) -> None:
     k.add_argument(
         "--experiment",
         action="append",
+        type=_namespaced,
         default=[],
         help="NAMESPACE/NAME (repeat); default: experiments with trials on the node",
     )
