@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
+import uuid
 import urllib.request
 from typing import Any
 
@@ -187,7 +189,7 @@ async def _act(args: argparse.Namespace, console: Console) -> int:
                     node=args.node,
                     rule=args.rule,
                     reason=args.reason,
-                    identity=f"act:{args.node}",
+                    identity=f"act/{socket.gethostname()}/{uuid.uuid4().hex[:8]}",
                     dry_run=args.dry_run,
                     config=cfg,
                 )

@@ -1,15 +1,18 @@
 """Running a firing's actions: rule action names bound to :mod:`nodeguard.actions`.
 
 Each action gets the firing (its scope, target and the snapshot it was decided on) and returns
-:class:`~nodeguard.actions.base.ActionResult` values. Without a Kubernetes API (no cluster) an
-action that needs one reports ``refused`` and says why: a dry run tells the truth about what a
-real run could do.
+:class:`~nodeguard.actions.base.ActionResult` values; ``evict`` on a GPU rule evicts only pods
+using that GPU, lowest priority and most GPU memory first. Without a Kubernetes API (no
+cluster) an action that needs one reports ``refused`` and says why: a dry run tells the truth
+about what a real run could do.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +51,9 @@ class Runbook:
     limiter: EvictionLimiter = field(default_factory=EvictionLimiter)
     backoff: EvictionBackoff = field(default_factory=EvictionBackoff)
     paused: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    #: Holds the cordon budget's Lease: unique per agent process, so two agents (or a restarted
+    #: one whose old Lease is still live) never both believe they hold it.
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}")
 
     async def run(
         self, spec: ActionSpec, *, firing: Firing, dry_run: bool, note: str
@@ -98,7 +104,7 @@ async def _cordon(
             node=firing.node,
             rule=firing.rule,
             reason=note,
-            identity=rb.node,
+            identity=f"{rb.node}/{rb.identity}",
             dry_run=dry,
             config=cfg,
         )
@@ -159,13 +165,15 @@ def _firing_pod(firing: Firing, pods: dict[str, PodMeta]) -> str | None:
 async def _evict(
     rb: Runbook, args: EvictArgs, firing: Firing, dry: bool, note: str
 ) -> list[ActionResult]:
-    pods, usage = await _pods(rb, firing)
     flt = EvictFilter(
         max_priority=args.max_priority,
         priority_classes=frozenset(args.priority_classes) if args.priority_classes else None,
         namespaces=frozenset(args.namespaces) if args.namespaces else None,
         labels=args.selector,
     )
+    if firing.scope == "gpu":
+        return [await _evict_from_gpu(rb, args, firing, dry=dry, note=note, flt=flt)]
+    pods, usage = await _pods(rb, firing)
     plan = plan_eviction(pods=pods, usage=usage, flt=flt)
     pod_uid = _firing_pod(firing, pods)
     if firing.scope in ("pod", "container"):
@@ -214,6 +222,72 @@ async def _evict(
             backoff=rb.backoff,
         )
     ]
+
+
+async def _evict_from_gpu(
+    rb: Runbook, args: EvictArgs, firing: Firing, *, dry: bool, note: str, flt: EvictFilter
+) -> ActionResult:
+    """A GPU rule evicts only pods with processes on that GPU (the firing's target, a UUID):
+    lowest priority first, then the most GPU memory on it. ``free`` counts GPU memory on that
+    GPU (a quantity, or a percent of its total); without it, the first unit alone."""
+    snap = firing.snapshot
+    device = None
+    if snap is not None and snap.node_name == firing.node and snap.gpu and snap.pod_meta:
+        device = next((d for d in snap.gpu.devices if d.key == firing.target), None)
+    if snap is None or device is None:
+        return ActionResult(
+            action="evict",
+            node=firing.node,
+            dry_run=dry,
+            outcome="refused",
+            message=f"no GPU {firing.target} with this node's pod list in the snapshot",
+        )
+    usage: dict[str, int] = {}
+    unknown: set[str] = set()
+    for u in snap.gpu_containers():
+        if u.gpu_index == device.index and u.used_bytes is None:
+            unknown.add(u.pod_uid)
+        elif u.gpu_index == device.index and u.used_bytes is not None:
+            usage[u.pod_uid] = usage.get(u.pod_uid, 0) + u.used_bytes
+    on_gpu = unknown | set(usage)
+    pods = {uid: m for uid, m in (snap.pod_meta or {}).items() if uid in on_gpu}
+    for uid in unknown:
+        usage.pop(uid, None)  # part of its GPU memory is unknown, so is its total
+    plan = plan_eviction(pods=pods, usage=usage, flt=flt)
+    ranked = sorted(plan.ranked, key=lambda r: (r[0].priority, -r[0].usage_bytes, r[0].key))
+    where = f"GPU {device.index} ({device.key})"
+    reasons = []
+    for unit, _ in ranked:
+        known = f"{unit.usage_bytes} B of GPU memory on {where}"
+        why = known if unit.usage_known else f"GPU memory on {where} unknown"
+        why += f"; priority {unit.priority}"
+        if unit.kind != "pod":
+            why += f"; {unit.kind} of {len(unit.pods)} pod(s) on this GPU, evicted together"
+        reasons.append((unit, why))
+    target = 0
+    if args.free and args.free.endswith("%"):
+        if device.memory is None:
+            return ActionResult(
+                action="evict",
+                node=firing.node,
+                dry_run=dry,
+                outcome="refused",
+                message=f"free: {args.free} of {where}, whose total memory is unknown",
+            )
+        target = int(device.memory.total_bytes * float(args.free[:-1]) / 100.0)
+    elif args.free:
+        target = parse_bytes(args.free)
+    return await evict(
+        kube=rb._api(),
+        auditor=rb.auditor,
+        node=firing.node,
+        plan=EvictionPlan(ranked=tuple(reasons), excluded=plan.excluded),
+        target_bytes=target,
+        rule=f"{firing.rule} ({note})",
+        dry_run=dry,
+        limiter=rb.limiter,
+        backoff=rb.backoff,
+    )
 
 
 async def _experiments(rb: Runbook, firing: Firing) -> list[tuple[str, str]]:
