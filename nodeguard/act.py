@@ -12,8 +12,8 @@ import argparse
 import asyncio
 import json
 import socket
-import uuid
 import urllib.request
+import uuid
 from typing import Any
 
 from rich.console import Console
