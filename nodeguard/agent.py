@@ -24,7 +24,7 @@ from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.cordon import CordonConfig
 from nodeguard.actions.evict import EvictionLimiter
-from nodeguard.alerts.metrics import WebhookCollector
+from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import WebhookReceiver
 from nodeguard.exporter import SnapshotCollector
 from nodeguard.kube.client import KubeClient
@@ -128,6 +128,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         node_label=cfg.webhook_node_label,
     )
     registry.register(WebhookCollector(receiver=receiver))
+    registry.register(NodeInfoCollector(node_name=node))
     app = make_app(
         sampler=sampler,
         registry=registry,

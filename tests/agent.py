@@ -39,14 +39,20 @@ class Agent(str):
 
 @contextlib.contextmanager
 def running_agent(
-    *, args: list[str], log_path: Path, ready_timeout: float = 20.0
+    *,
+    args: list[str],
+    log_path: Path,
+    ready_timeout: float = 20.0,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Agent]:
     """Run ``nodeguard run ARGS`` on a free loopback port until the block ends; yields the base
     URL once ``/readyz`` answers 200. The process's output goes to ``log_path``."""
     port = free_port()
     cmd = [sys.executable, "-m", "nodeguard", "run", f"--listen-address=127.0.0.1:{port}", *args]
     with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
         base = Agent(f"http://127.0.0.1:{port}")
         base.pid = proc.pid
         try:

@@ -69,3 +69,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.environ.get("NODEGUARD_FORBID_SKIPS") == "1" and _skipped and exitstatus == 0:
         print(f"\nNODEGUARD_FORBID_SKIPS=1 and {len(_skipped)} test(s) skipped: {_skipped}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def gpu_env() -> dict[str, str]:
+    """Environment that points nodeguard's NVML at the test stub (none yet)."""
+    return {}

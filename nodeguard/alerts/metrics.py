@@ -5,12 +5,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from nodeguard.alerts.webhook import WebhookReceiver
 
-__all__ = ["WebhookCollector"]
+__all__ = ["NodeInfoCollector", "WebhookCollector"]
+
+
+class NodeInfoCollector(Collector):
+    """``nodeguard_node_info{node} 1``: the node this agent runs on. Alert rules join it
+    (``* on (instance, job) group_left (node) nodeguard_node_info``) so every alert names the
+    node to act on, whatever the scrape config's target labels are."""
+
+    def __init__(self, *, node_name: str) -> None:
+        self._node = node_name
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "nodeguard_node_info", "the node this agent runs on", labels=["node"]
+        )
+        info.add_metric([self._node], 1)
+        yield info
 
 
 class WebhookCollector(Collector):

@@ -1,0 +1,148 @@
+"""Debian's Prometheus and Alertmanager, started on loopback for end-to-end tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.agent import free_port, get
+
+PROMETHEUS = shutil.which("prometheus")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            if get(url, timeout=1)[0] == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} not ready:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _process(cmd: list[str], *, log: Path, ready: str) -> Iterator[None]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            _wait_ready(ready, proc, log)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def alertmanager(*, workdir: Path, webhook_url: str, token: str) -> Iterator[str]:
+    """An Alertmanager that sends every alert to ``webhook_url`` at once (group_wait and
+    group_interval 1 s), with ``send_resolved`` and a bearer token; yields its base URL."""
+    if ALERTMANAGER is None:
+        raise RuntimeError(
+            "prometheus-alertmanager not found: install Debian's "
+            "prometheus-alertmanager package (.ci/run does)"
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "token").write_text(token)
+    config = {
+        "route": {
+            "receiver": "nodeguard",
+            "group_by": ["alertname", "node"],
+            "group_wait": "1s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [
+            {
+                "name": "nodeguard",
+                "webhook_configs": [
+                    {
+                        "url": webhook_url,
+                        "send_resolved": True,
+                        "http_config": {
+                            "authorization": {
+                                "type": "Bearer",
+                                "credentials_file": str(workdir / "token"),
+                            }
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    cmd = [
+        ALERTMANAGER,
+        f"--config.file={workdir / 'alertmanager.yml'}",
+        f"--storage.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    base = f"http://127.0.0.1:{port}"
+    with _process(cmd, log=workdir / "alertmanager.log", ready=f"{base}/-/ready"):
+        yield base
+
+
+@contextlib.contextmanager
+def prometheus(
+    *, workdir: Path, target: str, rule_files: list[Path], alertmanager_url: str
+) -> Iterator[str]:
+    """A Prometheus scraping ``target`` every second with ``honor_labels``, evaluating the
+    rule files every second, sending alerts to Alertmanager; yields its base URL."""
+    if PROMETHEUS is None:
+        raise RuntimeError("prometheus not found: install Debian's prometheus package")
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "nodeguard",
+                "honor_labels": True,
+                "static_configs": [{"targets": [target]}],
+            }
+        ],
+        "rule_files": [str(p) for p in rule_files],
+        "alerting": {
+            "alertmanagers": [
+                {"static_configs": [{"targets": [alertmanager_url.removeprefix("http://")]}]}
+            ]
+        },
+    }
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    cmd = [
+        PROMETHEUS,
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    base = f"http://127.0.0.1:{port}"
+    with _process(cmd, log=workdir / "prometheus.log", ready=f"{base}/-/ready"):
+        yield base
+
+
+def query(base: str, expr: str) -> list[dict[str, Any]]:
+    """An instant query's result vector (raises on a query error)."""
+    status, body = get(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    data = json.loads(body)
+    if status != 200 or data.get("status") != "success":
+        raise AssertionError(f"query failed ({status}): {expr}\n{body}")
+    result: list[dict[str, Any]] = data["data"]["result"]
+    return result

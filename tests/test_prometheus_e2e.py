@@ -1,0 +1,246 @@
+"""End to end on loopback with the real programs: Prometheus scrapes nodeguard running on a
+fixture host that trips an alert, evaluates the shipped alert rules, Alertmanager routes the alert
+to nodeguard's webhook, nodeguard runs the mapped action (in dry run, and for real against the
+test control plane); the host recovers, the resolved notification arrives and the undo runs; a
+delivery repeated by hand acts once. Every PromQL expression of the dashboards and the alert
+rules returns data from that Prometheus."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.agent import get, running_agent
+from tests.conftest import HOSTS
+from tests.controlplane.cluster import TestCluster
+from tests.kube_helpers import Cluster
+from tests.promstack import alertmanager, prometheus, query
+
+ROOT = Path(__file__).resolve().parents[1]
+ALERT_RULES = ROOT / "rules" / "prometheus" / "nodeguard-alerts.yml"
+DASHBOARDS = sorted((ROOT / "grafana").glob("*.json"))
+GiB = 1 << 30
+TOKEN = "e2e-webhook-token"
+
+LOCAL_RULES = """\
+apiVersion: nodeguard.io/v1alpha1
+kind: RuleSet
+spec:
+  rules:
+    - name: e2e-page-cache
+      scope: node
+      when:
+        - {signal: node_page_cache_ratio, op: ">", value: 0.01}
+      cooldown: 1h
+      actions:
+        - action: record
+"""
+
+
+def _set_meminfo(host: Path, field: str, gib: int) -> None:
+    meminfo = host / "proc" / "meminfo"
+    text = re.sub(
+        rf"^{field}:\s+\d+ kB$",
+        f"{field}:   {gib * GiB // 1024} kB",
+        meminfo.read_text(),
+        flags=re.M,
+    )
+    meminfo.write_text(text)
+
+
+def _fast_alert_rules(workdir: Path) -> Path:
+    """The shipped alert rules with every ``for`` at 0 s, so the test takes seconds."""
+    data = yaml.safe_load(ALERT_RULES.read_text())
+    for group in data["groups"]:
+        for rule in group["rules"]:
+            rule.pop("for", None)
+    path = workdir / "alerts.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _wait(what: str, predicate: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _with_bool(expr: str) -> str:
+    """An alert expression whose comparisons return 0/1 instead of filtering: it has data
+    whenever its series exist, firing or not."""
+    return re.sub(r"(==|!=|>=|<=|>|<)\s*(?=[0-9])", r"\1 bool ", expr)
+
+
+def _dashboard_exprs() -> list[tuple[str, str]]:
+    out = []
+    for path in DASHBOARDS:
+        board = json.loads(path.read_text())
+        for panel in board["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"].replace("$__rate_interval", "1m").replace("$instance", ".*")
+                out.append((f"{path.name}: {panel['title']}", expr))
+    return out
+
+
+def _alert_exprs() -> list[tuple[str, str]]:
+    data = yaml.safe_load(ALERT_RULES.read_text())
+    return [(r["alert"], _with_bool(r["expr"])) for g in data["groups"] for r in g["rules"]]
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "real"])
+def test_alert_to_action_and_back(
+    dry_run: bool,
+    cluster: Cluster,
+    control_plane: TestCluster,
+    tmp_path: Path,
+    gpu_env: dict[str, str],
+) -> None:
+    host = tmp_path / "host"
+    shutil.copytree(HOSTS / "v2-systemd-containerd", host)
+    _set_meminfo(host, "MemAvailable", 1)  # 1 GiB of 32: NodeguardNodeMemoryLow
+    _set_meminfo(host, "SUnreclaim", 1)  # and nothing else
+    node = cluster.node(memory="32Gi")
+    local = tmp_path / "local.yaml"
+    local.write_text(LOCAL_RULES)
+    args = [
+        f"--path.procfs={host / 'proc'}",
+        f"--path.sysfs={host / 'sys'}",
+        f"--path.kmsg={host / 'kmsg'}",
+        f"--path.state={tmp_path / 'state'}",
+        f"--node-name={node}",
+        "--interval=250ms",
+        f"--kubeconfig={control_plane.kubeconfig_path}",
+        f"--rules={ROOT / 'rules' / 'alertmanager.yaml'}",
+        f"--rules={local}",
+        f"--webhook.token-file={_token_file(tmp_path)}",
+        "--dry-run" if dry_run else "--no-dry-run",
+    ]
+    with running_agent(args=args, log_path=tmp_path / "agent.log", env=gpu_env) as agent:
+        hook = f"{agent}/webhook/alertmanager"
+        with (
+            alertmanager(workdir=tmp_path / "am", webhook_url=hook, token=TOKEN) as am,
+            prometheus(
+                workdir=tmp_path / "prom",
+                target=agent.removeprefix("http://"),
+                rule_files=[_fast_alert_rules(tmp_path)],
+                alertmanager_url=am,
+            ) as prom,
+        ):
+
+            def incidents() -> list[dict[str, Any]]:
+                return [
+                    i
+                    for i in json.loads(get(f"{agent}/incidents")[1])
+                    if i["rule"] == "am-node-memory-low"
+                ]
+
+            fired = _wait(
+                "the alert's firing to reach nodeguard",
+                lambda: [i for i in incidents() if i["kind"] == "firing"],
+            )
+            assert fired[0]["dry_run"] is dry_run
+            assert fired[0]["actions"][0] == "cordon:done"
+            cordoned = cluster.core.read_node(node).spec.unschedulable
+            assert bool(cordoned) is (not dry_run)
+            reason = "NodeguardWouldCordon" if dry_run else "NodeguardCordoned"
+            assert cluster.events("default", name=node, reason=reason)
+
+            # Every query of the dashboards and the alert rules returns data (a counter born at
+            # the first action needs a second scrape before increase() has two points).
+            def empty() -> list[tuple[str, str]]:
+                return [
+                    (where, expr)
+                    for where, expr in _dashboard_exprs() + _alert_exprs()
+                    if not query(prom, expr)
+                ]
+
+            deadline = time.monotonic() + 20
+            while (missing := empty()) and time.monotonic() < deadline:
+                time.sleep(1)
+            assert not missing, "queries without data:\n" + "\n".join(
+                f"{w}: {e}" for w, e in missing
+            )
+
+            # The host recovers: the alert resolves, and the undo runs.
+            _set_meminfo(host, "MemAvailable", 20)
+            resolved = _wait(
+                "the resolved notification",
+                lambda: [i for i in incidents() if i["kind"] == "resolved"],
+            )
+            assert resolved[0]["actions"] == ["uncordon:" + ("noop" if dry_run else "done")]
+            assert not cluster.core.read_node(node).spec.unschedulable
+            metrics = get(f"{agent}/metrics")[1]
+            assert re.search(
+                r'nodeguard_webhook_alerts_total\{outcome="queued",'
+                r'status="resolved"\} [1-9]',
+                metrics,
+            )
+
+        # A delivery repeated by hand (as an HA pair or a retry would) acts once.
+        payload = {
+            "version": "4",
+            "status": "firing",
+            "receiver": "nodeguard",
+            "alerts": [
+                {
+                    "status": "firing",
+                    "fingerprint": "by-hand",
+                    "startsAt": "2026-11-30T06:00:00Z",
+                    "labels": {"alertname": "NodeguardSlabUnreclaimableHigh", "node": node},
+                    "annotations": {},
+                }
+            ],
+        }
+        outcomes = [_post(hook, payload)["alerts"][0]["outcome"] for _ in range(2)]
+        assert outcomes == ["queued", "duplicate"]
+        by_hand = _wait(
+            "the hand-made delivery's incident",
+            lambda: [
+                i
+                for i in json.loads(get(f"{agent}/incidents")[1])
+                if i["rule"] == "am-slab-unreclaimable-high"
+            ],
+        )
+        time.sleep(1.0)
+        assert (
+            len(
+                [
+                    i
+                    for i in json.loads(get(f"{agent}/incidents")[1])
+                    if i["rule"] == "am-slab-unreclaimable-high"
+                ]
+            )
+            == len(by_hand)
+            == 1
+        )
+
+
+def _token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "webhook-token"
+    path.write_text(TOKEN + "\n")
+    return path
+
+
+def _post(url: str, payload: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        body: dict[str, Any] = json.load(resp)
+    return body
