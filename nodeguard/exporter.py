@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from nodeguard import __version__
-from nodeguard.snapshot import CgroupMemory, NodeSnapshot, Pressure
+from nodeguard.snapshot import CgroupMemory, GpuMemory, NodeSnapshot, Pressure
 
 __all__ = ["SnapshotCollector"]
 
@@ -121,6 +121,40 @@ def _add_stall(family: CounterMetricFamily, values: list[str], pressure: Pressur
             family.add_metric([*values, kind], line.total_seconds)
 
 
+_GPU_MEMORY_DOCS = (
+    ("total", "GPU framebuffer memory, total (NVML memory info)"),
+    (
+        "used",
+        "GPU memory allocated (NVML memory info v2 used, reserved excluded; a driver with v1 only "
+        "counts reserved in used and has no reserved series)",
+    ),
+    ("free", "GPU memory free (NVML memory info)"),
+    ("reserved", "GPU memory the driver and firmware reserve (NVML memory info v2)"),
+)
+
+
+class _GpuMemoryFamilies:
+    """``nodeguard_<prefix>_memory_{total,used,free,reserved}_bytes`` over one label set."""
+
+    def __init__(self, *, prefix: str, what: str, labels: list[str]) -> None:
+        self.families = {
+            kind: _gauge(f"{prefix}_memory_{kind}_bytes", f"{what}: {doc}", labels)
+            for kind, doc in _GPU_MEMORY_DOCS
+        }
+
+    def add(self, values: list[str], mem: GpuMemory | None) -> None:
+        if mem is None:
+            return
+        for kind, amount in (
+            ("total", mem.total_bytes),
+            ("used", mem.used_bytes),
+            ("free", mem.free_bytes),
+            ("reserved", mem.reserved_bytes),
+        ):
+            if amount is not None:
+                self.families[kind].add_metric(values, amount)
+
+
 class SnapshotCollector(Collector):
     """A prometheus_client collector over a callable that returns the latest snapshot.
 
@@ -148,6 +182,7 @@ class SnapshotCollector(Collector):
         yield from self._node(snap)
         yield from self._workloads(snap)
         yield from self._overcommit(snap)
+        yield from self._gpus(snap)
 
     def _overcommit(self, snap: NodeSnapshot) -> Iterator[Metric]:
         """Requests and limits of this node's pods summed, against allocatable."""
@@ -325,3 +360,62 @@ class SnapshotCollector(Collector):
                 cl = snap.labels_for(uid, cid or None)
                 klog.add_metric([cl.namespace, cl.pod, cl.container], count)
             yield klog
+
+    def _gpus(self, snap: NodeSnapshot) -> Iterator[Metric]:
+        """Per GPU, per MIG instance and per container (never per PID), from NVML."""
+        if snap.gpu is None:
+            return
+        dev_labels = ["gpu", "uuid", "model"]
+        driver = _gauge("gpu_driver_info", "NVIDIA driver version (NVML)", ["driver_version"])
+        driver.add_metric([snap.gpu.driver_version or ""], 1)
+        memory = _GpuMemoryFamilies(prefix="gpu", what="per GPU", labels=dev_labels)
+        mig_memory = _GpuMemoryFamilies(
+            prefix="gpu_mig",
+            what="per MIG instance (mig: GPU instance ID)",
+            labels=[*dev_labels, "mig"],
+        )
+        mig_on = _gauge(
+            "gpu_mig_enabled", "1 if MIG mode is on (absent where the GPU has no MIG)", dev_labels
+        )
+        lost = _gauge(
+            "gpu_lost", "1 if NVML reports the GPU lost (fallen off the bus), else 0", dev_labels
+        )
+        for dev in snap.gpu.devices:
+            values = [str(dev.index), dev.uuid or "", dev.name or ""]
+            memory.add(values, dev.memory)
+            lost.add_metric(values, 1 if dev.lost else 0)
+            if dev.mig_enabled is not None:
+                mig_on.add_metric(values, 1 if dev.mig_enabled else 0)
+            for mig in dev.mig_devices:
+                if mig.gpu_instance_id is not None:
+                    mig_memory.add([*values, str(mig.gpu_instance_id)], mig.memory)
+        names = ["namespace", "pod", "container", "gpu", "uuid", "mig"]
+        used = _gauge(
+            "gpu_container_memory_used_bytes",
+            "GPU memory used by a container's processes on a GPU (mig: GPU instance ID, empty "
+            "outside MIG); absent when a process's memory is not available",
+            names,
+        )
+        procs = _gauge(
+            "gpu_container_processes",
+            "compute processes of a container on a GPU (NVML, mapped by host PID to its cgroup)",
+            names,
+        )
+        for usage in snap.gpu_containers():
+            cl = snap.labels_for(usage.pod_uid, usage.container_id)
+            gi = usage.mig_gpu_instance_id
+            values = [
+                cl.namespace,
+                cl.pod,
+                cl.container,
+                str(usage.gpu_index),
+                usage.gpu_uuid or "",
+                "" if gi is None else str(gi),
+            ]
+            procs.add_metric(values, usage.processes)
+            if usage.used_bytes is not None:
+                used.add_metric(values, usage.used_bytes)
+        yield driver
+        yield from memory.families.values()
+        yield from mig_memory.families.values()
+        yield from (mig_on, lost, used, procs)

@@ -1,4 +1,6 @@
-"""``nodeguard snapshot``: one sample as a report a person reads at a glance (rich tables)."""
+"""``nodeguard snapshot``: one sample as a report a person reads at a glance (rich tables):
+node memory, PSI, containers against their limits, OOM kills, processes, GPUs and their
+processes."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
+from nodeguard.snapshot import ContainerMemory, GpuMemory, NodeSnapshot, PodMemory
 
 __all__ = ["format_bytes", "render_report"]
 
@@ -134,6 +136,75 @@ def _process_table(snap: NodeSnapshot) -> Table | Text:
     return t
 
 
+def _gpu_table(snap: NodeSnapshot) -> Table | Text:
+    info = snap.gpu
+    if info is None:
+        st = snap.collector("gpu")
+        why = st.error if st is not None and st.error else "collector off"
+        return Text(f"GPUs: no data ({why})")
+    uuids: list[str] = []
+    t = Table(
+        title=f"GPU memory (NVIDIA driver {info.driver_version or '?'})",
+        title_justify="left",
+        caption_justify="left",
+    )
+    for col in ("gpu", "model", "MIG", "total", "used", "reserved", "free", "in use"):
+        t.add_column(col, justify="left" if col in ("gpu", "model", "MIG") else "right")
+
+    def row(name: str, model: str, mig: str, m: GpuMemory | None) -> None:
+        t.add_row(
+            name,
+            model,
+            mig,
+            format_bytes(m.total_bytes if m else None),
+            format_bytes(m.used_bytes if m else None),
+            format_bytes(m.reserved_bytes if m else None),
+            format_bytes(m.free_bytes if m else None),
+            _pct(m.total_bytes - m.free_bytes, m.total_bytes) if m else "-",
+        )
+
+    for dev in info.devices:
+        mig = "-" if dev.mig_enabled is None else ("on" if dev.mig_enabled else "off")
+        row(str(dev.index), dev.name or "?", "LOST" if dev.lost else mig, dev.memory)
+        uuids.append(f"{dev.index}: {dev.uuid or '?'}")
+        for mdev in dev.mig_devices:
+            name = f"{dev.index}/gi{mdev.gpu_instance_id}"
+            row(f"  {name}", f"MIG ci{mdev.compute_instance_id}", "", mdev.memory)
+            uuids.append(f"{name}: {mdev.uuid or '?'}")
+    t.caption = "\n".join(uuids)
+    return t
+
+
+def _gpu_processes_table(snap: NodeSnapshot, top: int) -> Table | Text | None:
+    if snap.gpu is None:
+        return None
+    rows = [(d, p) for d in snap.gpu.devices for p in d.processes or ()]
+    notes = [f"GPU {d.index}: {'; '.join(d.errors)}" for d in snap.gpu.devices if d.errors]
+    if not rows:
+        return Text("\n".join(["GPU processes: none", *notes]))
+    rows.sort(key=lambda r: r[1].used_bytes or 0, reverse=True)
+    t = Table(
+        title="Top GPU processes",
+        title_justify="left",
+        caption="\n".join(notes) or None,
+        caption_justify="left",
+    )
+    for col in ("gpu", "pid", "namespace/pod", "container", "used"):
+        t.add_column(col, justify="right" if col in ("pid", "used") else "left")
+    for dev, p in rows[:top]:
+        where, container = "(not in a pod)", ""
+        if p.pod_uid is not None:
+            lab = snap.labels_for(p.pod_uid, p.container_id)
+            where = f"{lab.namespace}/{lab.pod}" if lab.namespace else lab.pod
+            container = lab.container[:24]
+        gpu = str(dev.index)
+        if p.mig_gpu_instance_id is not None:
+            gpu += f"/gi{p.mig_gpu_instance_id}"
+        used = "not available" if p.used_bytes is None else format_bytes(p.used_bytes)
+        t.add_row(gpu, str(p.pid), where, container, used)
+    return t
+
+
 def _oom_text(snap: NodeSnapshot) -> Text:
     oom = snap.oom
     if oom is None:
@@ -170,5 +241,9 @@ def render_report(
         _containers_table(snap, top),
         _oom_text(snap),
         _process_table(snap),
+        _gpu_table(snap),
     ]
+    gpu_processes = _gpu_processes_table(snap, top)
+    if gpu_processes is not None:
+        parts.append(gpu_processes)
     console.print(Group(*parts))

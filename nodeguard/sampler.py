@@ -18,14 +18,21 @@ from typing import Protocol, TypeVar
 
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CollectorStatus, NodeMeta, NodeSnapshot, PodMeta
-from nodeguard.sources import cgroups, kmsg, meminfo, pressure, processes, run_source
+from nodeguard.sources import cgroups, gpu, kmsg, meminfo, pressure, processes, run_source
 
 __all__ = ["COLLECTORS", "Sampler", "SamplerConfig"]
 
 log = logging.getLogger(__name__)
 
 #: Every collector, by the name that is also its ``--collector.<name>`` flag.
-COLLECTORS: tuple[str, ...] = (meminfo.NAME, pressure.NAME, cgroups.NAME, kmsg.NAME, processes.NAME)
+COLLECTORS: tuple[str, ...] = (
+    meminfo.NAME,
+    pressure.NAME,
+    cgroups.NAME,
+    kmsg.NAME,
+    processes.NAME,
+    gpu.NAME,
+)
 
 T = TypeVar("T")
 
@@ -75,6 +82,7 @@ class Sampler:
         self.latest: NodeSnapshot | None = None
         self._cgroups = cgroups.CgroupSource(paths=config.paths)
         self._kmsg: kmsg.OomLogSource | None = None
+        self._nvml: gpu.NvmlSource | None = None
         self._listeners: list[Listener] = []
 
     def add_listener(self, listener: Listener) -> None:
@@ -95,6 +103,11 @@ class Sampler:
         if self._kmsg is None:
             self._kmsg = kmsg.OomLogSource(paths=self.config.paths)
         return self._kmsg
+
+    def _gpus(self) -> gpu.NvmlSource:
+        if self._nvml is None:
+            self._nvml = gpu.NvmlSource(paths=self.config.paths)
+        return self._nvml
 
     def sample_once(self) -> NodeSnapshot:
         """Read every enabled source once and return the snapshot (also kept as ``latest``)."""
@@ -121,6 +134,7 @@ class Sampler:
             read=lambda: processes.read_top_processes(paths=paths, limit=cfg.top_processes),
             statuses=statuses,
         )
+        gpus = self._collect(name=gpu.NAME, read=lambda: self._gpus().read(), statuses=statuses)
 
         snapshot = NodeSnapshot(
             timestamp=started,
@@ -134,6 +148,7 @@ class Sampler:
             cgroup_version=version,
             pod_meta=self.cluster.pods() if self.cluster and self.cluster.is_synced() else None,
             node_meta=self.cluster.node() if self.cluster else None,
+            gpu=gpus,
         )
         self.latest = snapshot
         return snapshot
@@ -154,6 +169,8 @@ class Sampler:
                 await asyncio.wait_for(stop.wait(), timeout=next_at - loop.time())
 
     def close(self) -> None:
-        """Release the kernel log and keep its state."""
+        """Release the kernel log and keep its state; shut NVML down."""
         if self._kmsg is not None:
             self._kmsg.close()
+        if self._nvml is not None:
+            self._nvml.close()

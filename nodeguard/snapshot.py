@@ -19,7 +19,13 @@ __all__ = [
     "CgroupMemory",
     "CollectorStatus",
     "ContainerMemory",
+    "GpuContainerUsage",
+    "GpuDevice",
+    "GpuInfo",
+    "GpuMemory",
+    "GpuProcess",
     "MemInfo",
+    "MigDevice",
     "NodeMeta",
     "NodeSnapshot",
     "OomKill",
@@ -228,6 +234,119 @@ class ProcessRss:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GpuMemory:
+    """Framebuffer memory of a GPU or a MIG device, in bytes.
+
+    ``info_version=2``: ``nvmlDeviceGetMemoryInfo_v2`` (``nvmlMemory_v2_t``), where
+    ``total = reserved + used + free`` and ``reserved`` is what the driver and firmware keep.
+    ``info_version=1``: ``nvmlDeviceGetMemoryInfo`` (``nvmlMemory_t``), used where the driver
+    lacks v2 or does not support it for the device; its ``used`` includes the reserved memory
+    and ``reserved_bytes`` is ``None``. Either way ``total - free`` is what no workload can have.
+    """
+
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    reserved_bytes: int | None
+    info_version: Literal[1, 2]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuProcess:
+    """A compute process on a GPU (``nvmlDeviceGetComputeRunningProcesses_v3``).
+
+    - ``pid``: the host PID (NVML reports PIDs of the host's PID namespace).
+    - ``used_bytes``: ``usedGpuMemory``; ``None`` when NVML answers
+      ``NVML_VALUE_NOT_AVAILABLE`` (the process is kept, its memory unknown).
+    - ``mig_gpu_instance_id`` / ``mig_compute_instance_id``: the MIG instance it runs in
+      (``nvmlDeviceGetGpuInstanceId`` / ``nvmlDeviceGetComputeInstanceId`` of the MIG device
+      that listed it), ``None`` outside MIG.
+    - ``cgroup``, ``pod_uid``, ``container_id``: from ``<procfs>/<pid>/cgroup`` as for
+      :class:`ProcessRss`; ``None`` when the process has exited or is not in a kubepods cgroup.
+    """
+
+    pid: int
+    used_bytes: int | None
+    mig_gpu_instance_id: int | None
+    mig_compute_instance_id: int | None
+    cgroup: str | None
+    pod_uid: str | None
+    container_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigDevice:
+    """A MIG device of a GPU in MIG mode (``nvmlDeviceGetMigDeviceHandleByIndex``): ``index``
+    is that handle index, ``uuid`` its ``MIG-...`` UUID, ``gpu_instance_id`` /
+    ``compute_instance_id`` its instance IDs (the ``GI``/``CI`` of nvidia-smi); ``memory`` is
+    ``None`` where the memory query is not supported."""
+
+    index: int
+    uuid: str | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    memory: GpuMemory | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuDevice:
+    """One physical GPU as NVML sees it.
+
+    - ``index``: the NVML index (``nvmlDeviceGetHandleByIndex_v2``, PCI bus order).
+    - ``uuid``: ``nvmlDeviceGetUUID`` (``GPU-...``); ``name``: ``nvmlDeviceGetName``.
+    - ``mig_enabled``: the current mode of ``nvmlDeviceGetMigMode``; ``None`` where the GPU
+      has no MIG (NOT_SUPPORTED).
+    - ``memory``: ``None`` where the memory query is not supported or failed (see ``errors``).
+    - ``mig_devices``: the MIG devices, when MIG is on.
+    - ``processes``: compute processes (from each MIG device when MIG is on); ``None`` when
+      per-process data is unavailable (a driver without the query the binding calls, or an
+      error), which is not the same as no process.
+    - ``lost``: NVML answered GPU_IS_LOST (fallen off the bus); nothing else is known, and
+      ``uuid``/``name`` are those of an earlier sample where there was one.
+    - ``errors``: what could not be read and why (``"memory: Not Supported"``).
+    """
+
+    index: int
+    uuid: str | None
+    name: str | None
+    mig_enabled: bool | None
+    memory: GpuMemory | None
+    mig_devices: tuple[MigDevice, ...]
+    processes: tuple[GpuProcess, ...] | None
+    lost: bool = False
+    errors: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """A stable name: the UUID, else ``gpu<index>``."""
+        return self.uuid or f"gpu{self.index}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuInfo:
+    """The node's GPUs through NVML: ``driver_version`` (``nvmlSystemGetDriverVersion``) and
+    every device by index."""
+
+    driver_version: str | None
+    devices: tuple[GpuDevice, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuContainerUsage:
+    """GPU memory of one container on one GPU (or one MIG instance of it): the sum over its
+    processes. ``used_bytes`` is ``None`` when any of those processes' memory is unknown.
+    ``container_id`` is ``None`` for a process in the pod cgroup itself."""
+
+    pod_uid: str
+    container_id: str | None
+    gpu_index: int
+    gpu_uuid: str | None
+    mig_gpu_instance_id: int | None
+    processes: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OwnerRef:
     """One ``metadata.ownerReferences`` entry: ``kind``, ``name``, and whether it is the
     controller."""
@@ -302,7 +421,8 @@ class NodeSnapshot:
 
     Sources that are off or had no data leave their part ``None`` (or empty); ``collectors``
     says which ran and how each fared. ``pod_meta`` (pod UID -> :class:`PodMeta`) and
-    ``node_meta`` come from the Kubernetes API and are ``None`` without a cluster.
+    ``node_meta`` come from the Kubernetes API and are ``None`` without a cluster. ``gpu`` is
+    ``None`` without an NVIDIA driver or GPU.
     """
 
     timestamp: float
@@ -316,6 +436,7 @@ class NodeSnapshot:
     cgroup_version: int | None = None
     pod_meta: Mapping[str, PodMeta] | None = None
     node_meta: NodeMeta | None = None
+    gpu: GpuInfo | None = None
 
     def containers(self) -> list[tuple[PodMemory, ContainerMemory]]:
         """Every container with its pod, in pod order."""
@@ -331,9 +452,41 @@ class NodeSnapshot:
         name = meta.containers.get(container_id, container_id) if container_id else ""
         return WorkloadLabels(namespace=meta.namespace, pod=meta.name, container=name)
 
+    def gpu_containers(self) -> list[GpuContainerUsage]:
+        """GPU memory per container and GPU (and MIG instance), from the processes NVML listed
+        that live in a kubepods cgroup; in device order, then by pod UID and container ID."""
+        out: list[GpuContainerUsage] = []
+        for dev in self.gpu.devices if self.gpu else ():
+            groups: dict[tuple[str, str | None, int | None], list[GpuProcess]] = {}
+            for proc in dev.processes or ():
+                if proc.pod_uid is not None:
+                    key = (proc.pod_uid, proc.container_id, proc.mig_gpu_instance_id)
+                    groups.setdefault(key, []).append(proc)
+            for (uid, cid, gi), procs in sorted(groups.items(), key=lambda kv: _group_order(kv[0])):
+                sizes = [p.used_bytes for p in procs]
+                out.append(
+                    GpuContainerUsage(
+                        pod_uid=uid,
+                        container_id=cid,
+                        gpu_index=dev.index,
+                        gpu_uuid=dev.uuid,
+                        mig_gpu_instance_id=gi,
+                        processes=len(procs),
+                        used_bytes=None
+                        if None in sizes
+                        else sum(s for s in sizes if s is not None),
+                    )
+                )
+        return out
+
     def collector(self, name: str) -> CollectorStatus | None:
         """The status of the named collector, ``None`` if it did not run."""
         return next((c for c in self.collectors if c.name == name), None)
+
+
+def _group_order(key: tuple[str, str | None, int | None]) -> tuple[str, str, int]:
+    uid, cid, gi = key
+    return (uid, cid or "", -1 if gi is None else gi)
 
 
 def to_jsonable(snapshot: NodeSnapshot) -> dict[str, Any]:

@@ -72,6 +72,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture
-def gpu_env() -> dict[str, str]:
-    """Environment that points nodeguard's NVML at the test stub (none yet)."""
-    return {}
+def gpu_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment that gives a ``nodeguard`` process two stub GPUs (the NVML stub, loaded
+    through the real nvidia-ml-py) whose processes are pods of the v2 fixture host."""
+    from tests.gpu.stub import fixture_host_env
+
+    return fixture_host_env(tmp_path_factory.mktemp("nvml"))

@@ -280,7 +280,7 @@ async def evict(
     if not message:
         names = ", ".join(u["unit"] for u in done_units) or "nothing"
         message = (
-            f"{verb} {len(done_units)} unit(s) ({names}), {freed} B of working set "
+            f"{verb} {len(done_units)} unit(s) ({names}), {freed} B of memory "
             f"(target {target_bytes} B); {len(blocked)} blocked"
         )
         if skipped:

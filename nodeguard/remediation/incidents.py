@@ -3,8 +3,8 @@
 One JSON file per incident in a bounded directory (oldest removed first): node, time, rule, the
 values that decided, the node memory breakdown (total, used, available, page cache, slab
 reclaimable and unreclaimable), the top containers by working set against limit and request,
-the top processes by RSS, GPU memory where known, and each action's outcome. Listed at
-``/incidents`` and by ``nodeguard incidents``.
+the top processes by RSS, GPU memory by device, MIG instance and process (with its container)
+where known, and each action's outcome. Listed at ``/incidents`` and by ``nodeguard incidents``.
 """
 
 from __future__ import annotations
@@ -86,8 +86,47 @@ def evidence(snapshot: NodeSnapshot | None, *, top: int = 10) -> dict[str, Any]:
         "top_containers": containers[:top],
         "top_processes": [asdict(p) for p in snapshot.processes[:top]],
         "oom_kills_this_boot": snapshot.oom.total if snapshot.oom else None,
-        "gpu": None,  # no GPU source yet
+        "gpu": _gpu_evidence(snapshot, top=top),
     }
+
+
+def _gpu_evidence(snapshot: NodeSnapshot, *, top: int) -> dict[str, Any] | None:
+    """GPU memory by device and MIG instance, and each device's top processes by GPU memory
+    with their containers; ``None`` without GPU data."""
+    if snapshot.gpu is None:
+        return None
+    devices = []
+    for dev in snapshot.gpu.devices:
+        procs = []
+        for p in dev.processes or ():
+            labels = snapshot.labels_for(p.pod_uid, p.container_id) if p.pod_uid else None
+            procs.append(
+                {
+                    "pid": p.pid,
+                    "used_bytes": p.used_bytes,
+                    "mig_gpu_instance_id": p.mig_gpu_instance_id,
+                    "namespace": labels.namespace if labels else None,
+                    "pod": labels.pod if labels else None,
+                    "container": labels.container if labels else None,
+                    "pod_uid": p.pod_uid,
+                    "container_id": p.container_id,
+                }
+            )
+        procs.sort(key=lambda p: p["used_bytes"] or 0, reverse=True)
+        devices.append(
+            {
+                "index": dev.index,
+                "uuid": dev.uuid,
+                "name": dev.name,
+                "lost": dev.lost,
+                "mig_enabled": dev.mig_enabled,
+                "memory": None if dev.memory is None else asdict(dev.memory),
+                "mig_devices": [asdict(m) for m in dev.mig_devices],
+                "processes": None if dev.processes is None else procs[:top],
+                "errors": list(dev.errors),
+            }
+        )
+    return {"driver_version": snapshot.gpu.driver_version, "devices": devices}
 
 
 class IncidentStore:

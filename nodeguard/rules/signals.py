@@ -1,9 +1,9 @@
 """The signal registry: named values a rule compares with a threshold, per scope.
 
 A signal is a function of the current snapshot and the agent's own recent history for one
-target (the node, a pod, a container). It returns ``None`` when the data is not there (no limit,
-PSI off, no pod metadata), and a condition on ``None`` never holds. Adding a signal is one
-function with :func:`signal`.
+target (the node, a pod, a container, a GPU). It returns ``None`` when the data is not there (no
+limit, PSI off, no pod metadata, no GPU), and a condition on ``None`` never holds. Adding a
+signal is one function with :func:`signal`.
 
 Ratios are 0..1; bytes are bytes; seconds are seconds.
 """
@@ -16,7 +16,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from nodeguard.snapshot import CgroupMemory, ContainerMemory, NodeSnapshot, PodMemory, PodMeta
+from nodeguard.snapshot import (
+    CgroupMemory,
+    ContainerMemory,
+    GpuDevice,
+    NodeSnapshot,
+    PodMemory,
+    PodMeta,
+)
 
 __all__ = ["SIGNALS", "History", "Scope", "Signal", "Target", "signal", "targets"]
 
@@ -30,13 +37,14 @@ OOM_WINDOW = 600.0
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target:
     """One thing a rule is evaluated on. ``key`` is stable across samples: the node name, the
-    pod UID, or ``<pod uid>/<container id>``."""
+    pod UID, ``<pod uid>/<container id>``, or a GPU's UUID (``gpu<index>`` where unknown)."""
 
     scope: Scope
     key: str
     pod: PodMemory | None = None
     container: ContainerMemory | None = None
     meta: PodMeta | None = None
+    gpu: GpuDevice | None = None
 
     @property
     def memory(self) -> CgroupMemory | None:
@@ -63,7 +71,10 @@ def targets(snapshot: NodeSnapshot, scope: Scope) -> list[Target]:
             )
             for p, c in snapshot.containers()
         ]
-    return []  # gpu: once the GPU source exists
+    if scope == "gpu":
+        devices = snapshot.gpu.devices if snapshot.gpu else ()
+        return [Target(scope="gpu", key=d.key, gpu=d) for d in devices]
+    return []
 
 
 class History:
@@ -311,3 +322,39 @@ def _register_workload(scope: Literal["pod", "container"]) -> None:
 
 _register_workload("pod")
 _register_workload("container")
+
+
+# -- GPU -----------------------------------------------------------------------------------------
+@signal(
+    "gpu_memory_used_ratio",
+    scope="gpu",
+    unit="ratio",
+    help="GPU memory in use (used + reserved, i.e. total - free) / total",
+)
+def _gpu_used_ratio(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    # total - free: the same on drivers with memory info v1 (used includes reserved) and v2.
+    m = t.gpu.memory if t.gpu else None
+    return None if m is None else _ratio(m.total_bytes - m.free_bytes, m.total_bytes)
+
+
+@signal("gpu_memory_free_bytes", scope="gpu", unit="bytes", help="GPU memory free")
+def _gpu_free(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    m = t.gpu.memory if t.gpu else None
+    return None if m is None else m.free_bytes
+
+
+@signal(
+    "pod_gpu_memory_used_bytes",
+    scope="pod",
+    unit="bytes",
+    help="GPU memory used by the pod's processes, all GPUs together",
+)
+def _pod_gpu(snap: NodeSnapshot, _h: History, t: Target) -> float | None:
+    if snap.gpu is None or t.pod is None:
+        return None
+    if any(d.processes is None for d in snap.gpu.devices):
+        return None  # a GPU without a process list (lost, old driver): any sum is a guess
+    mine = [u.used_bytes for u in snap.gpu_containers() if u.pod_uid == t.pod.uid]
+    if None in mine:
+        return None  # a process whose memory NVML does not give
+    return float(sum(u for u in mine if u is not None))
