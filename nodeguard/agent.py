@@ -85,7 +85,11 @@ async def run_agent(cfg: AgentConfig) -> int:
     node = cfg.sampler.node_name
     auditor = Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=registry))
     incidents = IncidentStore(directory=cfg.incidents_dir, keep=cfg.incidents_keep)
-    engine = RuleEngine(rules=source.current.rules if source else ())
+    state = cfg.sampler.paths.state
+    engine = RuleEngine(
+        rules=source.current.rules if source else (),
+        state_file=state / "rules-state.json" if state else None,
+    )
 
     def feedback(firing: Firing, _results: list[ActionResult]) -> None:
         engine.finished(firing, at=time.time())  # snapshots carry wall-clock time too
@@ -157,6 +161,12 @@ async def run_agent(cfg: AgentConfig) -> int:
         log.info("SIGHUP: rules reload at the next sample")
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
+    if cfg.webhook_token is None:
+        log.warning(
+            "the Alertmanager webhook takes deliveries without a token: anyone who "
+            "reaches port %d can make nodeguard act (set --webhook.token-file)",
+            cfg.port,
+        )
     log.info(
         "nodeguard %s serving on %s:%d node=%s interval=%.3gs dry_run=%s cluster=%s rules=%d",
         __version__,

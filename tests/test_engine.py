@@ -213,3 +213,37 @@ def test_dropped_firing_can_fire_again() -> None:
     engine.dropped(fired[0])  # the queue was full
     assert engine.counts[("r", "suppressed_queue_full")] == 1
     assert len(step(engine, 5, 0.9)) == 1  # not held back by cooldown or the cap
+
+
+def test_the_undo_never_overtakes_the_action() -> None:
+    engine = RuleEngine(rules=[rule(resolve=[{"action": "uncordon"}])])
+    fired = step(engine, 0, 0.9)
+    assert step(engine, 5, 0.1) == []  # cleared, but the cordon has not finished
+    engine.finished(fired[0], at=6)
+    assert [f.kind for f in step(engine, 10, 0.1)] == ["resolved"]
+
+
+def test_a_dropped_resolve_is_emitted_again() -> None:
+    engine = RuleEngine(rules=[rule(resolve=[{"action": "uncordon"}])])
+    engine.finished(step(engine, 0, 0.9)[0], at=0)
+    resolved = step(engine, 5, 0.1)
+    engine.dropped(resolved[0])  # the queue was full
+    assert [f.kind for f in step(engine, 10, 0.1)] == ["resolved"]
+
+
+def test_a_restarted_agent_still_resolves(tmp_path: Any) -> None:
+    state = tmp_path / "rules-state.json"
+    r = rule(resolve=[{"action": "uncordon"}])
+    first = RuleEngine(rules=[r], state_file=state)
+    first.finished(step(first, 0, 0.9)[0], at=0)
+    restarted = RuleEngine(rules=[r], state_file=state)
+    assert restarted.state() == {"r": (0, 1)}
+    assert [f.kind for f in step(restarted, 60, 0.1)] == ["resolved"]
+    assert RuleEngine(rules=[r], state_file=state).state() == {"r": (0, 0)}
+
+
+def test_a_reload_that_changes_a_firing_rule_keeps_its_undo() -> None:
+    engine = RuleEngine(rules=[rule(resolve=[{"action": "uncordon"}])])
+    engine.finished(step(engine, 0, 0.9)[0], at=0)
+    engine.set_rules([rule(description="edited", resolve=[{"action": "uncordon"}])])
+    assert [f.kind for f in step(engine, 5, 0.1)] == ["resolved"]

@@ -865,3 +865,61 @@ async def test_katib_resume_keeps_an_edit_made_while_paused(
         kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
     )
     assert res.outcome == "noop" and "succeeded" in res.message
+
+
+async def test_a_rules_undo_leaves_another_rules_cordon(cluster: Cluster, kube: KubeClient) -> None:
+    node = cluster.node()
+    aud = auditor_for(kube, node)
+    assert (
+        await cordon(
+            kube=kube,
+            auditor=aud,
+            node=node,
+            rule="slab-unreclaimable-high",
+            reason="leak",
+            identity="me",
+            dry_run=False,
+        )
+    ).outcome == "done"
+    res = await uncordon(
+        kube=kube,
+        auditor=aud,
+        node=node,
+        rule="node-memory-low",
+        dry_run=False,
+        only_rule="node-memory-low",
+    )
+    assert res.outcome == "noop" and "cordoned by rule slab-unreclaimable-high" in res.message
+    assert cluster.core.read_node(node).spec.unschedulable is True
+
+
+async def test_a_rules_resume_leaves_what_others_paused(cluster: Cluster, kube: KubeClient) -> None:
+    ns, node = cluster.namespace("katib3"), cluster.node()
+    cluster.katib_experiment(ns)
+    aud = auditor_for(kube, node)
+    await pause_katib(
+        kube=kube,
+        auditor=aud,
+        node=node,
+        experiments=[(ns, "random")],
+        dry_run=False,
+        by="node-b/trials-oom-killed",
+    )
+    (res,) = await resume_katib(
+        kube=kube,
+        auditor=aud,
+        node=node,
+        experiments=[(ns, "random")],
+        dry_run=False,
+        only_by="node-a/memory-pressure-katib",
+    )
+    assert res.outcome == "noop" and "paused by node-b/trials-oom-killed" in res.message
+    (res,) = await resume_katib(
+        kube=kube,
+        auditor=aud,
+        node=node,
+        experiments=[(ns, "random")],
+        dry_run=False,
+        only_by="node-b/trials-oom-killed",
+    )
+    assert res.outcome == "done"

@@ -361,10 +361,12 @@ async def uncordon(
     rule: str,
     dry_run: bool,
     config: CordonConfig = CordonConfig(),
+    only_rule: str | None = None,
 ) -> ActionResult:
     """Undo nodeguard's cordon of ``node`` in the mode it was made (recorded on the node);
     a node without nodeguard's mark is left alone. A stale mark (someone uncordoned the node
-    meanwhile) is removed, and nothing else is touched."""
+    meanwhile) is removed, and nothing else is touched. With ``only_rule`` (a rule's resolve),
+    a cordon made by another rule is left for that rule (or a person) to undo."""
 
     def result(outcome: Any, message: str) -> ActionResult:
         return ActionResult(
@@ -377,6 +379,11 @@ async def uncordon(
         ref.uid = current["metadata"].get("uid", "")
         if not _marked(current):
             return result("noop", f"{node} is not cordoned by nodeguard; left alone")
+        by = (current["metadata"].get("annotations") or {}).get(ANN_RULE, "")
+        if only_rule is not None and by != only_rule:
+            return result(
+                "noop", f"{node} was cordoned by rule {by or '?'}, not {only_rule}; left for it"
+            )
         unmark = {"labels": {LABEL: None}, "annotations": dict.fromkeys(_ANNOTATIONS)}
         if not is_cordoned_by_us(current, taint_key=config.taint_key):
             await kube.patch_node(name=node, patch={"metadata": unmark}, dry_run=dry_run)

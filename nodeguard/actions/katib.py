@@ -31,6 +31,7 @@ __all__ = ["experiments_on_node", "pause_katib", "resume_katib"]
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"
 ANNOTATION = "nodeguard.io/paused-parallel-trial-count"
 FLOOR_ANNOTATION = "nodeguard.io/paused-at-parallel-trial-count"
+BY_ANNOTATION = "nodeguard.io/paused-by"
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
 _UNSET = "unset"
 
@@ -54,7 +55,15 @@ def _finished(exp: JSON) -> str | None:
 
 
 def _plan(
-    exp: JSON, *, namespace: str, name: str, pause: bool, floor: int, dry_run: bool
+    exp: JSON,
+    *,
+    namespace: str,
+    name: str,
+    pause: bool,
+    floor: int,
+    dry_run: bool,
+    by: str,
+    only_by: str | None,
 ) -> tuple[JSON | None, str, str]:
     """``(patch or None for nothing to do, message, Event reason)`` for one experiment."""
     meta, spec = exp.get("metadata", {}), exp.get("spec", {})
@@ -81,6 +90,7 @@ def _plan(
                 "annotations": {
                     ANNOTATION: _UNSET if current is None else str(current),
                     FLOOR_ANNOTATION: str(new),
+                    BY_ANNOTATION: by,
                 },
             },
             "spec": {"parallelTrialCount": new},
@@ -96,7 +106,10 @@ def _plan(
         )
     if recorded is None:
         return None, f"{what} was not paused by nodeguard", ""
-    unmark = {ANNOTATION: None, FLOOR_ANNOTATION: None}
+    paused_by = annotations.get(BY_ANNOTATION, "")
+    if only_by is not None and paused_by != only_by:
+        return None, f"{what} was paused by {paused_by or '?'}, not {only_by}; left for it", ""
+    unmark = {ANNOTATION: None, FLOOR_ANNOTATION: None, BY_ANNOTATION: None}
     if recorded != _UNSET and not recorded.isdigit():
         raise ValueError(
             f"{what}: annotation {ANNOTATION}={recorded!r} is not a count; "
@@ -141,6 +154,8 @@ async def _one(
     floor: int,
     dry_run: bool,
     note: str,
+    by: str,
+    only_by: str | None,
 ) -> ActionResult:
     action = "pause_katib" if pause else "resume_katib"
 
@@ -159,7 +174,14 @@ async def _one(
             group=GROUP, version=VERSION, plural=PLURAL, namespace=namespace, name=name
         )
         patch, message, reason = _plan(
-            exp, namespace=namespace, name=name, pause=pause, floor=floor, dry_run=dry_run
+            exp,
+            namespace=namespace,
+            name=name,
+            pause=pause,
+            floor=floor,
+            dry_run=dry_run,
+            by=by,
+            only_by=only_by,
         )
         if patch is None:
             return result("noop", message)
@@ -200,6 +222,8 @@ async def _each(
     floor: int,
     dry_run: bool,
     note: str,
+    by: str = "",
+    only_by: str | None = None,
 ) -> list[ActionResult]:
     results = []
     action = "pause_katib" if pause else "resume_katib"
@@ -216,6 +240,8 @@ async def _each(
                     floor=floor,
                     dry_run=dry_run,
                     note=note,
+                    by=by,
+                    only_by=only_by,
                 )
             )
         except NotFound:
@@ -260,9 +286,11 @@ async def pause_katib(
     floor: int = 1,
     dry_run: bool,
     note: str = "",
+    by: str = "nodeguard act",
 ) -> list[ActionResult]:
     """Pause each ``(namespace, name)`` experiment; one result per experiment. ``note`` (the
-    incident) is appended to the Event's message."""
+    incident) is appended to the Event's message; ``by`` (``<node>/<rule>``) is recorded on the
+    experiment, so that rule's resolve resumes only what it paused."""
     return await _each(
         kube=kube,
         auditor=auditor,
@@ -272,6 +300,7 @@ async def pause_katib(
         floor=floor,
         dry_run=dry_run,
         note=note,
+        by=by,
     )
 
 
@@ -283,8 +312,11 @@ async def resume_katib(
     experiments: Iterable[tuple[str, str]],
     dry_run: bool,
     note: str = "",
+    only_by: str | None = None,
 ) -> list[ActionResult]:
-    """Resume each experiment that nodeguard paused, restoring parallelTrialCount exactly."""
+    """Resume each experiment that nodeguard paused, restoring parallelTrialCount exactly.
+    With ``only_by``, only those that pause recorded as paused by it (a rule's resolve); by
+    hand (``None``), any that nodeguard paused."""
     return await _each(
         kube=kube,
         auditor=auditor,
@@ -294,4 +326,5 @@ async def resume_katib(
         floor=1,
         dry_run=dry_run,
         note=note,
+        only_by=only_by,
     )

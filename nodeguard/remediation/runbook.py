@@ -122,6 +122,7 @@ async def _uncordon(
             rule=firing.rule,
             dry_run=dry,
             config=rb.cordon_config,
+            only_rule=firing.rule,
         )
     ]
 
@@ -322,6 +323,7 @@ async def _pause(
         floor=args.floor,
         dry_run=dry,
         note=note,
+        by=f"{firing.node}/{firing.rule}",
     )
     if not dry:
         key = (firing.rule, firing.target)
@@ -356,6 +358,7 @@ async def _resume(
         experiments=experiments,
         dry_run=dry,
         note=note,
+        only_by=f"{firing.node}/{firing.rule}",
     )
     if not dry and all(r.outcome != "failed" for r in results):
         rb.paused.pop(key, None)

@@ -18,11 +18,14 @@ snapshots.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from nodeguard.rules.schema import ActionSpec, Rule
@@ -75,26 +78,58 @@ class RuleEngine:
     """Evaluates rules on snapshots. ``counts`` holds per-rule counters for the exporter:
     ``firings``, ``resolved``, ``suppressed_cooldown``, ``suppressed_cap``."""
 
-    def __init__(self, *, rules: Sequence[Rule]) -> None:
+    def __init__(self, *, rules: Sequence[Rule], state_file: Path | None = None) -> None:
         self.history = History()
+        self._state_file = state_file
         self._rules: tuple[Rule, ...] = ()
         self._states: dict[tuple[str, str], _State] = {}
         self._fired: dict[str, deque[float]] = {}
         self.counts: dict[tuple[str, str], int] = {}
+        self._load()
         self.set_rules(rules)
+
+    # Which (rule, target) pairs are firing is kept in the state directory: an agent restarted
+    # while a rule fires must still run its resolve (uncordon, resume Katib) when it clears.
+    def _load(self) -> None:
+        if self._state_file is None or not self._state_file.exists():
+            return
+        try:
+            data = json.loads(self._state_file.read_text())
+            for rule, target in data.get("firing", []):
+                self._states[(str(rule), str(target))] = _State(firing=True)
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("ignoring unreadable rule state %s: %s", self._state_file, exc)
+
+    def _save(self) -> None:
+        if self._state_file is None:
+            return
+        firing = sorted([list(k) for k, st in self._states.items() if st.firing])
+        try:
+            tmp = self._state_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"firing": firing}))
+            os.replace(tmp, self._state_file)
+        except OSError as exc:
+            log.warning("cannot keep rule state in %s: %s", self._state_file, exc)
 
     @property
     def rules(self) -> tuple[Rule, ...]:
         return self._rules
 
     def set_rules(self, rules: Sequence[Rule]) -> None:
-        """Put new rules in force. A rule whose definition is unchanged keeps its state (a
-        reload does not re-arm ``for`` timers); a changed or removed rule starts over."""
+        """Put new rules in force. A rule that still exists keeps whether it is firing, its
+        cooldown and its cap (a reload must not lose the undo of what it did, nor let it act
+        again at once); if its definition changed, its ``for`` timers start over. A removed
+        rule's state is dropped."""
         old = {r.name: r for r in self._rules}
-        keep = {r.name for r in rules if old.get(r.name) == r}
-        self._states = {k: v for k, v in self._states.items() if k[0] in keep}
-        self._fired = {k: v for k, v in self._fired.items() if k in keep}
+        names = {r.name for r in rules}
+        changed = {r.name for r in rules if old.get(r.name) != r}
+        self._states = {k: v for k, v in self._states.items() if k[0] in names}
+        for (rule, _), st in self._states.items():
+            if rule in changed:
+                st.pending_since = None
+        self._fired = {k: v for k, v in self._fired.items() if k in names}
         self._rules = tuple(rules)
+        self._save()
 
     def state(self) -> dict[str, tuple[int, int]]:
         """Per rule: ``(targets pending, targets firing)``."""
@@ -132,6 +167,7 @@ class RuleEngine:
                     out.append(firing)
             for key in [k for k in self._states if k[0] == rule.name and k[1] not in present]:
                 del self._states[key]  # the pod or container is gone
+                self._save()
         return out
 
     def _step(
@@ -166,16 +202,19 @@ class RuleEngine:
             )
 
         if st.firing:
+            if st.busy:
+                return None  # the undo must never overtake the action it undoes
             cleared = (
                 all(c.holds(values[c.signal]) for c in rule.clear) if rule.clear else not holds
             )
             if cleared:
                 st.firing, st.pending_since = False, None
+                self._save()
                 if rule.resolve:
                     self._count(rule.name, "resolved")
                     return make("resolved")
                 return None
-            if not holds or st.busy:
+            if not holds:
                 return None
         elif not holds:
             st.pending_since = None
@@ -199,6 +238,7 @@ class RuleEngine:
             )
             return None
         st.firing, st.busy, st.last_acted = True, True, now
+        self._save()
         self._fired.setdefault(rule.name, deque()).append(now)
         self._count(rule.name, "firings")
         return make("firing")
@@ -215,11 +255,16 @@ class RuleEngine:
         can fire again at the next sample."""
         self._count(firing.rule, "suppressed_queue_full")
         st = self._states.get((firing.rule, firing.target))
-        if st is not None and firing.kind == "firing":
+        if st is None:
+            return
+        if firing.kind == "resolved":
+            st.firing = True  # still to undo: the next sample emits the resolve again
+        else:
             st.busy, st.firing, st.last_acted = False, False, None
             times = self._fired.get(firing.rule)
             if times:
                 times.pop()
+        self._save()
 
 
 def _fmt(value: float | None) -> str:
