@@ -103,6 +103,12 @@ def _check(tmp_path: Path, text: str) -> tuple[int, str]:
             GOOD_RULE.replace("kind: RuleSet", "kind: PrometheusRule"),
             "F:2: kind: Input should be 'RuleSet'",
         ),
+        (
+            GOOD_RULE.replace(
+                "      scope: node\n", "      scope: node\n      for: 1m\n      for: 0s\n"
+            ),
+            "F:8: invalid YAML: duplicate key 'for'",
+        ),
     ],
     ids=[
         "yaml",
@@ -115,6 +121,7 @@ def _check(tmp_path: Path, text: str) -> tuple[int, str]:
         "scope",
         "action-args",
         "kind",
+        "duplicate-key",
     ],
 )
 def test_broken_files_give_exact_errors(tmp_path: Path, text: str, error: str) -> None:

@@ -23,6 +23,10 @@ def test_seconds_to_limit() -> None:
     assert seconds_to_limit(growing[:2], 100 * MiB) is None  # too few samples
     assert seconds_to_limit(growing, None) is None  # no limit
     assert seconds_to_limit([*growing, (25, 100 * MiB)], 100 * MiB) == 0.0
+    # Jitter of +-0.5 % on a flat working set at 98 % is not growth; nor is sitting at the limit.
+    noisy = [(t, int(98 * MiB + (MiB // 2 if t % 10 else -MiB // 2))) for t in range(0, 31, 5)]
+    assert seconds_to_limit(noisy, 100 * MiB) == math.inf
+    assert seconds_to_limit([(t, 100 * MiB) for t in range(0, 31, 5)], 100 * MiB) == math.inf
     # Only the last 30 s count: an old plateau does not dilute a recent climb.
     old = [(t, 10 * MiB) for t in range(0, 60, 5)]
     climb = [(60 + t, 10 * MiB + 2 * t * MiB) for t in range(0, 31, 5)]

@@ -224,3 +224,22 @@ def test_dedupe_expires() -> None:
     assert d.check(a) == "duplicate"
     now[0] = 61
     assert d.check(a) is None
+
+
+def test_a_still_firing_alert_stays_deduplicated() -> None:
+    from nodeguard.alerts.webhook import WebhookAlert
+
+    now = [0.0]
+    d = AlertDedupe(ttl=24 * 3600, clock=lambda: now[0])
+    a = WebhookAlert.model_validate(alert())
+    d.handled(a)
+    for hours in (4, 20, 40, 60):  # re-sent every repeat_interval while it fires
+        now[0] = hours * 3600
+        assert d.check(a) == "duplicate"
+
+
+async def test_starts_at_must_be_a_time(setup: Any) -> None:
+    client, _, queue = setup
+    status, body = await post(client, payload(alert(starts="yesterday")))
+    assert status == 400 and "RFC 3339" in body["error"]
+    assert queue.items == []

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from nodeguard.rules.engine import Firing
 from nodeguard.rules.schema import AlertRule
@@ -49,7 +49,8 @@ class _Loose(BaseModel):
 
 
 class WebhookAlert(_Loose):
-    """One alert of a delivery (Alertmanager's webhook payload, ``alerts[]``)."""
+    """One alert of a delivery (Alertmanager's webhook payload, ``alerts[]``). ``startsAt`` must
+    be an RFC 3339 time: it is half of the alert instance's identity."""
 
     status: Literal["firing", "resolved"]
     labels: dict[str, str]
@@ -57,6 +58,13 @@ class WebhookAlert(_Loose):
     starts_at: str = Field(alias="startsAt", min_length=1)
     ends_at: str = Field(default="", alias="endsAt")
     fingerprint: str = Field(min_length=1)
+
+    @field_validator("starts_at")
+    @classmethod
+    def _rfc3339(cls, value: str) -> str:
+        if _instant(value) is None:
+            raise ValueError(f"not an RFC 3339 time: {value!r}")
+        return value
 
 
 class WebhookPayload(_Loose):
@@ -95,17 +103,20 @@ class AlertDedupe:
     def check(self, alert: WebhookAlert) -> Outcome | None:
         """``duplicate``/``stale`` if the alert must not act, else ``None``."""
         self._prune()
-        if (alert.fingerprint, alert.starts_at, alert.status) in self._seen:
+        key = (alert.fingerprint, alert.starts_at, alert.status)
+        if key in self._seen:
+            # An alert that keeps firing is re-sent every repeat_interval: keep its key alive
+            # for as long as it does, or it would act again when the key expired.
+            self._seen[key] = self._clock() + self._ttl
+            self._seen.move_to_end(key)
             return "duplicate"
         resolved_start = self._resolved.get(alert.fingerprint)
         # RFC 3339 times from one Alertmanager compare correctly as strings only when their
         # formats match; compare as instants instead.
-        if (
-            alert.status == "firing"
-            and resolved_start is not None
-            and _instant(alert.starts_at) <= _instant(resolved_start)
-        ):
-            return "stale"
+        if alert.status == "firing" and resolved_start is not None:
+            start, resolved = _instant(alert.starts_at), _instant(resolved_start)
+            if start is not None and resolved is not None and start <= resolved:
+                return "stale"
         return None
 
     def handled(self, alert: WebhookAlert) -> None:
@@ -113,12 +124,14 @@ class AlertDedupe:
         self._seen[(alert.fingerprint, alert.starts_at, alert.status)] = self._clock() + self._ttl
         if alert.status == "resolved":
             previous = self._resolved.get(alert.fingerprint)
-            if previous is None or _instant(alert.starts_at) >= _instant(previous):
+            if previous is None or (_instant(alert.starts_at) or 0.0) >= (
+                _instant(previous) or 0.0
+            ):
                 self._resolved[alert.fingerprint] = alert.starts_at
                 self._resolved.move_to_end(alert.fingerprint)
 
 
-def _instant(rfc3339: str) -> float:
+def _instant(rfc3339: str) -> float | None:
     text = rfc3339.strip().replace("Z", "+00:00")
     if "." in text:  # Go prints nanoseconds; Python takes microseconds
         head, _, tail = text.partition(".")
@@ -128,7 +141,7 @@ def _instant(rfc3339: str) -> float:
     try:
         return dt.datetime.fromisoformat(text).timestamp()
     except ValueError:
-        return 0.0
+        return None
 
 
 class WebhookReceiver:

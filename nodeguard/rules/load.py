@@ -72,6 +72,22 @@ def _field(loc: Sequence[int | str]) -> str:
     return out or "(top level)"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last
+    silently: ``for: 1m`` then ``for: 0s`` would mean 0 s without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_rule_file(path: Path) -> RuleFile:
     """Parse and validate one rule file. Raises :class:`RuleError` with every problem found."""
     try:
@@ -80,7 +96,7 @@ def load_rule_file(path: Path) -> RuleFile:
         raise RuleError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data: Any = yaml.safe_load(text)
+        data: Any = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

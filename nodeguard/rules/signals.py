@@ -31,6 +31,7 @@ Scope = Literal["node", "pod", "container", "gpu"]
 
 #: How far back growth is fitted for the time-to-limit prediction, and OOM kills counted.
 GROWTH_WINDOW = 30.0
+GROWTH_FLOOR = 0.01  # share of the limit the working set must grow over the window
 OOM_WINDOW = 600.0
 
 
@@ -228,14 +229,13 @@ signal(
 def seconds_to_limit(samples: Iterable[tuple[float, int]], limit: int | None) -> float | None:
     """Seconds until the working set reaches ``limit`` at the growth of the last
     :data:`GROWTH_WINDOW` seconds (least-squares slope over at least 3 samples spanning 1 s or
-    more); ``inf`` when not growing, 0 at or past the limit, ``None`` without a limit or with
-    too few samples."""
+    more); ``inf`` when it grew less than :data:`GROWTH_FLOOR` of the limit over the window
+    (noise, or pinned at the limit by page cache), 0 when growing at or past the limit,
+    ``None`` without a limit or with too few samples."""
     points = list(samples)
     if limit is None or len(points) < 3:
         return None
     t_end, ws_end = points[-1]
-    if ws_end >= limit:
-        return 0.0
     recent = [(t, v) for t, v in points if t >= t_end - GROWTH_WINDOW]
     if len(recent) < 3 or recent[-1][0] - recent[0][0] < 1.0:
         return None
@@ -244,8 +244,13 @@ def seconds_to_limit(samples: Iterable[tuple[float, int]], limit: int | None) ->
     mv = sum(v for _, v in recent) / n
     var = sum((t - mt) ** 2 for t, _ in recent)
     slope = sum((t - mt) * (v - mv) for t, v in recent) / var
-    if slope <= 0:
+    # Growth smaller than 1 % of the limit over the window is noise (a flat working set that
+    # jitters), not a container heading for its limit; one pinned at its limit by active page
+    # cache is not growing either.
+    if slope * (recent[-1][0] - recent[0][0]) < GROWTH_FLOOR * limit:
         return math.inf
+    if ws_end >= limit:
+        return 0.0
     return (limit - ws_end) / slope
 
 
