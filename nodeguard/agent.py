@@ -24,6 +24,7 @@ from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.cordon import CordonConfig
 from nodeguard.actions.evict import EvictionLimiter
+from nodeguard.alerts.claims import AlertClaims
 from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import WebhookReceiver
 from nodeguard.exporter import SnapshotCollector
@@ -130,6 +131,8 @@ async def run_agent(cfg: AgentConfig) -> int:
         global_dry_run=cfg.dry_run,
         token=cfg.webhook_token,
         node_label=cfg.webhook_node_label,
+        claims=AlertClaims(kube=kube) if kube is not None else None,
+        room=lambda: not remediator.queue.full(),
     )
     registry.register(WebhookCollector(receiver=receiver))
     registry.register(NodeInfoCollector(node_name=node))

@@ -243,3 +243,52 @@ async def test_starts_at_must_be_a_time(setup: Any) -> None:
     status, body = await post(client, payload(alert(starts="yesterday")))
     assert status == 400 and "RFC 3339" in body["error"]
     assert queue.items == []
+
+
+async def test_two_agents_act_once_through_claims_on_the_node(
+    cluster: Any, control_plane: Any
+) -> None:
+    from nodeguard.alerts.claims import ANNOTATION, AlertClaims
+    from nodeguard.kube.client import KubeClient
+
+    node = cluster.node()
+    queues, clients, kubes = [], [], []
+    for _ in range(2):  # two agents behind one Service, each with its own memory
+        kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+        queue = Queue()
+        receiver = WebhookReceiver(
+            node_name="agent",
+            rules=lambda: RULES,
+            submit=queue.submit,
+            latest=lambda: None,
+            global_dry_run=True,
+            token="s3cret",
+            claims=AlertClaims(kube=kube),
+        )
+        app = web.Application()
+        app.router.add_post("/webhook/alertmanager", receiver.handle)
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        queues.append(queue)
+        clients.append(client)
+        kubes.append(kube)
+    a, b = clients
+    try:
+        firing = payload(alert(fingerprint="ha", node=node))
+        assert (await post(a, firing))[1]["alerts"][0]["outcome"] == "queued"
+        assert (await post(b, firing))[1]["alerts"][0]["outcome"] == "duplicate"
+        resolved = payload(alert(status="resolved", fingerprint="ha", node=node))
+        assert (await post(b, resolved))[1]["alerts"][0]["outcome"] == "queued"
+        assert (await post(a, firing))[1]["alerts"][0]["outcome"] == "duplicate"  # memory
+        late = payload(alert(fingerprint="ha", node=node, starts="2026-11-30T06:00:00.123456Z"))
+        late["alerts"][0]["startsAt"] = "2026-11-30T05:59:00Z"  # an older instance
+        assert (await post(a, late))[1]["alerts"][0]["outcome"] == "stale"
+        assert [f.kind for f in queues[0].items] == ["firing"]
+        assert [f.kind for f in queues[1].items] == ["resolved"]
+        annotations = cluster.core.read_node(node).metadata.annotations
+        assert '"ha"' in annotations[ANNOTATION]
+    finally:
+        for client in clients:
+            await client.close()
+        for kube in kubes:
+            kube.close()

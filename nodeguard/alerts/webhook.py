@@ -5,7 +5,10 @@ with ``send_resolved: true`` (docs/alertmanager.yml). For each alert of a delive
 the alert's own ``status`` (a batch can mix firing and resolved):
 
 - duplicate: ``(fingerprint, startsAt, status)`` was already handled (an HA Alertmanager pair
-  delivers each notification twice; a retry after a 503 repeats the batch) -> nothing;
+  delivers each notification twice; a retry after a 503 repeats the batch) -> nothing. Each
+  agent remembers what it handled, and with a cluster the delivery is also claimed on its
+  target Node (:mod:`nodeguard.alerts.claims`), so it acts once whichever agent the Service
+  sends it to;
 - stale: a firing whose instance (fingerprint, startsAt) was already resolved -> nothing;
 - unmatched: no alert rule maps its ``alertname`` and labels -> nothing;
 - otherwise a :class:`~nodeguard.rules.engine.Firing` for the node named by the node label
@@ -31,6 +34,7 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from nodeguard.alerts.claims import AlertClaims
 from nodeguard.rules.engine import Firing
 from nodeguard.rules.schema import AlertRule
 from nodeguard.snapshot import NodeSnapshot
@@ -160,10 +164,13 @@ class WebhookReceiver:
         token: str | None = None,
         node_label: str = "node",
         dedupe: AlertDedupe | None = None,
+        claims: AlertClaims | None = None,
+        room: Callable[[], bool] = lambda: True,
     ) -> None:
         self._node, self._rules, self._submit, self._latest = node_name, rules, submit, latest
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
         self.dedupe = dedupe or AlertDedupe()
+        self._claims, self._room = claims, room
         self.counts: dict[tuple[str, str], int] = {}
         self.requests: dict[int, int] = {}
 
@@ -203,7 +210,7 @@ class WebhookReceiver:
         outcomes = []
         full = False
         for alert in payload.alerts:
-            outcome = self._decide(alert)
+            outcome = await self._decide(alert)
             self.counts[(alert.status, outcome)] = self.counts.get((alert.status, outcome), 0) + 1
             outcomes.append(
                 {
@@ -220,7 +227,7 @@ class WebhookReceiver:
             return self._answer(503, {"error": "remediation queue full, retry", "alerts": outcomes})
         return self._answer(200, {"alerts": outcomes})
 
-    def _decide(self, alert: WebhookAlert) -> Outcome:
+    async def _decide(self, alert: WebhookAlert) -> Outcome:
         skip = self.dedupe.check(alert)
         if skip is not None:
             return skip
@@ -239,6 +246,18 @@ class WebhookReceiver:
         if not actions:
             self.dedupe.handled(alert)
             return "nothing_to_undo"
+        if not self._room():
+            return "queue_full"  # before claiming: Alertmanager's retry must still find it new
+        if self._claims is not None:
+            claim = await self._claims.claim(
+                node=node,
+                fingerprint=alert.fingerprint,
+                starts_at=alert.starts_at,
+                status=alert.status,
+            )
+            if claim in ("duplicate", "stale"):
+                self.dedupe.handled(alert)
+                return "duplicate" if claim == "duplicate" else "stale"
         firing = self._firing(alert, rule, node)
         if not self._submit(firing):
             return "queue_full"
