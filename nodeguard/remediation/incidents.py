@@ -10,6 +10,7 @@ where known, and each action's outcome. Listed at ``/incidents`` and by ``nodegu
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 import math
@@ -34,8 +35,10 @@ _ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 def incident_id(firing: Firing) -> str:
     """A sortable, file-safe id: UTC time, rule and a short target."""
     when = dt.datetime.fromtimestamp(firing.time, tz=dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    target = _SAFE.sub("-", firing.target)[-24:]
-    return f"{when}-{firing.rule}-{firing.kind}-{target}"
+    target = _SAFE.sub("-", firing.target)[:24]
+    # The target is cut for readability; a hash of all of it keeps ids unique.
+    digest = hashlib.sha256(f"{firing.target}|{firing.source}".encode()).hexdigest()[:8]
+    return f"{when}-{firing.rule}-{firing.kind}-{target}-{digest}"
 
 
 def evidence(snapshot: NodeSnapshot | None, *, top: int = 10) -> dict[str, Any]:

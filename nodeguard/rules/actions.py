@@ -49,8 +49,13 @@ class EvictArgs(_Args):
     @field_validator("free")
     @classmethod
     def _quantity(cls, value: str | None) -> str | None:
-        if value is not None and not _QUANTITY.match(value):
+        if value is None:
+            return None
+        if not _QUANTITY.match(value):
             raise ValueError(f"not a memory quantity or percent: {value!r} (e.g. 4Gi, 5%)")
+        number = float(value.rstrip("%KMGTi"))
+        if number <= 0 or (value.endswith("%") and number > 100):
+            raise ValueError(f"free must be above 0 (and a percent at most 100%): {value!r}")
         return value
 
 

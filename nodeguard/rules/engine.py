@@ -85,6 +85,7 @@ class RuleEngine:
         self._states: dict[tuple[str, str], _State] = {}
         self._fired: dict[str, deque[float]] = {}
         self.counts: dict[tuple[str, str], int] = {}
+        self._cap_logged: set[str] = set()
         self._load()
         self.set_rules(rules)
 
@@ -229,6 +230,9 @@ class RuleEngine:
             return None
         if self._capped(rule, now):
             self._count(rule.name, "suppressed_cap")
+            if rule.name in self._cap_logged:
+                return None
+            self._cap_logged.add(rule.name)  # once per capped spell, not every sample
             log.warning(
                 "rule %s reached maxFirings (%d per %.0fs); not firing on %s",
                 rule.name,
@@ -238,6 +242,7 @@ class RuleEngine:
             )
             return None
         st.firing, st.busy, st.last_acted = True, True, now
+        self._cap_logged.discard(rule.name)
         self._save()
         self._fired.setdefault(rule.name, deque()).append(now)
         self._count(rule.name, "firings")

@@ -96,7 +96,7 @@ class Condition(_Strict):
 
     signal: str
     op: Literal[">", ">=", "<", "<="]
-    value: float
+    value: float = Field(allow_inf_nan=False)
 
     @field_validator("signal")
     @classmethod
@@ -156,6 +156,13 @@ class RateLimit(_Strict):
     count: PositiveInt
     window: Duration
 
+    @field_validator("window")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("the window must be longer than 0s")
+        return value
+
 
 class Rule(_Strict):
     """A rule: when all ``when`` conditions hold for ``for`` on one target of ``scope``, it
@@ -170,7 +177,7 @@ class Rule(_Strict):
     scope: Scope
     when: list[Condition] = Field(min_length=1)
     for_: Duration = Field(default=0.0, alias="for")
-    clear: list[Condition] | None = None
+    clear: list[Condition] | None = Field(default=None, min_length=1)
     cooldown: Duration = 300.0
     max_firings: RateLimit | None = Field(default=None, alias="maxFirings")
     dry_run: bool | None = Field(default=None, alias="dryRun")
