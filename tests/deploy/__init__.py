@@ -1,0 +1,1 @@
+"""Deploying nodeguard as a DaemonSet: kustomize, the generated manifests, measurements."""
