@@ -232,7 +232,10 @@ class OomLogSource:
             except FileNotFoundError as exc:
                 raise NoDataError(f"{path} does not exist") from exc
             except PermissionError as exc:
-                raise NoDataError(f"{path}: permission denied (needs CAP_SYSLOG)") from exc
+                raise NoDataError(
+                    f"{path}: permission denied (needs CAP_SYSLOG, and in a container the "
+                    "device allowed by the runtime: see the DaemonSet's kernel-log component)"
+                ) from exc
             self._is_device = stat.S_ISCHR(os.fstat(self._fd).st_mode)
         return self._fd
 
