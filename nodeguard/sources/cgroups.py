@@ -18,6 +18,9 @@ pressure            ``memory.pressure``          (none)
 
 The kubepods roots are found once by a bounded walk from the memory hierarchy root (they can sit
 below a docker or kind prefix) and looked for again every ``rediscover_seconds``.
+
+A full node has some 450 pod and container cgroups, read every sample: the walk uses string
+paths and reads only the ``memory.stat`` and ``memory.events`` keys it needs (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -88,7 +91,16 @@ def normalise_limit(value: int | None, *, mem_total: int | None) -> int | None:
     return value
 
 
-def _read_int(path: Path) -> int | None:
+# The keys read from memory.stat and memory.events (parse_flat_keyed ignores the rest).
+_V2_STAT_KEYS = frozenset({"anon", "file", "inactive_file"})
+_V1_STAT_KEYS = frozenset(
+    {"total_inactive_file", "inactive_file", "total_rss", "rss", "total_cache", "cache"}
+)
+_V2_EVENT_KEYS = frozenset({"oom_kill", "max", "high"})
+_V1_OOM_KEYS = frozenset({"oom_kill"})
+
+
+def _read_int(path: str | Path) -> int | None:
     text = read_optional(path)
     if text is None:
         return None
@@ -101,10 +113,10 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def read_limit(*, path: Path, version: Literal[1, 2], mem_total: int | None) -> int | None:
+def read_limit(*, path: str | Path, version: Literal[1, 2], mem_total: int | None) -> int | None:
     """The cgroup's own memory limit in bytes, ``None`` for none or unreadable."""
     name = "memory.max" if version == 2 else "memory.limit_in_bytes"
-    return normalise_limit(_read_int(path / name), mem_total=mem_total)
+    return normalise_limit(_read_int(f"{os.fspath(path)}/{name}"), mem_total=mem_total)
 
 
 def _min_limit(a: int | None, b: int | None) -> int | None:
@@ -117,7 +129,7 @@ def _min_limit(a: int | None, b: int | None) -> int | None:
 
 def read_cgroup(
     *,
-    path: Path,
+    path: str | Path,
     rel: str,
     version: Literal[1, 2],
     parent_limit: int | None,
@@ -125,31 +137,33 @@ def read_cgroup(
 ) -> CgroupMemory:
     """Read one cgroup directory into :class:`CgroupMemory`. Files that are absent leave their
     values ``None``; ``parent_limit`` is the effective limit of the parent cgroup."""
-    stat = read_flat_keyed(path / "memory.stat") or {}
+    base = os.fspath(path)
     if version == 2:
-        usage = _read_int(path / "memory.current")
+        stat = read_flat_keyed(f"{base}/memory.stat", _V2_STAT_KEYS) or {}
+        usage = _read_int(f"{base}/memory.current")
         inactive = stat.get("inactive_file")
         anon, file_ = stat.get("anon"), stat.get("file")
-        events = read_flat_keyed(path / "memory.events") or {}
+        events = read_flat_keyed(f"{base}/memory.events", _V2_EVENT_KEYS) or {}
         oom_kills = events.get("oom_kill")
         limit_hits = events.get("max")
         high = events.get("high")
-        psi_text = read_optional(path / "memory.pressure")
+        psi_text = read_optional(f"{base}/memory.pressure")
         pressure = parse_pressure(psi_text) if psi_text else None
     else:
-        usage = _read_int(path / "memory.usage_in_bytes")
+        stat = read_flat_keyed(f"{base}/memory.stat", _V1_STAT_KEYS) or {}
+        usage = _read_int(f"{base}/memory.usage_in_bytes")
         inactive = stat.get("total_inactive_file", stat.get("inactive_file"))
         anon = stat.get("total_rss", stat.get("rss"))
         file_ = stat.get("total_cache", stat.get("cache"))
-        oom_control = read_flat_keyed(path / "memory.oom_control") or {}
+        oom_control = read_flat_keyed(f"{base}/memory.oom_control", _V1_OOM_KEYS) or {}
         oom_kills = oom_control.get("oom_kill")
-        limit_hits = _read_int(path / "memory.failcnt")
+        limit_hits = _read_int(f"{base}/memory.failcnt")
         high = None
         pressure = None
     working_set = None
     if usage is not None and inactive is not None:
         working_set = max(0, usage - inactive)
-    limit = read_limit(path=path, version=version, mem_total=mem_total)
+    limit = read_limit(path=base, version=version, mem_total=mem_total)
     return CgroupMemory(
         path=rel,
         cgroup_version=version,
@@ -167,18 +181,19 @@ def read_cgroup(
     )
 
 
-def _subdirs(path: Path) -> Iterator[os.DirEntry[str]]:
+def _subdirs(path: str | Path) -> Iterator[os.DirEntry[str]]:
+    """The subdirectories of ``path`` by name (a cgroup directory also holds some 40 files)."""
     try:
         with os.scandir(path) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            entries = list(it)
     except (FileNotFoundError, NotADirectoryError):
         return  # removed while we walked: a pod or container that just ended
     except OSError as exc:
-        _skip(path, exc)
+        _skip(Path(path), exc)
         return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            yield entry
+    dirs = [e for e in entries if e.is_dir(follow_symlinks=False)]
+    dirs.sort(key=lambda e: e.name)
+    yield from dirs
 
 
 def find_kubepods_roots(*, root: Path, max_depth: int = _MAX_ROOT_DEPTH) -> list[Path]:
@@ -264,7 +279,7 @@ class CgroupSource:
         for entry in _subdirs(root):
             qos = parse_qos_dir(entry.name)
             if qos is not None:
-                qos_path = Path(entry.path)
+                qos_path = entry.path
                 qos_limit = _min_limit(
                     limit, read_limit(path=qos_path, version=layout.version, mem_total=total)
                 )
@@ -294,7 +309,7 @@ class CgroupSource:
         uid = parse_pod_dir(entry.name)
         if uid is None:
             return None
-        path = Path(entry.path)
+        path = entry.path
         memory = self._read(layout=layout, path=path, parent_limit=limit, total=total)
         if memory is None:
             return None
@@ -305,7 +320,7 @@ class CgroupSource:
                 continue
             cmem = self._read(
                 layout=layout,
-                path=Path(child.path),
+                path=child.path,
                 parent_limit=memory.effective_limit_bytes,
                 total=total,
             )
@@ -316,10 +331,14 @@ class CgroupSource:
         return PodMemory(uid=uid, qos_class=qos, memory=memory, containers=tuple(containers))
 
     def _read(
-        self, *, layout: CgroupLayout, path: Path, parent_limit: int | None, total: int | None
+        self, *, layout: CgroupLayout, path: str, parent_limit: int | None, total: int | None
     ) -> CgroupMemory | None:
         """The cgroup, or ``None`` when it is gone or unreadable (then skipped)."""
-        rel = "/" + str(path.relative_to(layout.root))
+        root = str(layout.root)
+        if path.startswith(root + "/"):  # always, for paths listed under the root
+            rel = path[len(root) :]
+        else:
+            rel = "/" + str(Path(path).relative_to(layout.root))
         try:
             memory = read_cgroup(
                 path=path,
@@ -329,8 +348,8 @@ class CgroupSource:
                 mem_total=total,
             )
         except OSError as exc:
-            _skip(path, exc)
+            _skip(Path(path), exc)
             return None
-        if memory.usage_bytes is None and not path.is_dir():
+        if memory.usage_bytes is None and not os.path.isdir(path):
             return None  # removed between listing and reading
         return memory

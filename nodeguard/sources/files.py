@@ -1,18 +1,53 @@
-"""Reading host files where absence is "no data" and nothing is guessed."""
+"""Reading host files where absence is "no data" and nothing is guessed.
+
+A full node has hundreds of cgroups and each sample reads five files of each, so
+:func:`read_optional` reads with ``os.open``/``os.read`` on plain string paths: ``Path.read_text``
+costs several times more in Python than the kernel spends answering (docs/benchmarks.md). The
+text is what ``Path.read_text`` returns: decoded with the locale's encoding, newlines
+translated.
+"""
 
 from __future__ import annotations
 
+import codecs
 import errno
+import locale
+import os
 from pathlib import Path
 
 from nodeguard.sources import NoDataError
 
-__all__ = ["read_flat_keyed", "read_optional", "read_text"]
+__all__ = ["parse_flat_keyed", "read_flat_keyed", "read_optional", "read_text"]
+
+# What Path.read_text() decodes with, by its canonical name ("utf-8": bytes.decode's fast path).
+_ENCODING = codecs.lookup(locale.getpreferredencoding(False)).name
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+_CHUNK = 1 << 16
+
+
+def _read(path: str | Path) -> str:
+    fd = os.open(path, _FLAGS)
+    try:
+        data = os.read(fd, _CHUNK)
+        # Read on to the end: a seq_file (procfs, cgroupfs) may return less than asked and more.
+        if data:
+            chunks = [data]
+            while chunk := os.read(fd, _CHUNK):
+                chunks.append(chunk)
+            if len(chunks) > 1:
+                data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    text = data.decode(_ENCODING)
+    if "\r" in text:  # universal newlines, as text mode reads
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
 
 
 def read_text(path: Path) -> str:
     """A host file's text. Raises :class:`NoDataError` when the file does not exist or the kernel
-    answers EOPNOTSUPP (a PSI file with PSI off reads that way); other OS errors propagate."""
+    answers EOPNOTSUPP (a PSI file with PSI off reads that way); other OS errors propagate.
+    For the node's own files, read once a sample (:func:`read_optional` is the fast one)."""
     try:
         return path.read_text()
     except FileNotFoundError as exc:
@@ -23,27 +58,33 @@ def read_text(path: Path) -> str:
         raise
 
 
-def read_optional(path: Path) -> str | None:
+def read_optional(path: str | Path) -> str | None:
     """A host file's text, or ``None`` when it does not exist, is not supported, or belongs to
     a cgroup removed while we read it (kernfs answers ENODEV). Used for the many per-cgroup
     files that only some kernels or controllers have; other OS errors propagate."""
     try:
-        return read_text(path)
-    except NoDataError:
+        return _read(path)
+    except FileNotFoundError:
         return None
     except OSError as exc:
-        if exc.errno == errno.ENODEV:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENODEV):
             return None
         raise
 
 
-def parse_flat_keyed(text: str) -> dict[str, int]:
+def parse_flat_keyed(text: str, keys: frozenset[str] | None = None) -> dict[str, int]:
     """Parse a flat-keyed file (``key value`` lines: ``memory.stat``, ``memory.events``,
-    ``memory.oom_control``) into ``{key: int}``; lines that are not that shape are skipped."""
+    ``memory.oom_control``) into ``{key: int}``; lines that are not that shape are skipped.
+    With ``keys``, only those keys are kept, with the same values (a cgroup v2 ``memory.stat``
+    has some 60 lines, of which nodeguard needs three)."""
+    if keys is not None and _plain(text):
+        return _pick(text, keys)
     out: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
         if len(parts) != 2:
+            continue
+        if keys is not None and parts[0] not in keys:
             continue
         try:
             out[parts[0]] = int(parts[1])
@@ -52,7 +93,50 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
     return out
 
 
-def read_flat_keyed(path: Path) -> dict[str, int] | None:
+def _plain(text: str) -> bool:
+    """Whether ``text`` is ASCII with no white space but single spaces and ``\n`` line ends and
+    no line that starts with a space: where :func:`_pick` finds what the line loop finds."""
+    return (
+        text.isascii()
+        and "\t" not in text
+        and "\r" not in text
+        and "\v" not in text
+        and "\f" not in text
+        and "\x1c" not in text
+        and "\x1d" not in text
+        and "\x1e" not in text
+        and "\x1f" not in text
+        and "\n " not in text
+        and not text.startswith(" ")
+    )
+
+
+def _pick(text: str, keys: frozenset[str]) -> dict[str, int]:
+    """The loop of :func:`parse_flat_keyed` for a :func:`_plain` text, by searching for each key
+    at a line start. A line ``key value`` there splits into exactly the key and the rest; the
+    rest (any further token or spaces included) converts with ``int`` exactly when the loop's
+    two-token line would; later lines win."""
+    found: list[tuple[int, str, int]] = []
+    t = "\n" + text
+    for key in keys:
+        needle = f"\n{key} "
+        at = t.find(needle)
+        while at >= 0:
+            start = at + len(needle)
+            end = t.find("\n", start)
+            token = t[start:] if end < 0 else t[start:end]
+            try:
+                value = int(token)
+            except ValueError:
+                pass
+            else:
+                found.append((at, key, value))
+            at = t.find(needle, start)
+    found.sort()  # file order, as the loop inserts
+    return {key: value for _, key, value in found}
+
+
+def read_flat_keyed(path: str | Path, keys: frozenset[str] | None = None) -> dict[str, int] | None:
     """:func:`parse_flat_keyed` of a file, ``None`` when the file is absent."""
     text = read_optional(path)
-    return None if text is None else parse_flat_keyed(text)
+    return None if text is None else parse_flat_keyed(text, keys)

@@ -22,6 +22,22 @@ NAME = "pressure"
 
 
 def _parse_line(parts: list[str]) -> PressureLine | None:
+    if (  # the kernel's own order, read without a dict (a node has hundreds of these files)
+        len(parts) == 4
+        and parts[0][:6] == "avg10="
+        and parts[1][:6] == "avg60="
+        and parts[2][:7] == "avg300="
+        and parts[3][:6] == "total="
+    ):
+        try:
+            return PressureLine(
+                avg10=float(parts[0][6:]) / 100.0,
+                avg60=float(parts[1][6:]) / 100.0,
+                avg300=float(parts[2][7:]) / 100.0,
+                total_seconds=int(parts[3][6:]) / 1_000_000.0,
+            )
+        except ValueError:
+            return None
     values: dict[str, str] = {}
     for part in parts:
         key, sep, value = part.partition("=")

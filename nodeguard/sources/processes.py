@@ -1,14 +1,16 @@
 """The top processes by resident set size, each mapped to its container: evidence, not metrics.
 
-RSS comes from psutil (``memory_info().rss``, read from ``/proc/<pid>/statm``), pointed at the
-host's procfs through ``psutil.PROCFS_PATH``. The memory cgroup comes from ``/proc/<pid>/cgroup``
-(proc(5)): the ``memory`` controller's line on v1, the ``0::`` line on v2. Processes exit between
-listing and reading; those are skipped.
+RSS is what psutil's ``memory_info().rss`` gives: the second field of ``/proc/<pid>/statm`` in
+pages, times the page size. It is read here for every process (psutil's per-process machinery
+costs ten times the read on a node with a thousand processes, docs/benchmarks.md); psutil,
+pointed at the host's procfs through ``psutil.PROCFS_PATH``, names only the processes kept. The
+memory cgroup comes from ``/proc/<pid>/cgroup`` (proc(5)): the ``memory`` controller's line on
+v1, the ``0::`` line on v2. Processes exit between listing and reading; those are skipped.
 """
 
 from __future__ import annotations
 
-import heapq
+import os
 
 import psutil
 
@@ -20,6 +22,9 @@ from nodeguard.sources.files import read_optional
 __all__ = ["memory_cgroup_of", "parse_proc_cgroup", "read_top_processes"]
 
 NAME = "processes"
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC
 
 
 def parse_proc_cgroup(text: str) -> str | None:
@@ -54,17 +59,23 @@ def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss
     if str(paths.procfs) != psutil.PROCFS_PATH:
         psutil.PROCFS_PATH = str(paths.procfs)
         psutil.process_iter.cache_clear()  # cached Process objects belong to the old procfs
-    sizes: list[tuple[int, int, str]] = []
-    for proc in psutil.process_iter(["name", "memory_info"]):
-        info = proc.info
-        mem = info.get("memory_info")
-        if mem is None:
-            continue  # gone, or a zombie / kernel thread psutil could not read
-        sizes.append((int(mem.rss), proc.pid, str(info.get("name") or "")))
+    procfs = str(paths.procfs)
+    sizes: list[tuple[int, int]] = []
+    for entry in os.listdir(procfs):
+        if not entry.isdigit():
+            continue
+        rss = _rss(f"{procfs}/{entry}/statm")
+        if rss is not None:
+            sizes.append((rss, int(entry)))
     if not sizes:
         raise ValueError(f"no processes readable under {paths.procfs}")
     top: list[ProcessRss] = []
-    for rss, pid, name in heapq.nlargest(limit, sizes):
+    for rss, pid in sorted(sizes, reverse=True):  # as heapq.nlargest orders them
+        if len(top) == limit:
+            break
+        name = _name(pid)
+        if name is None:
+            continue  # gone since its statm was read: as if it had gone before
         cgroup = memory_cgroup_of(paths=paths, pid=pid)
         ident = parse_kubepods_path(cgroup) if cgroup else None
         top.append(
@@ -78,3 +89,31 @@ def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss
             )
         )
     return tuple(top)
+
+
+def _rss(statm: str) -> int | None:
+    """psutil's ``memory_info().rss`` of one process; ``None`` when it is gone or unreadable
+    (psutil's NoSuchProcess and AccessDenied)."""
+    try:
+        fd = os.open(statm, _FLAGS)
+        try:
+            line = os.read(fd, 512)
+        finally:
+            os.close(fd)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = line.split()[:7]
+    if len(fields) != 7:  # psutil fails the same way on a statm it cannot unpack
+        raise ValueError(f"{statm}: unexpected content {line!r}")
+    return int(fields[1]) * _PAGE_SIZE
+
+
+def _name(pid: int) -> str | None:
+    """psutil's process name (``comm``, or the command's basename where comm is truncated);
+    ``""`` when it cannot be read, ``None`` when the process is gone."""
+    try:
+        return psutil.Process(pid).name()
+    except psutil.NoSuchProcess:
+        return None
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
