@@ -1,0 +1,512 @@
+"""nodeguard's benchmarks, beside node_exporter in the same run; prints the tables.
+
+    .venv/bin/python benchmarks/run.py              # everything, about 11 minutes (root)
+    .venv/bin/python benchmarks/run.py --quick      # a smoke run: small N, short soak, no kernel
+
+What runs, all at once where that keeps the total under 15 minutes (see docs/benchmarks.md):
+
+1. synthetic host trees at N = 100, 330 and 1,000 containers (benchmarks/hosts.py);
+2. in the background, the footprint run (benchmarks/soak.py: 10 minutes at N = 330) and the
+   reaction-time run on the real kernel (benchmarks/reaction.py, with Prometheus and
+   Alertmanager);
+3. in the foreground, per N: the in-process snapshot and render (benchmarks/inprocess.py), then
+   ``/metrics`` of a real agent beside node_exporter, then CPU per sample of real agents
+   (benchmarks/scale.py).
+
+Another program's load on the machine moves every figure, so nodeguard is always set beside
+node_exporter measured in the same loop, and each figure is a median (with the p90) of repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks import scale
+from benchmarks.common import (
+    SRC,
+    MiB,
+    env_with_src,
+    node_exporter,
+    node_exporter_binary,
+    node_exporter_version,
+    nodeguard_version,
+    ratio,
+)
+from benchmarks.hosts import make_host
+from benchmarks.reaction import Reaction
+from benchmarks.soak import Soak
+
+TARGET_SNAPSHOT_CPU_MS = 20.0
+TARGET_METRICS_MS = 10.0
+TARGET_RSS_MIB = 80.0
+
+
+def check_exposition(tree: Any) -> str:
+    """benchmarks/check_exposition.py on the smallest tree and the fixtures: its last line.
+    (Only meaningful with a hand-written exposition writer, which nodeguard does not keep:
+    /metrics is prometheus_client's own.)"""
+    if not (Path(__file__).parent / "check_exposition.py").exists():
+        return "not needed: /metrics is rendered by prometheus_client"
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "check_exposition.py"), str(tree.root)],
+        capture_output=True,
+        text=True,
+        env=env_with_src(),
+        cwd="/",
+        check=False,
+    )
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    return ("" if out.returncode == 0 else "FAILED: ") + (lines[-1] if lines else "no output")
+
+
+def machine() -> dict[str, str]:
+    mem = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal:")
+    )
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpus": f"{os.cpu_count()} x {cpu}",
+        "memory": f"{mem / (1 << 30):.1f} GiB",
+        "kernel": platform.release(),
+        "os": "Debian " + Path("/etc/debian_version").read_text().strip()
+        if Path("/etc/debian_version").exists()
+        else platform.platform(),
+        "python": platform.python_version(),
+        "nodeguard": nodeguard_version(),
+        "peer": node_exporter_version(),
+        "load at start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+    }
+
+
+def _ms(pair: list[float]) -> str:
+    return f"{pair[0]:.1f} ({pair[1]:.1f})"
+
+
+def _mib(n: float) -> str:
+    return f"{n / MiB:.1f}"
+
+
+def _ok(value: float, target: float) -> str:
+    return "[green]yes[/]" if value <= target else "[red]no[/]"
+
+
+class Report:
+    def __init__(self, *, markdown: bool) -> None:
+        self.console = Console(width=160 if not markdown else 400, highlight=False)
+        self.box = box.MARKDOWN if markdown else box.SIMPLE_HEAVY
+
+    def table(self, title: str, columns: list[str]) -> Table:
+        if self.box is box.MARKDOWN:
+            title = f"**{title}**"
+        t = Table(title=title, box=self.box, title_justify="left", title_style="bold")
+        for c in columns:
+            t.add_column(c, justify="left" if c in columns[:1] else "right")
+        return t
+
+    def print(self, *things: Any) -> None:
+        for t in things:
+            self.console.print(t)
+            self.console.print()
+
+
+def print_tables(rep: Report, res: dict[str, Any]) -> None:
+    t = rep.table("Machine", ["", ""])
+    for k, v in res["machine"].items():
+        t.add_row(k, v)
+    rep.print(t)
+
+    rep.print(f"/metrics check: {res.get('exposition_check', 'not run')}")
+    if "before" in res:
+        rep.print(before_table(rep, res))
+    inproc = res["inprocess"]
+    t = rep.table(
+        "1. One snapshot and one render, in process (ms: median (p90) of "
+        f"{res['repeats']} repeats)",
+        [
+            "N containers",
+            "pods",
+            "snapshot wall",
+            "snapshot CPU",
+            "of which cgroups",
+            "processes",
+            "render CPU, OpenMetrics",
+            "render CPU, text",
+            "body KiB",
+            "series",
+        ],
+    )
+    for n, r in inproc.items():
+        t.add_row(
+            str(n),
+            str(r["pods"]),
+            _ms(r["snapshot_wall_ms"]),
+            _ms(r["snapshot_cpu_ms"]),
+            f"{r['collectors_ms']['cgroups']:.1f}",
+            f"{r['collectors_ms']['processes']:.1f}",
+            _ms(r["render_om_cpu_ms"]),
+            _ms(r["render_text_cpu_ms"]),
+            f"{r['body_om_bytes'] / 1024:.0f}",
+            str(r["series"]),
+        )
+    rep.print(t)
+
+    sc = res["scrapes"]
+    t = rep.table(
+        f"2. GET /metrics of the real processes, {res['scrape_count']} scrapes each, alternating "
+        "(ms: median (p90); Prometheus's Accept and gzip)",
+        [
+            "N",
+            "nodeguard",
+            "node_exporter",
+            "latency ratio",
+            "nodeguard CPU/scrape",
+            "node_exporter CPU/scrape",
+            "CPU ratio",
+            "nodeguard gzip / body KiB",
+            "node_exporter gzip / body KiB",
+            "RSS MiB ng / ne",
+        ],
+    )
+    for n, r in sc.items():
+        t.add_row(
+            str(n),
+            _ms(r["ng_ms"]),
+            _ms(r["ne_ms"]),
+            f"{ratio(r['ng_ms'][0], r['ne_ms'][0]):.2f}",
+            f"{r['ng_cpu_ms']:.1f}",
+            f"{r['ne_cpu_ms']:.1f}",
+            f"{ratio(r['ng_cpu_ms'], r['ne_cpu_ms']):.2f}",
+            f"{r['ng_wire'] / 1024:.0f} / {r['ng_body'] / 1024:.0f}",
+            f"{r['ne_wire'] / 1024:.0f} / {r['ne_body'] / 1024:.0f}",
+            f"{_mib(r['ng_rss'])} / {_mib(r['ne_rss'])}",
+        )
+    rep.print(t)
+
+    spc = res["sample_cpu"]
+    t = rep.table(
+        f"3. CPU per sample of real agents (5 s interval, default rules, no scrapes, "
+        f"{res['sample_cpu_seconds']:.0f} s)",
+        ["N", "samples", "CPU ms per sample", "share of one core at 5 s", "RSS MiB"],
+    )
+    for n, r in spc.items():
+        t.add_row(
+            str(n),
+            str(r["samples"]),
+            f"{r['cpu_ms_per_sample']:.1f}",
+            f"{r['cpu_ms_per_sample'] / 5000 * 100:.2f} %",
+            _mib(r["rss"]),
+        )
+    rep.print(t)
+
+    soak = res["soak"]
+    if "error" in soak:
+        rep.print(f"4. footprint run failed: {soak['error']}")
+    else:
+        rows = soak["rows"]
+        t = rep.table(
+            f"4. Footprint over {soak['seconds'] / 60:.0f} minutes at N=330 (5 s interval, default "
+            f"rules, scraped every 15 s, {soak['pods_replaced']} pods replaced)",
+            [
+                "t (s)",
+                "samples",
+                "nodeguard RSS MiB",
+                "node_exporter RSS MiB",
+                "RSS ratio",
+                "nodeguard CPU s",
+                "node_exporter CPU s",
+            ],
+        )
+        for r in rows:
+            t.add_row(
+                f"{r['t']:.0f}",
+                str(r["samples"]),
+                _mib(r["ng_rss"]),
+                _mib(r["ne_rss"]),
+                f"{ratio(r['ng_rss'], r['ne_rss']):.2f}",
+                f"{r['ng_cpu']:.1f}",
+                f"{r['ne_cpu']:.1f}",
+            )
+        rep.print(t)
+        rep.print(soak_summary(soak))
+
+    rep.print(reaction_table(rep, res["reaction"]))
+    rep.print(targets_table(rep, res))
+
+
+def before_table(rep: Report, res: dict[str, Any]) -> Any:
+    b = res["before"]
+    t = rep.table(
+        "0. The code before the changes and after, measured in the same run (medians, ms)",
+        [
+            "N",
+            "snapshot CPU before",
+            "after",
+            "x faster",
+            "render CPU (OpenMetrics) before",
+            "after",
+            "x faster",
+            "/metrics scrape before",
+            "after",
+            "x faster",
+            "CPU per scrape before",
+            "after",
+        ],
+    )
+    for n, now in res["inprocess"].items():
+        was = b["inprocess"][n]
+        sw, sn = b["scrapes"][n], res["scrapes"][n]
+        t.add_row(
+            str(n),
+            f"{was['snapshot_cpu_ms'][0]:.1f}",
+            f"{now['snapshot_cpu_ms'][0]:.1f}",
+            f"{ratio(was['snapshot_cpu_ms'][0], now['snapshot_cpu_ms'][0]):.1f}",
+            f"{was['render_om_cpu_ms'][0]:.1f}",
+            f"{now['render_om_cpu_ms'][0]:.1f}",
+            f"{ratio(was['render_om_cpu_ms'][0], now['render_om_cpu_ms'][0]):.1f}",
+            f"{sw['ng_ms'][0]:.1f}",
+            f"{sn['ng_ms'][0]:.1f}",
+            f"{ratio(sw['ng_ms'][0], sn['ng_ms'][0]):.1f}",
+            f"{sw['ng_cpu_ms']:.1f}",
+            f"{sn['ng_cpu_ms']:.1f}",
+        )
+    return t
+
+
+def soak_summary(soak: dict[str, Any]) -> str:
+    rows = soak["rows"]
+    first, last = rows[1] if len(rows) > 1 else rows[0], rows[-1]
+    half = next((r for r in rows if r["t"] >= rows[-1]["t"] / 2), first)
+    span = last["t"] - rows[0]["t"] or 1.0
+    return (
+        f"nodeguard RSS {_mib(last['ng_rss'])} MiB at the end; growth "
+        f"{(last['ng_rss'] - first['ng_rss']) / MiB:+.1f} MiB since t={first['t']:.0f} s, "
+        f"{(last['ng_rss'] - half['ng_rss']) / MiB:+.1f} MiB over the second half. "
+        f"node_exporter {_mib(last['ne_rss'])} MiB "
+        f"({(last['ne_rss'] - first['ne_rss']) / MiB:+.1f} MiB). "
+        f"CPU over the run: nodeguard {last['ng_cpu'] / span * 100:.2f} % of a core "
+        f"({last['ng_cpu'] / max(1, last['samples']) * 1e3:.1f} ms per sample, scrapes included), "
+        f"node_exporter {last['ne_cpu'] / span * 100:.2f} %."
+    )
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}"
+
+
+def reaction_table(rep: Report, res: dict[str, Any]) -> Any:
+    if "error" in res:
+        return f"5. reaction time not measured: {res['error']}"
+    t = rep.table(
+        f"5. Reaction on the real kernel: {res['limit_bytes'] // MiB} MiB limit, threshold "
+        f"{res['threshold']:.0%}, agent interval {res['interval_s']:g} s; seconds after the "
+        "crossing (margin = OOM kill - action)",
+        [
+            "hog",
+            "growth",
+            "first sample over",
+            "local action",
+            "outcome",
+            "Alertmanager action",
+            "OOM kill",
+            "local margin",
+            "Alertmanager margin",
+        ],
+    )
+    floor = res.get("am_floor_s", 150.0)
+    for h in res["hogs"]:
+        oom = h["oom_s"]
+        if h["am_margin_s"] is not None:
+            am_margin = _s(h["am_margin_s"])
+        elif oom is not None:
+            am_margin = f"<= {oom - floor:+.1f} (never fired)"
+        else:
+            am_margin = "-"
+        t.add_row(
+            h["hog"],
+            h["rate"],
+            _s(h["first_sample_over_s"]) if h["first_sample_over_s"] is not None else "none",
+            _s(h["local_action_s"]) if h["local_action_s"] is not None else "-",
+            h["local_outcome"] or "never fired",
+            _s(h["am_action_s"]) if h["am_action_s"] is not None else "never fired",
+            _s(oom),
+            _s(h["local_margin_s"]) if h["local_margin_s"] is not None else "OOM first",
+            am_margin,
+        )
+    return t
+
+
+def targets_table(rep: Report, res: dict[str, Any]) -> Any:
+    t = rep.table("6. Targets", ["target", "measured", "met"])
+    r330 = res["inprocess"].get(330) or next(iter(res["inprocess"].values()))
+    cpu = r330["snapshot_cpu_ms"][0]
+    t.add_row("snapshot <= 20 ms of CPU at 330 containers", f"{cpu:.1f} ms", _ok(cpu, 20))
+    render = r330["render_om_cpu_ms"][0]
+    t.add_row("/metrics render <= 10 ms at 330 (in process)", f"{render:.1f} ms", _ok(render, 10))
+    sc = res["scrapes"].get(330) or next(iter(res["scrapes"].values()))
+    lat = sc["ng_ms"][0]
+    t.add_row("/metrics scrape <= 10 ms at 330 (HTTP, gzip)", f"{lat:.1f} ms", _ok(lat, 10))
+    soak = res["soak"]
+    if "rows" in soak:
+        rows = soak["rows"]
+        last, half = rows[-1], next(r for r in rows if r["t"] >= rows[-1]["t"] / 2)
+        rss = last["ng_rss"] / MiB
+        growth = (last["ng_rss"] - half["ng_rss"]) / MiB
+        t.add_row("steady RSS <= 80 MiB", f"{rss:.1f} MiB", _ok(rss, TARGET_RSS_MIB))
+        t.add_row(
+            "no RSS growth (second half of the run, < 1 MiB)",
+            f"{growth:+.1f} MiB",
+            _ok(growth, 1.0),
+        )
+    fast = [h for h in res["reaction"].get("hogs", []) if h["hog"].startswith("fast")]
+    if fast:
+        limit = res["reaction"]["interval_s"] + 1
+        acted = [h["local_action_s"] for h in fast if h["local_action_s"] is not None]
+        what = f"local action <= interval + 1 s ({limit:g} s) after the crossing, 8 MiB/s"
+        if acted:
+            t.add_row(what, f"{max(acted):.1f} s (worst of {len(acted)})", _ok(max(acted), limit))
+        else:
+            t.add_row(what, "no firing before the OOM kill", "[red]no[/]")
+    return t
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sizes", default="100,330,1000", help="container counts (default 100,330,1000)"
+    )
+    parser.add_argument("--repeats", type=int, default=30, help="in-process repeats (default 30)")
+    parser.add_argument("--scrapes", type=int, default=50, help="scrapes per N (default 50)")
+    parser.add_argument(
+        "--soak", type=float, default=600.0, help="footprint run seconds (default 600)"
+    )
+    parser.add_argument("--sample-cpu-seconds", type=float, default=90.0)
+    parser.add_argument("--no-kernel", action="store_true", help="skip the reaction-time run")
+    parser.add_argument("--quick", action="store_true", help="small sizes, short runs, no kernel")
+    parser.add_argument("--markdown", action="store_true", help="tables as Markdown")
+    parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a tree holding another nodeguard package (the code before a change): measured "
+        "in the same run, in process and over HTTP, beside this one",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.repeats, args.scrapes, args.soak = "100,330", 5, 10, 60.0
+        args.sample_cpu_seconds, args.no_kernel = 15.0, True
+    sizes = [int(s) for s in args.sizes.split(",")]
+    started = time.monotonic()
+    node_exporter_binary()  # install the peer first, or stop with how to
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    workdir = Path(tempfile.mkdtemp(prefix="nodeguard-bench-", dir=base))
+    os.chdir(workdir)  # `python -m nodeguard` in the agents must not find another tree's package
+    print(f"nodeguard from {SRC}; work directory {workdir}", flush=True)
+    res: dict[str, Any] = {
+        "machine": machine()
+        | ({"nodeguard before": nodeguard_version(args.before)} if args.before else {}),
+        "repeats": args.repeats,
+        "scrape_count": args.scrapes,
+        "sample_cpu_seconds": args.sample_cpu_seconds,
+    }
+    try:
+        trees = {n: make_host(workdir / f"host-{n}", containers=n) for n in sizes}
+        soak_n = 330 if 330 in sizes else sizes[0]
+        soak = Soak(
+            tree=make_host(workdir / "soak-host", containers=soak_n),
+            seconds=args.soak,
+            workdir=workdir / "soak",
+        )
+        soak.start()
+        reaction = None if args.no_kernel else Reaction(workdir=workdir / "reaction")
+        if reaction is not None:
+            reaction.start()
+        print(
+            f"[{time.monotonic() - started:4.0f}s] /metrics against prometheus_client", flush=True
+        )
+        res["exposition_check"] = check_exposition(trees[sizes[0]])
+        res["inprocess"] = {}
+        before: dict[str, dict[int, Any]] = {"inprocess": {}, "scrapes": {}}
+        for n, tree in trees.items():
+            print(f"[{time.monotonic() - started:4.0f}s] in process, N={n}", flush=True)
+            res["inprocess"][n] = scale.inprocess(tree, repeats=args.repeats)
+            if args.before:
+                before["inprocess"][n] = scale.inprocess(
+                    tree, repeats=args.repeats, src=args.before
+                )
+        res["scrapes"] = {}
+        with node_exporter(log_path=workdir / "node_exporter.log") as peer:
+            for n, tree in trees.items():
+                print(
+                    f"[{time.monotonic() - started:4.0f}s] /metrics beside node_exporter, N={n}",
+                    flush=True,
+                )
+                res["scrapes"][n] = scale.scrapes(
+                    tree, peer=peer, count=args.scrapes, workdir=workdir / f"scrape-{n}"
+                )
+                if args.before:
+                    before["scrapes"][n] = scale.scrapes(
+                        tree,
+                        peer=peer,
+                        count=args.scrapes,
+                        workdir=workdir / f"scrape-before-{n}",
+                        src=args.before,
+                    )
+        if args.before:
+            res["before"] = before
+        print(f"[{time.monotonic() - started:4.0f}s] CPU per sample of real agents", flush=True)
+        res["sample_cpu"] = scale.sample_cpu(
+            list(trees.values()), seconds=args.sample_cpu_seconds, workdir=workdir / "sample-cpu"
+        )
+        print(
+            f"[{time.monotonic() - started:4.0f}s] waiting for the footprint and reaction runs",
+            flush=True,
+        )
+        soak.join()
+        res["soak"] = soak.result
+        if reaction is not None:
+            reaction.join()
+            res["reaction"] = reaction.result
+        else:
+            res["reaction"] = {"error": "skipped (--no-kernel / --quick)"}
+    finally:
+        if not args.keep:
+            os.chdir("/")
+            shutil.rmtree(workdir, ignore_errors=True)
+    res["elapsed_s"] = time.monotonic() - started
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1, default=str))
+    print_tables(Report(markdown=args.markdown), res)
+    print(f"total {res['elapsed_s'] / 60:.1f} minutes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
