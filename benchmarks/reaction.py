@@ -52,7 +52,13 @@ import yaml
 
 from benchmarks.common import ROOT, agent, get
 from tests.agent import free_port
-from tests.kernel_cgroup import KubeletCgroup, hog_in, kubelet_cgroup, writable_memory_controller
+from tests.kernel_cgroup import (
+    KubeletCgroup,
+    hog_in,
+    kubelet_cgroup,
+    process_in,
+    writable_memory_controller,
+)
 from tests.promstack import ALERTMANAGER, PROMETHEUS, _process
 
 MiB = 1 << 20
@@ -89,7 +95,8 @@ def ramp_hog_in(
 ) -> Iterator[subprocess.Popen[str]]:
     """tests/kernel_cgroup.py's ``hog_in``, with the two-phase hog above."""
     usage = cg.container_dir / ("memory.usage_in_bytes" if cg.version == 1 else "memory.current")
-    proc = subprocess.Popen(
+    with process_in(
+        cg,
         [
             sys.executable,
             "-c",
@@ -101,20 +108,8 @@ def ramp_hog_in(
             str(slow_pause),
             str(usage),
         ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        (cg.container_dir / "cgroup.procs").write_text(str(proc.pid))
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+    ) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 @dataclass

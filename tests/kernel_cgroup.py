@@ -99,17 +99,10 @@ def kubelet_cgroup(
 
 
 @contextlib.contextmanager
-def hog_in(
-    cg: KubeletCgroup, *, step: int, pause: float, up_to: int
-) -> Iterator[subprocess.Popen[str]]:
-    """Start a memory hog, move it into the cgroup, then let it allocate ``step`` bytes every
-    ``pause`` seconds up to ``up_to``. Killed on exit if still running."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOG, str(step), str(pause), str(up_to)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+def process_in(cg: KubeletCgroup, argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """Start ``argv`` (a program that waits for a line on stdin before it allocates), move it
+    into the cgroup, then tell it to go. Killed on exit if still running."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         (cg.container_dir / "cgroup.procs").write_text(str(proc.pid))
         assert proc.stdin is not None
@@ -120,3 +113,13 @@ def hog_in(
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def hog_in(
+    cg: KubeletCgroup, *, step: int, pause: float, up_to: int
+) -> Iterator[subprocess.Popen[str]]:
+    """Start a memory hog in the cgroup that allocates ``step`` bytes every ``pause`` seconds
+    up to ``up_to``."""
+    with process_in(cg, [sys.executable, "-c", HOG, str(step), str(pause), str(up_to)]) as proc:
+        yield proc
