@@ -22,10 +22,13 @@ computes it on read); docs/benchmarks.md says so.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import sys
+import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -332,6 +335,115 @@ def rename_pods(tree: HostTree, *, count: int, rng: random.Random) -> int:
         d.rename(d.parent / f"{prefix}pod{new}.slice")
         renamed += 1
     return renamed
+
+
+class Churn:
+    """Memory that moves between samples, as on a busy node, written in place (same inodes).
+
+    Each :meth:`step`, every pod and container cgroup's ``memory.current`` and the ``anon``,
+    ``file``, ``inactive_file`` and ``active_file`` lines of its ``memory.stat`` change (the
+    worst case: every workload allocating or freeing within one interval), and one cgroup in
+    ten gets a new ``memory.pressure`` (a stall); ``memory.events`` and ``memory.max`` stay, as
+    they do on a node between OOM events and resizes. Without it a static tree would let an
+    agent that re-uses what it parsed when a file reads the same look cheaper than a node."""
+
+    def __init__(self, root: Path, *, rng: random.Random) -> None:
+        self._kubepods = root / "sys/fs/cgroup/kubepods.slice"
+        self._rng = rng
+        self._n = 0
+        self.relist()
+
+    def relist(self) -> None:
+        """Find the cgroups again (after :func:`rename_pods`)."""
+        self._dirs = sorted(
+            d for d in self._kubepods.rglob("*") if d.is_dir() and (d / "memory.current").exists()
+        )
+
+    def step(self) -> int:
+        """Change the files; returns how many cgroups changed."""
+        self._n += 1
+        n, rng = self._n, self._rng
+        for i, d in enumerate(self._dirs):
+            anon = rng.randrange(64 << 20, 4 << 30) & ~4095
+            file = rng.randrange(16 << 20, 1 << 30) & ~4095
+            inactive = file // 2 & ~4095
+            (d / "memory.current").write_text(f"{anon + file}\n")
+            stat = d / "memory.stat"
+            known = {
+                "anon": anon,
+                "file": file,
+                "inactive_file": inactive,
+                "active_file": file - inactive,
+            }
+            lines = stat.read_text().splitlines()
+            stat.write_text(
+                "".join(
+                    f"{k} {known[k]}\n" if k in known else f"{k} {v}\n"
+                    for k, v in (ln.split(" ", 1) for ln in lines)
+                )
+            )
+            if (i + n) % 10 == 0:
+                total = 1_000_000 * n + i
+                (d / "memory.pressure").write_text(
+                    f"some avg10=1.00 avg60=0.50 avg300=0.10 total={total}\n"
+                    f"full avg10=0.50 avg60=0.20 avg300=0.05 total={total // 2}\n"
+                )
+        return len(self._dirs)
+
+
+@contextlib.contextmanager
+def kernel_host(*, containers: int, seed: int = 8) -> Iterator[Path]:
+    """``containers`` containers over ``containers // 3`` pods as real cgroups in this machine's
+    memory controller (kubelet's cgroupfs layout: ``kubepods/[burstable|besteffort/]pod<uid>/
+    <id>``, a limit on every guaranteed container), so that reading them costs what the
+    kernel's cgroupfs costs (kernfs computes ``memory.stat`` on every read). Yields the
+    hierarchy root; removes everything on exit. Needs root and a writable memory controller
+    (tests/kernel_cgroup.py); the cgroups are empty, so their files read the same each time."""
+    from tests.kernel_cgroup import writable_memory_controller
+
+    found = writable_memory_controller()
+    if found is None:
+        raise RuntimeError("needs root and a writable cgroup memory controller")
+    version, root = found
+    rng = random.Random(seed)
+    limit_file = "memory.max" if version == 2 else "memory.limit_in_bytes"
+    made: list[Path] = []
+
+    def mkdir(d: Path) -> None:
+        if version == 2:
+            with contextlib.suppress(OSError):
+                (d.parent / "cgroup.subtree_control").write_text("+memory")
+        if not d.exists():
+            d.mkdir()
+            made.append(d)
+
+    try:
+        kp = root / "kubepods"
+        mkdir(kp)
+        for qos in ("burstable", "besteffort"):
+            mkdir(kp / qos)
+        placed, p = 0, 0
+        while placed < containers:
+            qos = _qos(p)
+            p += 1
+            parent = kp if qos == "guaranteed" else kp / qos
+            pod = parent / f"pod{uuid.UUID(int=rng.getrandbits(128), version=4)}"
+            mkdir(pod)
+            for _ in range(min(3, containers - placed)):
+                placed += 1
+                c = pod / f"{rng.getrandbits(256):064x}"
+                mkdir(c)
+                if qos == "guaranteed":
+                    (c / limit_file).write_text(str(rng.choice((8, 16, 64)) << 30))
+        yield root
+    finally:
+        for d in reversed(made):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
 
 
 def main() -> None:

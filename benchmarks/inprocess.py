@@ -5,8 +5,9 @@ benchmarks/run.py so that nothing else in the runner shares its interpreter.
   one warm-up sample (which also finds the kubepods roots); wall time (``perf_counter``) and CPU
   time of the thread (``thread_time``), each the median and p90 of ``--repeats`` samples; and the
   median duration of each collector as the snapshot records it.
-- render: the snapshot's families through prometheus_client, in the format Prometheus asks for
-  (OpenMetrics 1.0.0) and in the classic text format, CPU time of the thread; body sizes, series.
+- render: the snapshot's families as the agent writes them (prometheus_client's writers through
+  ``nodeguard.exposition``), in the format Prometheus asks for (OpenMetrics 1.0.0) and in the
+  classic text format, CPU time of the thread; body sizes, series.
 
     python benchmarks/inprocess.py TREE [--repeats 30] -> one JSON object on stdout
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -25,11 +27,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import median, p90
+from benchmarks.hosts import Churn
 
 
-def _timed(fn: Callable[[], Any], repeats: int) -> tuple[list[float], list[float], Any]:
+def _timed(
+    fn: Callable[[], Any], repeats: int, *, before: Callable[[], Any] | None = None
+) -> tuple[list[float], list[float], Any]:
     walls, cpus, result = [], [], None
     for _ in range(repeats):
+        if before is not None:
+            before()  # not timed
         w0, c0 = time.perf_counter(), time.thread_time()
         result = fn()
         cpus.append(time.thread_time() - c0)
@@ -43,18 +50,30 @@ def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
     from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
 
     paths = HostPaths(procfs=tree / "proc", sysfs=tree / "sys", kmsg=tree / "kmsg", state=None)
+    config: dict[str, Any] = {}
+    if "max_open_files" in SamplerConfig.__dataclass_fields__:  # as `nodeguard run` sets it
+        from nodeguard.sources.open_files import descriptor_budget
+
+        config["max_open_files"] = descriptor_budget(raise_limit=True)
     sampler = Sampler(
         config=SamplerConfig(
-            paths=paths, node_name="bench", collectors=frozenset(COLLECTORS) - {"gpu"}
+            paths=paths,
+            node_name="bench",
+            collectors=frozenset(COLLECTORS) - {"gpu"},
+            **config,
         )
     )
     sampler.sample_once()
     gc.collect()
-    walls, cpus, snap = _timed(sampler.sample_once, repeats)
+    _, static_cpus, _ = _timed(sampler.sample_once, repeats)
+    churn = Churn(tree, rng=random.Random(8))
+    walls, cpus, snap = _timed(sampler.sample_once, repeats, before=churn.step)
     per: dict[str, list[float]] = {}
     for _ in range(3):  # collector durations of a few more samples
+        churn.step()
         for st in sampler.sample_once().collectors:
             per.setdefault(st.name, []).append(st.duration_seconds)
+    open_files = getattr(sampler, "open_cgroup_files", 0)
     render = _render(sampler, repeats)
     sampler.close()
     return {
@@ -63,14 +82,17 @@ def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
         "containers": sum(len(p.containers) for p in snap.pods),
         "snapshot_wall_ms": [median(walls) * 1e3, p90(walls) * 1e3],
         "snapshot_cpu_ms": [median(cpus) * 1e3, p90(cpus) * 1e3],
+        "snapshot_static_cpu_ms": [median(static_cpus) * 1e3, p90(static_cpus) * 1e3],
+        "open_files": open_files,
         "collectors_ms": {k: median(v) * 1e3 for k, v in per.items()},
         **render,
     }
 
 
 def _render(sampler: Any, repeats: int) -> dict[str, Any]:
-    """The snapshot's part of ``/metrics`` as the agent writes it: nodeguard's own writer where
-    the exporter has one (its per-snapshot cache emptied each time), else prometheus_client."""
+    """The snapshot's part of ``/metrics`` as the agent writes it: ``nodeguard.exposition.render``
+    where the tree has it (the writer and negotiation the agent uses), else prometheus_client's
+    ``choose_encoder`` writer over a registry, as its aiohttp handler did."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import choose_encoder
 
@@ -78,22 +100,24 @@ def _render(sampler: Any, repeats: int) -> dict[str, Any]:
     from nodeguard.exporter import SnapshotCollector
 
     collector = SnapshotCollector(latest=lambda: sampler.latest)
-    registry = CollectorRegistry()
-    registry.register(collector)
-    own = hasattr(collector, "exposition")
-    out: dict[str, Any] = {"writer": "nodeguard" if own else "prometheus_client"}
+    try:
+        from nodeguard.exposition import render
+    except ImportError:
+        render = None
+    out: dict[str, Any] = {"writer": "nodeguard.exposition" if render else "prometheus_client"}
     for label, accept in (("om", PROMETHEUS_HEADERS["Accept"]), ("text", "")):
-        encoder, _ = choose_encoder(accept)
-        if own:
+        if render is not None:
 
-            def fn(om: bool = label == "om") -> bytes:
-                collector._rendered.clear()
-                body: bytes = collector.exposition(openmetrics=om)
+            def fn(accept: str = accept) -> bytes:
+                body: bytes = render(accept=accept, names=(), parts=(collector,))[0]
                 return body
         else:
+            registry = CollectorRegistry()
+            registry.register(collector)
+            encoder, _ = choose_encoder(accept)
 
-            def fn(enc: Any = encoder) -> bytes:
-                body: bytes = enc(registry)
+            def fn(enc: Any = encoder, reg: Any = registry) -> bytes:
+                body: bytes = enc(reg)
                 return body
 
         fn()
@@ -106,12 +130,69 @@ def _render(sampler: Any, repeats: int) -> dict[str, Any]:
     return out
 
 
+def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
+    """Snapshots of ``containers`` real (empty) cgroups on this machine's cgroupfs
+    (``benchmarks.hosts.kernel_host``), with the real ``/proc`` and ``/dev/kmsg``: the agent's
+    way (cgroup files held open, re-read with pread) and with every file opened, read and
+    closed, alternating in this one process; CPU of the thread, median and p90."""
+    from benchmarks.hosts import kernel_host
+    from nodeguard.paths import HostPaths
+    from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sources.open_files import descriptor_budget
+
+    paths = HostPaths(procfs=Path("/proc"), sysfs=Path("/sys"), kmsg=Path("/dev/kmsg"))
+    budget = descriptor_budget(raise_limit=True)
+    with kernel_host(containers=containers) as root:
+        samplers = {
+            name: Sampler(
+                config=SamplerConfig(
+                    paths=paths,
+                    node_name="bench",
+                    collectors=frozenset(COLLECTORS) - {"gpu"},
+                    max_open_files=n,
+                )
+            )
+            for name, n in (("held", budget), ("plain", 0))
+        }
+        found = {}
+        for name, sampler in samplers.items():
+            snap = sampler.sample_once()
+            found[name] = sum(len(p.containers) for p in snap.pods)
+        gc.collect()
+        cpus: dict[str, list[float]] = {"held": [], "plain": []}
+        cgroups: dict[str, list[float]] = {"held": [], "plain": []}
+        for _ in range(repeats):
+            for name, sampler in samplers.items():
+                c0 = time.thread_time()
+                snap = sampler.sample_once()
+                cpus[name].append(time.thread_time() - c0)
+                st = snap.collector("cgroups")
+                cgroups[name].append(st.duration_seconds if st else 0.0)
+        held_open = samplers["held"].open_cgroup_files
+        for sampler in samplers.values():
+            sampler.close()
+    return {
+        "root": str(root),
+        "containers": found,
+        "open_files": held_open,
+        **{f"{k}_cpu_ms": [median(v) * 1e3, p90(v) * 1e3] for k, v in cpus.items()},
+        **{f"{k}_cgroups_ms": median(v) * 1e3 for k, v in cgroups.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("tree", type=Path)
+    parser.add_argument("tree", type=Path, nargs="?")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument(
+        "--kernel", type=int, metavar="N", help="N real cgroups on this machine instead of a tree"
+    )
     args = parser.parse_args()
-    json.dump(measure(args.tree, repeats=args.repeats), sys.stdout)
+    if args.kernel:
+        result = measure_kernel(args.kernel, repeats=args.repeats)
+    else:
+        result = measure(args.tree, repeats=args.repeats)
+    json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 
 

@@ -151,7 +151,8 @@ def print_tables(rep: Report, res: dict[str, Any]) -> None:
             "N containers",
             "pods",
             "snapshot wall",
-            "snapshot CPU",
+            "snapshot CPU, memory moving",
+            "snapshot CPU, files unchanged",
             "of which cgroups",
             "processes",
             "render CPU, OpenMetrics",
@@ -166,6 +167,7 @@ def print_tables(rep: Report, res: dict[str, Any]) -> None:
             str(r["pods"]),
             _ms(r["snapshot_wall_ms"]),
             _ms(r["snapshot_cpu_ms"]),
+            _ms(r["snapshot_static_cpu_ms"]) if "snapshot_static_cpu_ms" in r else "-",
             f"{r['collectors_ms']['cgroups']:.1f}",
             f"{r['collectors_ms']['processes']:.1f}",
             _ms(r["render_om_cpu_ms"]),
@@ -174,6 +176,33 @@ def print_tables(rep: Report, res: dict[str, Any]) -> None:
             str(r["series"]),
         )
     rep.print(t)
+
+    kern = res.get("kernel_snapshot") or {}
+    if kern:
+        t = rep.table(
+            "1b. One snapshot of real cgroups on this machine's cgroupfs (empty cgroups, real "
+            f"/proc and /dev/kmsg; ms of CPU: median (p90) of {res['repeats']} repeats)",
+            [
+                "N containers",
+                "files held open (the agent's way)",
+                "of which cgroups",
+                "each file opened, read, closed",
+                "of which cgroups",
+                "x faster",
+                "descriptors held",
+            ],
+        )
+        for n, r in kern.items():
+            t.add_row(
+                str(n),
+                _ms(r["held_cpu_ms"]),
+                f"{r['held_cgroups_ms']:.1f}",
+                _ms(r["plain_cpu_ms"]),
+                f"{r['plain_cgroups_ms']:.1f}",
+                f"{ratio(r['plain_cpu_ms'][0], r['held_cpu_ms'][0]):.1f}",
+                str(r["open_files"]),
+            )
+        rep.print(t)
 
     sc = res["scrapes"]
     t = rep.table(
@@ -364,7 +393,20 @@ def targets_table(rep: Report, res: dict[str, Any]) -> Any:
     t = rep.table("6. Targets", ["target", "measured", "met"])
     r330 = res["inprocess"].get(330) or next(iter(res["inprocess"].values()))
     cpu = r330["snapshot_cpu_ms"][0]
-    t.add_row("snapshot <= 20 ms of CPU at 330 containers", f"{cpu:.1f} ms", _ok(cpu, 20))
+    t.add_row(
+        "snapshot <= 20 ms of CPU at 330 containers (synthetic tree, memory moving in every "
+        "cgroup)",
+        f"{cpu:.1f} ms",
+        _ok(cpu, 20),
+    )
+    k330 = (res.get("kernel_snapshot") or {}).get(330)
+    if k330:
+        kcpu = k330["held_cpu_ms"][0]
+        t.add_row(
+            "snapshot <= 20 ms of CPU at 330 containers (real cgroupfs, idle cgroups)",
+            f"{kcpu:.1f} ms",
+            _ok(kcpu, 20),
+        )
     render = r330["render_om_cpu_ms"][0]
     t.add_row("/metrics render <= 10 ms at 330 (in process)", f"{render:.1f} ms", _ok(render, 10))
     sc = res["scrapes"].get(330) or next(iter(res["scrapes"].values()))
@@ -437,6 +479,11 @@ def main() -> int:
         "sample_cpu_seconds": args.sample_cpu_seconds,
     }
     try:
+        res["kernel_snapshot"] = {}
+        if not args.no_kernel:  # before the reaction run makes its own kubepods cgroups
+            for n in sizes:
+                print(f"[{time.monotonic() - started:4.0f}s] real cgroupfs, N={n}", flush=True)
+                res["kernel_snapshot"][n] = scale.kernel_inprocess(n, repeats=args.repeats)
         trees = {n: make_host(workdir / f"host-{n}", containers=n) for n in sizes}
         soak_n = 330 if 330 in sizes else sizes[0]
         soak = Soak(

@@ -1,22 +1,26 @@
 """Cost against the number of containers: in-process snapshot and render, ``/metrics`` of a real
 ``nodeguard run`` beside node_exporter, and CPU per sample of real processes.
 
-- :func:`inprocess`: benchmarks/inprocess.py in a child process (nothing else in its interpreter).
+- :func:`inprocess`: benchmarks/inprocess.py in a child process (nothing else in its interpreter);
+  :func:`kernel_inprocess` the same over real cgroups on this machine's cgroupfs.
 - :func:`scrapes`: one ``nodeguard run`` on the tree (default rules; ``--interval=1h``, so that
   after its first sample its CPU is the scrapes' alone) and the peer, scraped alternately with
   Prometheus's headers (OpenMetrics, gzip) over kept-alive connections; latency of each scrape,
   CPU per scrape from each process's utime + stime over the loop, RSS after it.
 - :func:`sample_cpu`: one ``nodeguard run`` per tree, all at once, at the default 5 s interval
-  with the default rules and no scrapes; CPU over the window divided by the samples taken,
-  counted exactly (each sample opens the tree's ``proc/meminfo`` once; inotify counts the opens).
+  with the default rules and no scrapes, memory moving in every cgroup between samples; CPU
+  over the window divided by the samples taken, counted exactly (each sample opens the tree's
+  ``proc/meminfo`` once; inotify counts the opens).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,18 +36,22 @@ from benchmarks.common import (
     p90,
     rss_bytes,
 )
-from benchmarks.hosts import HostTree
+from benchmarks.hosts import Churn, HostTree
 from benchmarks.soak import OpenCounter
 
 
 def inprocess(tree: HostTree, *, repeats: int, src: Path | None = None) -> dict[str, Any]:
+    return _inprocess([str(tree.root), f"--repeats={repeats}"], src=src)
+
+
+def kernel_inprocess(containers: int, *, repeats: int) -> dict[str, Any]:
+    """benchmarks/inprocess.py --kernel: snapshots of real cgroups on this machine's cgroupfs."""
+    return _inprocess([f"--kernel={containers}", f"--repeats={repeats}"], src=None)
+
+
+def _inprocess(args: list[str], *, src: Path | None) -> dict[str, Any]:
     out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks/inprocess.py"),
-            str(tree.root),
-            f"--repeats={repeats}",
-        ],
+        [sys.executable, str(ROOT / "benchmarks/inprocess.py"), *args],
         capture_output=True,
         text=True,
         env=env_with_src(src),
@@ -120,6 +128,20 @@ def sample_cpu(
                 agent(args=_agent_args(tree, wd / "state", "5s"), log_path=wd / "agent.log")
             )
             running.append((tree, ng, counter))
+        # Memory moves in every cgroup between samples (benchmarks.hosts.Churn), from a thread
+        # of this runner: the agents' CPU is theirs alone.
+        stop = threading.Event()
+        movers = [Churn(tree.root, rng=random.Random(tree.containers)) for tree in trees]
+
+        def move() -> None:
+            while not stop.wait(2.5):
+                for m in movers:
+                    m.step()
+
+        mover = threading.Thread(target=move, daemon=True)
+        mover.start()
+        stack.callback(mover.join)
+        stack.callback(stop.set)
         time.sleep(6)  # past the first samples, the rule history filling
         start = [(cpu_seconds(ng.pid), counter.count()) for _, ng, counter in running]
         time.sleep(seconds)
@@ -135,4 +157,4 @@ def sample_cpu(
     return out
 
 
-__all__ = ["inprocess", "p90", "sample_cpu", "scrapes"]
+__all__ = ["inprocess", "kernel_inprocess", "p90", "sample_cpu", "scrapes"]

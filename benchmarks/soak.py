@@ -1,7 +1,8 @@
 """The footprint run: one ``nodeguard run`` sampling a full node (330 containers) at the default
 5 s interval with the default rules for ``--soak`` seconds (10 minutes), scraped every 15 s as
 Prometheus would, with pod churn (10 pods replaced by new ones every minute, as a busy node
-sees), beside its own node_exporter scraped on the same schedule. RSS and CPU of both every 30 s.
+sees) and memory moving in every cgroup every 5 s (``benchmarks.hosts.Churn``), beside its own
+node_exporter scraped on the same schedule. RSS and CPU of both every 30 s.
 
 Samples are counted exactly: every sample opens the tree's ``proc/meminfo`` once, and an inotify
 watch counts the opens. CPU per sample here includes the rule engine and the share of the scrapes.
@@ -21,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import ROOT, Scraper, agent, cpu_seconds, node_exporter, rss_bytes
-from benchmarks.hosts import HostTree, rename_pods
+from benchmarks.hosts import Churn, HostTree, rename_pods
 
 SCRAPE_EVERY = 15.0
 RECORD_EVERY = 30.0
 CHURN_EVERY = 60.0
 CHURN_PODS = 10
+MOVE_EVERY = 5.0  # memory moves in every cgroup (benchmarks.hosts.Churn) once an interval
 
 _IN_OPEN = 0x20
 _IN_CLOSE_NOWRITE = 0x10
@@ -89,6 +91,7 @@ class Soak(threading.Thread):
         wd = self.workdir
         wd.mkdir(parents=True, exist_ok=True)
         rng = random.Random(88)
+        moving = Churn(self.tree.root, rng=random.Random(89))
         counter = OpenCounter(self.tree.root / "proc/meminfo")
         args = [
             *self.tree.flags,
@@ -107,9 +110,13 @@ class Soak(threading.Thread):
             cpu0 = (cpu_seconds(ng.pid), cpu_seconds(ne.pid))
             next_scrape = next_record = start
             next_churn = start + CHURN_EVERY
+            next_move = start
             scrapes = churned = 0
             while True:
                 now = time.monotonic()
+                if now >= next_move:
+                    moving.step()
+                    next_move += MOVE_EVERY
                 if now >= next_record:
                     rows.append(
                         {
@@ -131,8 +138,14 @@ class Soak(threading.Thread):
                     next_scrape += SCRAPE_EVERY
                 if now >= next_churn:
                     churned += rename_pods(self.tree, count=CHURN_PODS, rng=rng)
+                    moving.relist()
                     next_churn += CHURN_EVERY
-                time.sleep(max(0.0, min(next_record, next_scrape, next_churn) - time.monotonic()))
+                time.sleep(
+                    max(
+                        0.0,
+                        min(next_record, next_scrape, next_churn, next_move) - time.monotonic(),
+                    )
+                )
             ng_s.close()
             ne_s.close()
         counter.close()

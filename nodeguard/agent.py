@@ -27,7 +27,6 @@ from nodeguard.actions.evict import EvictionLimiter
 from nodeguard.alerts.claims import AlertClaims
 from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import WebhookReceiver
-from nodeguard.exporter import SnapshotCollector
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.remediation.incidents import IncidentStore
@@ -82,7 +81,6 @@ async def run_agent(cfg: AgentConfig) -> int:
     kube = cluster[0] if cluster else None
     sampler = Sampler(config=cfg.sampler, cluster=cluster[1] if cluster else None)
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(SnapshotCollector(latest=lambda: sampler.latest))
     node = cfg.sampler.node_name
     auditor = Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=registry))
     incidents = IncidentStore(directory=cfg.incidents_dir, keep=cfg.incidents_keep)

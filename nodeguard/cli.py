@@ -35,6 +35,7 @@ from nodeguard.report import render_report
 from nodeguard.rules.load import RuleError
 from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
 from nodeguard.snapshot import to_jsonable
+from nodeguard.sources.open_files import descriptor_budget
 
 __all__ = ["main", "parse_duration"]
 
@@ -152,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_interval,
         default=5.0,
         help="time between samples (default 5s, min 50ms)",
+    )
+    run.add_argument(
+        "--collector.cgroups.keep-open",
+        dest="keep_open",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep cgroup files open between samples and re-read them, raising the soft "
+        "RLIMIT_NOFILE toward 16384 (five descriptors per cgroup; default on)",
     )
     run.add_argument(
         "--dry-run",
@@ -290,9 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config(args: argparse.Namespace, *, state: Path | None, interval: float) -> SamplerConfig:
+def _config(
+    args: argparse.Namespace, *, state: Path | None, interval: float, max_open_files: int = 0
+) -> SamplerConfig:
     enabled = frozenset(n for n in COLLECTORS if getattr(args, f"collector_{n}"))
     return SamplerConfig(
+        max_open_files=max_open_files,
         paths=HostPaths(procfs=args.procfs, sysfs=args.sysfs, kmsg=args.kmsg, state=state),
         node_name=args.node_name,
         interval=interval,
@@ -328,7 +340,12 @@ def _run(args: argparse.Namespace) -> int:
     state = _usable_state_dir(args.state)
     host, port = args.listen_address
     cfg = AgentConfig(
-        sampler=_config(args, state=state, interval=args.interval),
+        sampler=_config(
+            args,
+            state=state,
+            interval=args.interval,
+            max_open_files=descriptor_budget(raise_limit=True) if args.keep_open else 0,
+        ),
         host=host,
         port=port,
         dry_run=args.dry_run,

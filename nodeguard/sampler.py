@@ -54,13 +54,16 @@ Listener = Callable[[NodeSnapshot], Awaitable[None]]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplerConfig:
     """What to sample and how often. ``interval`` is seconds; ``collectors`` the enabled names
-    (a subset of :data:`COLLECTORS`); ``top_processes`` how many processes to keep."""
+    (a subset of :data:`COLLECTORS`); ``top_processes`` how many processes to keep;
+    ``max_open_files`` how many cgroup files may stay open between samples (0: none;
+    :mod:`nodeguard.sources.open_files`)."""
 
     paths: HostPaths
     node_name: str
     interval: float = 5.0
     collectors: frozenset[str] = frozenset(COLLECTORS)
     top_processes: int = 10
+    max_open_files: int = 0
 
 
 class Sampler:
@@ -80,7 +83,9 @@ class Sampler:
         self.config = config
         self.cluster = cluster
         self.latest: NodeSnapshot | None = None
-        self._cgroups = cgroups.CgroupSource(paths=config.paths)
+        self._cgroups = cgroups.CgroupSource(
+            paths=config.paths, max_open_files=config.max_open_files
+        )
         self._kmsg: kmsg.OomLogSource | None = None
         self._nvml: gpu.NvmlSource | None = None
         self._listeners: list[Listener] = []
@@ -168,8 +173,15 @@ class Sampler:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=next_at - loop.time())
 
+    @property
+    def open_cgroup_files(self) -> int:
+        """Cgroup files the sampler holds open between samples now."""
+        return self._cgroups.open_files
+
     def close(self) -> None:
-        """Release the kernel log and keep its state; shut NVML down."""
+        """Close the cgroup files held open; release the kernel log and keep its state; shut
+        NVML down."""
+        self._cgroups.close()
         if self._kmsg is not None:
             self._kmsg.close()
         if self._nvml is not None:

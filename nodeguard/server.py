@@ -1,7 +1,8 @@
 """The agent's HTTP endpoints (aiohttp).
 
-- ``GET /metrics``: Prometheus exposition of the latest snapshot (prometheus_client's aiohttp
-  handler over an explicit registry, with gzip and OpenMetrics negotiation).
+- ``GET /metrics``: Prometheus exposition of the latest snapshot and of ``registry``
+  (prometheus_client's writers and OpenMetrics negotiation, rendered in a worker thread, gzip;
+  :mod:`nodeguard.exposition`).
 - ``GET /healthz``: 200 while the sampler keeps sampling; 503 when the latest snapshot (or the
   first, at start) is more than three intervals + 5 s late (a wedged sampler should get the pod
   restarted).
@@ -19,8 +20,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.aiohttp import make_aiohttp_handler
 
+from nodeguard.exporter import SnapshotCollector
+from nodeguard.exposition import make_metrics_handler
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.sampler import Sampler
 from nodeguard.snapshot import to_jsonable
@@ -39,7 +41,9 @@ def make_app(
     webhook: Handler | None = None,
     max_body: int = 1 << 20,
 ) -> web.Application:
-    """The aiohttp application serving the endpoints above from ``sampler.latest``."""
+    """The aiohttp application serving the endpoints above from ``sampler.latest``.
+    ``registry`` holds the collectors of state that lives on the event loop (rules, actions,
+    webhook); ``/metrics`` writes the snapshot's families first, then those."""
     interval = sampler.config.interval
     started = time.time()
     stale_after = 3 * interval + 5
@@ -98,7 +102,8 @@ def make_app(
     # The body limit (413 above it) matters for the Alertmanager webhook, the only POST.
     app = web.Application(client_max_size=max_body)
     app.router.add_get("/", index)
-    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    snapshot_part = SnapshotCollector(latest=lambda: sampler.latest)
+    app.router.add_get("/metrics", make_metrics_handler(snapshot=snapshot_part, registry=registry))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/snapshot", snapshot)

@@ -361,9 +361,41 @@ sampler.close()
     assert stub.calls() == ["init", "shutdown"]
 
 
+def test_openmetrics_writer_swap_gives_the_librarys_bytes_for_gpu_families(
+    make_stub: StubFactory, tmp_path: Path
+) -> None:
+    """nodeguard.exposition writes OpenMetrics with allow-utf-8 escaping where the library
+    would escape with underscores: the same bytes only while every name is a legacy one,
+    checked here over the GPU families too (MIG included)."""
+    stub = make_stub(mig_scenario())
+    proc = procfs(tmp_path)
+    code = f"""
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from nodeguard.exporter import SnapshotCollector
+from nodeguard.exposition import encoder_for
+from nodeguard.paths import HostPaths
+from nodeguard.sampler import Sampler, SamplerConfig
+from pathlib import Path
+host = Path({str(V2_HOST)!r})
+paths = HostPaths(procfs=Path({str(proc)!r}), sysfs=host / "sys", kmsg=host / "kmsg")
+sampler = Sampler(config=SamplerConfig(paths=paths, node_name="n"))
+sampler.sample_once()
+registry = CollectorRegistry()
+registry.register(SnapshotCollector(latest=lambda: sampler.latest))
+accept = "application/openmetrics-text;version=1.0.0"
+ours, lib = encoder_for(accept)[0](registry), choose_encoder(accept)[0](registry)
+assert b"nodeguard_gpu_container_memory_used_bytes{{" in ours, ours
+assert b"nodeguard_gpu_mig_memory_used_bytes{{" in ours, ours
+assert ours == lib
+sampler.close()
+"""
+    subprocess.run([sys.executable, "-c", code], env=stub.env(), check=True, timeout=60)
+
+
 # -- MIG -------------------------------------------------------------------------------------------
-def test_mig_instances_and_their_processes(make_stub: StubFactory, tmp_path: Path) -> None:
-    scenario = (
+def mig_scenario() -> Scenario:
+    return (
         Scenario()
         .gpu(0, UUID0, total=80 * GiB, reserved=512 * MiB, used=12 * GiB, mig=1, name=H100)
         .gpu(1, UUID1, total=80 * GiB, reserved=512 * MiB, used=1 * GiB, mig=0, name=H100)
@@ -376,7 +408,10 @@ def test_mig_instances_and_their_processes(make_stub: StubFactory, tmp_path: Pat
         .add(f"proc 0 3 4242 {4 * GiB}")
         .add(f"proc 1 -1 6002 {1 * GiB}")
     )  # fmt: skip
-    with agent(make_stub(scenario), flags(procfs(tmp_path)), tmp_path) as base:
+
+
+def test_mig_instances_and_their_processes(make_stub: StubFactory, tmp_path: Path) -> None:
+    with agent(make_stub(mig_scenario()), flags(procfs(tmp_path)), tmp_path) as base:
         body, snap = metrics(base), snapshot_of(base)
     d0, d1 = snap["gpu"]["devices"]
     assert d0["mig_enabled"] is True and d1["mig_enabled"] is False

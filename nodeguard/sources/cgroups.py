@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from nodeguard.paths import HostPaths
-from nodeguard.snapshot import CgroupMemory, ContainerMemory, PodMemory, QosClass
+from nodeguard.snapshot import CgroupMemory, ContainerMemory, PodMemory, Pressure, QosClass
 from nodeguard.sources import NoDataError
 from nodeguard.sources.cgroup_paths import (
     is_kubepods_root,
@@ -42,7 +42,8 @@ from nodeguard.sources.cgroup_paths import (
     parse_pod_dir,
     parse_qos_dir,
 )
-from nodeguard.sources.files import read_flat_keyed, read_optional
+from nodeguard.sources.files import parse_flat_keyed, read_optional
+from nodeguard.sources.open_files import OpenFiles
 from nodeguard.sources.pressure import parse_pressure
 
 __all__ = ["CgroupLayout", "CgroupSource", "detect_layout", "normalise_limit", "read_cgroup"]
@@ -100,10 +101,9 @@ _V2_EVENT_KEYS = frozenset({"oom_kill", "max", "high"})
 _V1_OOM_KEYS = frozenset({"oom_kill"})
 
 
-def _read_int(path: str | Path) -> int | None:
-    text = read_optional(path)
-    if text is None:
-        return None
+def _parse_int(text: str) -> int | None:
+    """A one-number file (``memory.current``, ``memory.max``, ``memory.failcnt``); ``max`` is
+    the unlimited sentinel."""
     text = text.strip()
     if text == "max":
         return _UNLIMITED_FLOOR
@@ -113,10 +113,51 @@ def _read_int(path: str | Path) -> int | None:
         return None
 
 
-def read_limit(*, path: str | Path, version: Literal[1, 2], mem_total: int | None) -> int | None:
-    """The cgroup's own memory limit in bytes, ``None`` for none or unreadable."""
-    name = "memory.max" if version == 2 else "memory.limit_in_bytes"
-    return normalise_limit(_read_int(f"{os.fspath(path)}/{name}"), mem_total=mem_total)
+# One function per file kind, so that OpenFiles keeps each file's parsed value with its text.
+def _stat_v2(text: str) -> dict[str, int]:
+    return parse_flat_keyed(text, _V2_STAT_KEYS)
+
+
+def _stat_v1(text: str) -> dict[str, int]:
+    return parse_flat_keyed(text, _V1_STAT_KEYS)
+
+
+def _events_v2(text: str) -> dict[str, int]:
+    return parse_flat_keyed(text, _V2_EVENT_KEYS)
+
+
+def _oom_v1(text: str) -> dict[str, int]:
+    return parse_flat_keyed(text, _V1_OOM_KEYS)
+
+
+# Reads without holding anything open (a budget of 0): for one-off reads.
+_PLAIN = OpenFiles(max_open=0)
+_EMPTY: dict[str, int] = {}
+
+# What one cgroup's files said, parsed: (stat, usage, events or oom_control, failcnt,
+# pressure, own limit). Equal parts (and parent limit, MemTotal) build an equal CgroupMemory.
+_Stat = dict[str, int] | None
+_Parts = tuple[_Stat, int | None, _Stat, int | None, Pressure | None, int | None]
+# path -> (its parts, parent limit and MemTotal; the CgroupMemory built from them)
+_Built = dict[str, tuple[tuple[_Parts, int | None, int | None], CgroupMemory]]
+
+
+def _limit_file(version: Literal[1, 2]) -> str:
+    return "memory.max" if version == 2 else "memory.limit_in_bytes"
+
+
+def read_limit(
+    *,
+    path: str | Path,
+    version: Literal[1, 2],
+    mem_total: int | None,
+    files: OpenFiles = _PLAIN,
+    dir_ino: int = 0,
+) -> int | None:
+    """The cgroup's own memory limit in bytes, ``None`` for none or unreadable. ``files`` and
+    ``dir_ino`` as for :func:`read_cgroup`."""
+    own = files.read(f"{os.fspath(path)}/{_limit_file(version)}", _parse_int, dir_ino=dir_ino)
+    return normalise_limit(own, mem_total=mem_total)
 
 
 def _min_limit(a: int | None, b: int | None) -> int | None:
@@ -127,43 +168,50 @@ def _min_limit(a: int | None, b: int | None) -> int | None:
     return min(a, b)
 
 
-def read_cgroup(
+def _read_parts(base: str, version: Literal[1, 2], files: OpenFiles, ino: int) -> _Parts:
+    if version == 2:
+        return (
+            files.read(f"{base}/memory.stat", _stat_v2, dir_ino=ino),
+            files.read(f"{base}/memory.current", _parse_int, dir_ino=ino),
+            files.read(f"{base}/memory.events", _events_v2, dir_ino=ino),
+            None,
+            files.read(f"{base}/memory.pressure", parse_pressure, dir_ino=ino),
+            files.read(f"{base}/memory.max", _parse_int, dir_ino=ino),
+        )
+    return (
+        files.read(f"{base}/memory.stat", _stat_v1, dir_ino=ino),
+        files.read(f"{base}/memory.usage_in_bytes", _parse_int, dir_ino=ino),
+        files.read(f"{base}/memory.oom_control", _oom_v1, dir_ino=ino),
+        files.read(f"{base}/memory.failcnt", _parse_int, dir_ino=ino),
+        None,
+        files.read(f"{base}/memory.limit_in_bytes", _parse_int, dir_ino=ino),
+    )
+
+
+def _build(
     *,
-    path: str | Path,
     rel: str,
     version: Literal[1, 2],
+    parts: _Parts,
     parent_limit: int | None,
     mem_total: int | None,
 ) -> CgroupMemory:
-    """Read one cgroup directory into :class:`CgroupMemory`. Files that are absent leave their
-    values ``None``; ``parent_limit`` is the effective limit of the parent cgroup."""
-    base = os.fspath(path)
+    stat_or_none, usage, events_or_none, failcnt, pressure, own_limit = parts
+    stat = stat_or_none or _EMPTY
+    events = events_or_none or _EMPTY
     if version == 2:
-        stat = read_flat_keyed(f"{base}/memory.stat", _V2_STAT_KEYS) or {}
-        usage = _read_int(f"{base}/memory.current")
         inactive = stat.get("inactive_file")
         anon, file_ = stat.get("anon"), stat.get("file")
-        events = read_flat_keyed(f"{base}/memory.events", _V2_EVENT_KEYS) or {}
-        oom_kills = events.get("oom_kill")
-        limit_hits = events.get("max")
-        high = events.get("high")
-        psi_text = read_optional(f"{base}/memory.pressure")
-        pressure = parse_pressure(psi_text) if psi_text else None
+        limit_hits, high = events.get("max"), events.get("high")
     else:
-        stat = read_flat_keyed(f"{base}/memory.stat", _V1_STAT_KEYS) or {}
-        usage = _read_int(f"{base}/memory.usage_in_bytes")
         inactive = stat.get("total_inactive_file", stat.get("inactive_file"))
         anon = stat.get("total_rss", stat.get("rss"))
         file_ = stat.get("total_cache", stat.get("cache"))
-        oom_control = read_flat_keyed(f"{base}/memory.oom_control", _V1_OOM_KEYS) or {}
-        oom_kills = oom_control.get("oom_kill")
-        limit_hits = _read_int(f"{base}/memory.failcnt")
-        high = None
-        pressure = None
+        limit_hits, high = failcnt, None
     working_set = None
     if usage is not None and inactive is not None:
         working_set = max(0, usage - inactive)
-    limit = read_limit(path=base, version=version, mem_total=mem_total)
+    limit = normalise_limit(own_limit, mem_total=mem_total)
     return CgroupMemory(
         path=rel,
         cgroup_version=version,
@@ -174,10 +222,31 @@ def read_cgroup(
         inactive_file_bytes=inactive,
         limit_bytes=limit,
         effective_limit_bytes=_min_limit(limit, parent_limit),
-        oom_kills=oom_kills,
+        oom_kills=events.get("oom_kill"),
         limit_hits=limit_hits,
         high_events=high,
         pressure=pressure,
+    )
+
+
+def read_cgroup(
+    *,
+    path: str | Path,
+    rel: str,
+    version: Literal[1, 2],
+    parent_limit: int | None,
+    mem_total: int | None,
+    files: OpenFiles = _PLAIN,
+    dir_ino: int = 0,
+) -> CgroupMemory:
+    """Read one cgroup directory into :class:`CgroupMemory`. Files that are absent leave their
+    values ``None``; ``parent_limit`` is the effective limit of the parent cgroup. ``files``
+    reads each file (the agent's walk passes its :class:`OpenFiles`, which holds them open,
+    with ``dir_ino`` the directory's inode number as listed); by default each is opened, read
+    and closed."""
+    parts = _read_parts(os.fspath(path), version, files, dir_ino)
+    return _build(
+        rel=rel, version=version, parts=parts, parent_limit=parent_limit, mem_total=mem_total
     )
 
 
@@ -229,14 +298,31 @@ class CgroupSource:
 
     ``read(mem_total=...)`` returns ``(cgroup_version, pods)``. Raises :class:`NoDataError` when
     there is no memory controller or no kubepods hierarchy (a node without a kubelet).
+    With ``max_open_files`` above 0, up to that many cgroup files stay open between samples and
+    are re-read with ``pread`` (:mod:`nodeguard.sources.open_files`); :meth:`close` closes them.
     """
 
-    def __init__(self, *, paths: HostPaths, rediscover_seconds: float = 60.0) -> None:
+    def __init__(
+        self, *, paths: HostPaths, rediscover_seconds: float = 60.0, max_open_files: int = 0
+    ) -> None:
         self._paths = paths
         self._rediscover = rediscover_seconds
         self._layout: CgroupLayout | None = None
         self._roots: list[Path] = []
         self._found_at = float("-inf")
+        self._files = OpenFiles(max_open=max_open_files)
+        # what each cgroup's files said and what was built from it, last sample and this one
+        self._built: _Built = {}
+        self._building: _Built = {}
+
+    @property
+    def open_files(self) -> int:
+        """Cgroup files held open between samples now (:mod:`nodeguard.sources.open_files`)."""
+        return self._files.open_count
+
+    def close(self) -> None:
+        """Close the cgroup files held open."""
+        self._files.close()
 
     def _discover(self) -> tuple[CgroupLayout, list[Path]]:
         now = time.monotonic()
@@ -252,11 +338,15 @@ class CgroupSource:
         if not roots:
             raise NoDataError(f"no kubepods cgroup under {layout.root}")
         pods: list[PodMemory] = []
-        for kube_root in roots:
-            limit = self._ancestor_limit(layout=layout, path=kube_root, mem_total=mem_total)
-            pods.extend(
-                self._read_root(layout=layout, root=kube_root, limit=limit, total=mem_total)
-            )
+        try:
+            for kube_root in roots:
+                limit = self._ancestor_limit(layout=layout, path=kube_root, mem_total=mem_total)
+                pods.extend(
+                    self._read_root(layout=layout, root=kube_root, limit=limit, total=mem_total)
+                )
+        finally:
+            self._files.sweep()  # what this sample did not read belongs to cgroups now gone
+            self._built, self._building = self._building, {}
         return layout.version, tuple(pods)
 
     def _ancestor_limit(
@@ -280,9 +370,14 @@ class CgroupSource:
             qos = parse_qos_dir(entry.name)
             if qos is not None:
                 qos_path = entry.path
-                qos_limit = _min_limit(
-                    limit, read_limit(path=qos_path, version=layout.version, mem_total=total)
+                own = read_limit(
+                    path=qos_path,
+                    version=layout.version,
+                    mem_total=total,
+                    files=self._files,
+                    dir_ino=entry.inode(),
                 )
+                qos_limit = _min_limit(limit, own)
                 for pod_entry in _subdirs(qos_path):
                     pod = self._read_pod(
                         layout=layout, entry=pod_entry, qos=qos, limit=qos_limit, total=total
@@ -310,7 +405,9 @@ class CgroupSource:
         if uid is None:
             return None
         path = entry.path
-        memory = self._read(layout=layout, path=path, parent_limit=limit, total=total)
+        memory = self._read(
+            layout=layout, path=path, ino=entry.inode(), parent_limit=limit, total=total
+        )
         if memory is None:
             return None
         containers: list[ContainerMemory] = []
@@ -321,6 +418,7 @@ class CgroupSource:
             cmem = self._read(
                 layout=layout,
                 path=child.path,
+                ino=child.inode(),
                 parent_limit=memory.effective_limit_bytes,
                 total=total,
             )
@@ -331,7 +429,13 @@ class CgroupSource:
         return PodMemory(uid=uid, qos_class=qos, memory=memory, containers=tuple(containers))
 
     def _read(
-        self, *, layout: CgroupLayout, path: str, parent_limit: int | None, total: int | None
+        self,
+        *,
+        layout: CgroupLayout,
+        path: str,
+        ino: int,
+        parent_limit: int | None,
+        total: int | None,
     ) -> CgroupMemory | None:
         """The cgroup, or ``None`` when it is gone or unreadable (then skipped)."""
         root = str(layout.root)
@@ -340,16 +444,23 @@ class CgroupSource:
         else:
             rel = "/" + str(Path(path).relative_to(layout.root))
         try:
-            memory = read_cgroup(
-                path=path,
-                rel=rel,
-                version=layout.version,
-                parent_limit=parent_limit,
-                mem_total=total,
-            )
+            parts = _read_parts(path, layout.version, self._files, ino)
         except OSError as exc:
             _skip(Path(path), exc)
             return None
-        if memory.usage_bytes is None and not os.path.isdir(path):
+        if parts[1] is None and not os.path.isdir(path):
             return None  # removed between listing and reading
+        key = (parts, parent_limit, total)
+        last = self._built.get(path)
+        if last is not None and last[0] == key:
+            memory = last[1]  # the same files said the same: the same (immutable) object
+        else:
+            memory = _build(
+                rel=rel,
+                version=layout.version,
+                parts=parts,
+                parent_limit=parent_limit,
+                mem_total=total,
+            )
+        self._building[path] = (key, memory)
         return memory

@@ -17,16 +17,26 @@ from pathlib import Path
 
 from nodeguard.sources import NoDataError
 
-__all__ = ["parse_flat_keyed", "read_flat_keyed", "read_optional", "read_text"]
+__all__ = ["FLAGS", "decode", "parse_flat_keyed", "read_optional", "read_text"]
 
 # What Path.read_text() decodes with, by its canonical name ("utf-8": bytes.decode's fast path).
 _ENCODING = codecs.lookup(locale.getpreferredencoding(False)).name
-_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+#: How host files are opened: read-only, not inherited by the processes nodeguard starts.
+FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _CHUNK = 1 << 16
 
 
+def decode(data: bytes) -> str:
+    """A file's bytes as ``Path.read_text`` gives them: the locale's encoding, universal
+    newlines."""
+    text = data.decode(_ENCODING)
+    if "\r" in text:  # universal newlines, as text mode reads
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
 def _read(path: str | Path) -> str:
-    fd = os.open(path, _FLAGS)
+    fd = os.open(path, FLAGS)
     try:
         data = os.read(fd, _CHUNK)
         # Read on to the end: a seq_file (procfs, cgroupfs) may return less than asked and more.
@@ -38,10 +48,7 @@ def _read(path: str | Path) -> str:
                 data = b"".join(chunks)
     finally:
         os.close(fd)
-    text = data.decode(_ENCODING)
-    if "\r" in text:  # universal newlines, as text mode reads
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return text
+    return decode(data)
 
 
 def read_text(path: Path) -> str:
@@ -134,9 +141,3 @@ def _pick(text: str, keys: frozenset[str]) -> dict[str, int]:
             at = t.find(needle, start)
     found.sort()  # file order, as the loop inserts
     return {key: value for _, key, value in found}
-
-
-def read_flat_keyed(path: str | Path, keys: frozenset[str] | None = None) -> dict[str, int] | None:
-    """:func:`parse_flat_keyed` of a file, ``None`` when the file is absent."""
-    text = read_optional(path)
-    return None if text is None else parse_flat_keyed(text, keys)
