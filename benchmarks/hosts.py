@@ -354,18 +354,28 @@ class Churn:
         self.relist()
 
     def relist(self) -> None:
-        """Find the cgroups again (after :func:`rename_pods`)."""
-        self._dirs = sorted(
-            d for d in self._kubepods.rglob("*") if d.is_dir() and (d / "memory.current").exists()
-        )
+        """Find the cgroups again (after :func:`rename_pods`), with the values each started
+        from: its memory moves within 5 % of those, and never past its limit."""
+        self._dirs: list[tuple[Path, int, int, int | None]] = []
+        for d in sorted(self._kubepods.rglob("*")):
+            if not (d.is_dir() and (d / "memory.current").exists()):
+                continue
+            stat = dict(ln.split(" ", 1) for ln in (d / "memory.stat").read_text().splitlines())
+            limit = (d / "memory.max").read_text().strip()
+            self._dirs.append(
+                (d, int(stat["anon"]), int(stat["file"]), int(limit) if limit.isdigit() else None)
+            )
 
     def step(self) -> int:
         """Change the files; returns how many cgroups changed."""
         self._n += 1
         n, rng = self._n, self._rng
-        for i, d in enumerate(self._dirs):
-            anon = rng.randrange(64 << 20, 4 << 30) & ~4095
-            file = rng.randrange(16 << 20, 1 << 30) & ~4095
+        for i, (d, anon0, file0, limit) in enumerate(self._dirs):
+            anon = int(anon0 * rng.uniform(0.95, 1.05)) & ~4095
+            file = int(file0 * rng.uniform(0.95, 1.05)) & ~4095
+            if limit is not None and anon + file > limit:
+                file = max(0, limit - anon) & ~4095
+                anon = min(anon, limit) & ~4095
             inactive = file // 2 & ~4095
             (d / "memory.current").write_text(f"{anon + file}\n")
             stat = d / "memory.stat"
