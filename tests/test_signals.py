@@ -27,6 +27,18 @@ def test_seconds_to_limit() -> None:
     noisy = [(t, int(98 * MiB + (MiB // 2 if t % 10 else -MiB // 2))) for t in range(0, 31, 5)]
     assert seconds_to_limit(noisy, 100 * MiB) == math.inf
     assert seconds_to_limit([(t, 100 * MiB) for t in range(0, 31, 5)], 100 * MiB) == math.inf
+    # A slow, steady leak near the limit is growth however slow: 0.125 MiB/s at 98.5 % of
+    # 512 MiB reaches the limit in about a minute (the 1 %-of-limit floor called this noise).
+    leak = [(t, int(504.3 * MiB + t * MiB / 8)) for t in range(0, 31, 5)]
+    assert seconds_to_limit(leak, 512 * MiB) == pytest.approx((512 - 504.3 - 30 / 8) * 8, 0.01)
+    # The same trend under +-2 MiB of jitter does not stand out of the noise: not growth.
+    jittery = [(t, v + (2 * MiB if t % 10 else -2 * MiB)) for t, v in leak]
+    assert seconds_to_limit(jittery, 512 * MiB) == math.inf
+    # Three samples leave no noise to judge by: growth under 1 % of the limit is not counted.
+    assert seconds_to_limit(leak[:3], 512 * MiB) == math.inf
+    assert seconds_to_limit([(0, 400 * MiB), (5, 410 * MiB), (10, 420 * MiB)], 512 * MiB) == (
+        pytest.approx(46.0)
+    )
     # Only the last 30 s count: an old plateau does not dilute a recent climb.
     old = [(t, 10 * MiB) for t in range(0, 60, 5)]
     climb = [(60 + t, 10 * MiB + 2 * t * MiB) for t in range(0, 31, 5)]

@@ -31,7 +31,7 @@ Scope = Literal["node", "pod", "container", "gpu"]
 
 #: How far back growth is fitted for the time-to-limit prediction, and OOM kills counted.
 GROWTH_WINDOW = 30.0
-GROWTH_FLOOR = 0.01  # share of the limit the working set must grow over the window
+GROWTH_FLOOR = 0.01  # share of the limit to grow over the window, judged on 3 samples
 OOM_WINDOW = 600.0
 
 
@@ -229,8 +229,8 @@ signal(
 def seconds_to_limit(samples: Iterable[tuple[float, int]], limit: int | None) -> float | None:
     """Seconds until the working set reaches ``limit`` at the growth of the last
     :data:`GROWTH_WINDOW` seconds (least-squares slope over at least 3 samples spanning 1 s or
-    more); ``inf`` when it grew less than :data:`GROWTH_FLOOR` of the limit over the window
-    (noise, or pinned at the limit by page cache), 0 when growing at or past the limit,
+    more); ``inf`` when the growth does not stand out of the working set's noise (see
+    :func:`_growing`), 0 when growing at or past the limit,
     ``None`` without a limit or with too few samples."""
     points = list(samples)
     if limit is None or len(points) < 3:
@@ -244,14 +244,34 @@ def seconds_to_limit(samples: Iterable[tuple[float, int]], limit: int | None) ->
     mv = sum(v for _, v in recent) / n
     var = sum((t - mt) ** 2 for t, _ in recent)
     slope = sum((t - mt) * (v - mv) for t, v in recent) / var
-    # Growth smaller than 1 % of the limit over the window is noise (a flat working set that
-    # jitters), not a container heading for its limit; one pinned at its limit by active page
-    # cache is not growing either.
-    if slope * (recent[-1][0] - recent[0][0]) < GROWTH_FLOOR * limit:
+    if not _growing(recent, slope=slope, mt=mt, mv=mv, var=var, limit=limit):
         return math.inf
     if ws_end >= limit:
         return 0.0
     return (limit - ws_end) / slope
+
+
+def _growing(
+    recent: list[tuple[float, int]], *, slope: float, mt: float, mv: float, var: float, limit: int
+) -> bool:
+    """Whether the fitted growth is real: a flat working set that jitters (a runtime's
+    allocator, page cache coming and going) is not a container heading for its limit, nor is
+    one pinned at its limit by active page cache.
+
+    With four samples or more the slope must be at least twice its standard error (least
+    squares, n - 2 degrees of freedom): growth that stands out of the working set's own noise,
+    however slow. A slow, steady leak near the limit is caught that way; a fixed floor on the
+    growth (1 % of the limit per window, the rule before) let growth below limit / 3,000 per
+    second reach the limit unseen (docs/benchmarks.md). With three samples there are too few
+    residuals to judge the noise by, and :data:`GROWTH_FLOOR` of the limit over the window is
+    the test."""
+    if slope <= 0:
+        return False
+    n = len(recent)
+    if n < 4:
+        return slope * (recent[-1][0] - recent[0][0]) >= GROWTH_FLOOR * limit
+    residuals = sum((v - mv - slope * (t - mt)) ** 2 for t, v in recent)
+    return slope >= 2.0 * math.sqrt(residuals / (n - 2) / var)
 
 
 def _kills_in_window(samples: list[tuple[float, int]]) -> float | None:
