@@ -27,6 +27,7 @@ from nodeguard.actions.evict import EvictionLimiter
 from nodeguard.alerts.claims import AlertClaims
 from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import WebhookReceiver
+from nodeguard.exporter import OpenFilesCollector
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.remediation.incidents import IncidentStore
@@ -133,6 +134,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         room=lambda: not remediator.queue.full(),
     )
     registry.register(WebhookCollector(receiver=receiver))
+    registry.register(OpenFilesCollector(count=lambda: sampler.open_cgroup_files))
     registry.register(NodeInfoCollector(node_name=node))
     app = make_app(
         sampler=sampler,

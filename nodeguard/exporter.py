@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from nodeguard import __version__
 from nodeguard.snapshot import CgroupMemory, GpuMemory, NodeSnapshot, Pressure
 
-__all__ = ["SnapshotCollector"]
+__all__ = ["OpenFilesCollector", "SnapshotCollector"]
 
 _P = "nodeguard_"
 _STALE_NOTE = " (from the latest snapshot)"
@@ -419,3 +419,24 @@ class SnapshotCollector(Collector):
         yield from memory.families.values()
         yield from mig_memory.families.values()
         yield from (mig_on, lost, used, procs)
+
+
+class OpenFilesCollector(Collector):
+    """``nodeguard_cgroup_files_open``: the cgroup files the sampler holds open between samples
+    (:mod:`nodeguard.sources.open_files`), from ``count()``; what an operator sees in
+    ``ls /proc/<pid>/fd``, explained."""
+
+    def __init__(self, *, count: Callable[[], int]) -> None:
+        self._count = count
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        held = GaugeMetricFamily(
+            _P + "cgroup_files_open",
+            "cgroup files held open between samples and re-read with pread "
+            "(--collector.cgroups.keep-open)",
+        )
+        held.add_metric([], self._count())
+        yield held
