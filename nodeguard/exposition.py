@@ -18,9 +18,10 @@ One substitution, for speed, with the same bytes: for OpenMetrics with the defau
 prometheus_client 0.26 escapes every sample name character by character in Python
 (``openmetrics/exposition.py``: ``_escape`` with ``_is_legacy_labelname_rune``), some 60 % of
 the render. Escaping only changes names outside the legacy character set
-(``[a-zA-Z_][a-zA-Z0-9_]*``), and no metric or label name nodeguard writes is outside it (checked
-by ``tests/test_exposition.py`` over every family), so the ``allow-utf-8`` writer, which leaves
-names alone and escapes label values with ``str.replace``, gives identical bytes; the
+(``[a-zA-Z_][a-zA-Z0-9_]*``; a metric name with ``:`` and a label name starting with ``__``,
+which allow-utf-8 quotes, are the other differences), and no name nodeguard writes is one of
+them (checked by ``tests/test_exposition.py`` over every family), so the ``allow-utf-8`` writer,
+which leaves names alone and escapes label values with ``str.replace``, gives identical bytes; the
 Content-Type is still the one ``choose_encoder`` chose. (Upstream: prometheus/client_python
 #1177 and #1204 change how the sample-name escape treats ``:``; none of our names has one.)
 """
@@ -97,6 +98,7 @@ def render(
     target: Collector = registry.restricted_registry(names) if names else registry
     body = encoder(target)
     headers: dict[str, str] = {hdrs.CONTENT_TYPE: content_type}
+    headers[hdrs.VARY] = hdrs.ACCEPT_ENCODING  # caches must not hand gzip to whom asked plain
     if gzip_accepted(accept_encoding):
         body = gzip.compress(body, compresslevel=1)
         headers[hdrs.CONTENT_ENCODING] = "gzip"

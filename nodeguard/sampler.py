@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -89,6 +90,7 @@ class Sampler:
         self._kmsg: kmsg.OomLogSource | None = None
         self._nvml: gpu.NvmlSource | None = None
         self._listeners: list[Listener] = []
+        self._lock = threading.Lock()
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(snapshot)`` after every sample of :meth:`run`."""
@@ -115,7 +117,12 @@ class Sampler:
         return self._nvml
 
     def sample_once(self) -> NodeSnapshot:
-        """Read every enabled source once and return the snapshot (also kept as ``latest``)."""
+        """Read every enabled source once and return the snapshot (also kept as ``latest``).
+        Thread-safe against :meth:`close`, which waits for a sample in flight."""
+        with self._lock:
+            return self._sample()
+
+    def _sample(self) -> NodeSnapshot:
         cfg = self.config
         paths = cfg.paths
         started = time.time()
@@ -181,6 +188,10 @@ class Sampler:
     def close(self) -> None:
         """Close the cgroup files held open; release the kernel log and keep its state; shut
         NVML down."""
+        with self._lock:  # a sample in its worker thread finishes with what it holds first
+            self._close()
+
+    def _close(self) -> None:
         self._cgroups.close()
         if self._kmsg is not None:
             self._kmsg.close()

@@ -31,7 +31,7 @@ PROMETHEUS_ACCEPT = (
     "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 )
 _LEGACY_METRIC = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")  # and no ':' (client_python #1177)
-_LEGACY_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_LEGACY_LABEL = re.compile(r"^(?!__)[a-zA-Z_][a-zA-Z0-9_]*$")  # allow-utf-8 quotes "__x"
 
 
 def _registry(host: str) -> CollectorRegistry:
@@ -141,6 +141,7 @@ async def test_render_runs_off_the_event_loop_and_serves_both_parts() -> None:
             raw = await resp.read()
             assert resp.headers["Content-Type"] == choose_encoder(PROMETHEUS_ACCEPT)[1]
             assert resp.headers.get("Content-Encoding") == "gzip"
+            assert resp.headers.get("Vary") == "Accept-Encoding"
             body = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
             text = body.decode()
             lines = [ln for ln in text.splitlines() if not ln.startswith("#")]

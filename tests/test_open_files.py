@@ -11,6 +11,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import to_jsonable
+from nodeguard.sources import NoDataError
 from nodeguard.sources.cgroups import CgroupSource
 from nodeguard.sources.open_files import OpenFiles, descriptor_budget
 from tests.kernel_cgroup import writable_memory_controller
@@ -153,13 +155,13 @@ def test_descriptor_budget_raises_the_soft_limit_within_the_hard_one() -> None:
 
     # A runtime's usual start: soft 1024 and a high hard limit (524288 with containerd 2; this
     # machine's own, as lowering is all an unprivileged or capability-less root may do):
-    # raised toward 16384, 1024 kept back.
+    # raised toward 16384, 1024 kept back, at most 8192 held (their kernel memory).
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard == resource.RLIM_INFINITY or hard > 524288:
         hard = 524288
     assert hard >= 4096, "this machine's hard RLIMIT_NOFILE is too low for the test"
     want = min(16384, hard)
-    assert limited(1024, hard) == [0, want - 1024, want, hard]
+    assert limited(1024, hard) == [0, min(want - 1024, 8192), want, hard]
     # A hard limit below what is wanted: raised to it and no further.
     assert limited(1024, 4096) == [0, 3072, 4096, 4096]
     # Nothing to hold open when the hard limit leaves no room past the reserve.
@@ -262,3 +264,46 @@ def test_cgroup_source_closes_the_files_of_a_pod_that_went(tmp_path: Path) -> No
     assert source.open_files == held - 5 * cgroups
     source.close()
     assert source.open_files == 0
+
+
+def test_files_are_closed_when_the_kubepods_hierarchy_goes(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    shutil.copytree(FIXTURES / "v2-systemd-containerd", root, symlinks=True)
+    paths = HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg")
+    source = CgroupSource(paths=paths, max_open_files=10_000)
+    source.read(mem_total=None)
+    assert source.open_files > 0
+    shutil.rmtree(root / "sys/fs/cgroup/kubepods.slice")  # the kubelet is gone
+    with pytest.raises(NoDataError):
+        source.read(mem_total=None)
+    assert source.open_files == 0
+
+
+def test_close_waits_for_the_sample_in_flight_and_nothing_reopens(tmp_path: Path) -> None:
+    root = FIXTURES / "v2-systemd-containerd"
+    paths = HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg")
+    sampler = Sampler(
+        config=SamplerConfig(
+            paths=paths, node_name="n", collectors=frozenset({"cgroups"}), max_open_files=10_000
+        )
+    )
+    first = sampler.sample_once()
+    assert sampler.open_cgroup_files > 0
+    done = threading.Event()
+    results: list[object] = []
+
+    def sample() -> None:
+        while not done.is_set():
+            results.append(to_jsonable(sampler.sample_once())["pods"])
+
+    worker = threading.Thread(target=sample)
+    worker.start()
+    try:
+        sampler.close()  # while samples run in the other thread
+        assert sampler.open_cgroup_files == 0
+    finally:
+        done.set()
+        worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert sampler.open_cgroup_files == 0  # later samples read without holding files
+    assert results and all(r == to_jsonable(first)["pods"] for r in results)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -43,6 +44,27 @@ def test_seconds_to_limit() -> None:
     old = [(t, 10 * MiB) for t in range(0, 60, 5)]
     climb = [(60 + t, 10 * MiB + 2 * t * MiB) for t in range(0, 31, 5)]
     assert seconds_to_limit(old + climb, 100 * MiB) == pytest.approx((100 - 70) / 2, rel=0.05)
+
+
+def test_seconds_to_limit_does_not_take_noise_near_the_limit_for_growth() -> None:
+    """A container that sits just under its limit must not be predicted to reach it: the
+    default rule (>= 95 % and <= 60 s) would evict it at once. Each case is every 7-sample
+    window (30 s at 5 s) of an hour at a 4 GiB limit."""
+    limit = 4 * GiB
+
+    def windows(series: list[tuple[float, int]]) -> list[float | None]:
+        return [seconds_to_limit(series[i - 6 : i + 1], limit) for i in range(6, len(series))]
+
+    rng = random.Random(1)
+    jitter = [(5.0 * i, int(limit - 3 * MiB + rng.gauss(0, MiB))) for i in range(720)]
+    wave = [
+        (5.0 * i, int(limit - 3 * MiB + 2 * MiB * math.sin(2 * math.pi * 5 * i / 120)))
+        for i in range(720)
+    ]
+    step = [(5.0 * i, limit - 12 * MiB if i < 10 else limit - 4 * MiB) for i in range(30)]
+    page = [(5.0 * i, limit - 4096 if i < 10 else limit) for i in range(30)]
+    for name, series in (("jitter", jitter), ("wave", wave), ("step", step), ("page", page)):
+        assert set(windows(series)) == {math.inf}, name
 
 
 def test_real_signals_on_a_fixture_host() -> None:

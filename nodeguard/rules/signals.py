@@ -31,7 +31,7 @@ Scope = Literal["node", "pod", "container", "gpu"]
 
 #: How far back growth is fitted for the time-to-limit prediction, and OOM kills counted.
 GROWTH_WINDOW = 30.0
-GROWTH_FLOOR = 0.01  # share of the limit to grow over the window, judged on 3 samples
+GROWTH_FLOOR = 0.01  # share of the limit to grow over the window that always counts
 OOM_WINDOW = 600.0
 
 
@@ -251,27 +251,42 @@ def seconds_to_limit(samples: Iterable[tuple[float, int]], limit: int | None) ->
     return (limit - ws_end) / slope
 
 
+# Student's t, two-sided 95 % (one-sided 97.5 %), by degrees of freedom: a random walk of
+# noise is taken for growth in 2.5 % of windows at most (standard tables; 2.0 past 10).
+_T_CRITICAL = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+#: Least growth over the window, as a share of the limit, that the noise test may count.
+SLOW_GROWTH_FLOOR = 0.005
+
+
 def _growing(
     recent: list[tuple[float, int]], *, slope: float, mt: float, mv: float, var: float, limit: int
 ) -> bool:
     """Whether the fitted growth is real: a flat working set that jitters (a runtime's
     allocator, page cache coming and going) is not a container heading for its limit, nor is
-    one pinned at its limit by active page cache.
+    one pinned at its limit by active page cache, nor one that stepped up once and stayed.
 
-    With four samples or more the slope must be at least twice its standard error (least
-    squares, n - 2 degrees of freedom): growth that stands out of the working set's own noise,
-    however slow. A slow, steady leak near the limit is caught that way; a fixed floor on the
-    growth (1 % of the limit per window, the rule before) let growth below limit / 3,000 per
-    second reach the limit unseen (docs/benchmarks.md). With three samples there are too few
-    residuals to judge the noise by, and :data:`GROWTH_FLOOR` of the limit over the window is
-    the test."""
+    Growth over the window of :data:`GROWTH_FLOOR` (1 %) of the limit or more counts. Slower
+    growth counts when it stands out of the working set's own noise, with four samples or more
+    (least squares, n - 2 degrees of freedom): the slope at least the two-sided 95 % Student's t
+    quantile times its standard error, and at least :data:`SLOW_GROWTH_FLOOR` (0.5 %) of the
+    limit over the window: a least-squares line through one step up and a plateau rises by
+    about 1.5 times the step, so a step under 0.33 % of the limit is not taken for a trend.
+    With the 1 % floor alone, growth below about limit / 3,000 per second reached the limit
+    unseen by the local rule (its 95 % to 100 % took longer than the 60 s the default rule
+    looks ahead, and its growth was "noise"); it is now caught down to limit / 6,000 per
+    second, and slower growth leaves more than the Alertmanager path's ~3 minutes to act
+    (docs/benchmarks.md)."""
     if slope <= 0:
         return False
+    growth = slope * (recent[-1][0] - recent[0][0])
+    if growth >= GROWTH_FLOOR * limit:
+        return True
     n = len(recent)
-    if n < 4:
-        return slope * (recent[-1][0] - recent[0][0]) >= GROWTH_FLOOR * limit
+    if n < 4 or growth < SLOW_GROWTH_FLOOR * limit:
+        return False
     residuals = sum((v - mv - slope * (t - mt)) ** 2 for t, v in recent)
-    return slope >= 2.0 * math.sqrt(residuals / (n - 2) / var)
+    critical = _T_CRITICAL.get(n - 2, 2.0)
+    return slope >= critical * math.sqrt(residuals / (n - 2) / var)
 
 
 def _kills_in_window(samples: list[tuple[float, int]]) -> float | None:

@@ -334,11 +334,11 @@ class CgroupSource:
         return self._layout, self._roots
 
     def read(self, *, mem_total: int | None) -> tuple[int, tuple[PodMemory, ...]]:
-        layout, roots = self._discover()
-        if not roots:
-            raise NoDataError(f"no kubepods cgroup under {layout.root}")
         pods: list[PodMemory] = []
         try:
+            layout, roots = self._discover()
+            if not roots:
+                raise NoDataError(f"no kubepods cgroup under {layout.root}")
             for kube_root in roots:
                 limit = self._ancestor_limit(layout=layout, path=kube_root, mem_total=mem_total)
                 pods.extend(

@@ -13,7 +13,10 @@ text in that one read when the buffer is larger than the text (kernfs files with
 ``seq_start`` have a single record; fs/seq_file.c). ``memory.stat``, the longest, is a few KiB.
 
 What it costs: one descriptor per file (five per cgroup: about 2,200 at 330 containers, 6,700
-at 1,000). Callers give a budget (:func:`descriptor_budget`); past it, files are read with
+at 1,000), and the page the kernel keeps as each open seq_file's buffer after its first read,
+charged to the agent's own memory cgroup (measured on kernel 6.18, cgroup v1: 4.5 KiB per file,
+9.5 MiB for 2,200 files, given back on close; docs/benchmarks.md). Callers give a budget
+(:func:`descriptor_budget`: at most 8,192 files, 36 MiB); past it, files are read with
 open/read/close as before, so the agent never runs out of descriptors for its sockets.
 Descriptors of a cgroup that went away are closed at the end of the sample that no longer saw it
 (:meth:`OpenFiles.sweep`), so a removed cgroup is never held for longer than one interval.
@@ -45,15 +48,18 @@ _CHUNK = 1 << 16
 # Left for everything else the agent opens: sockets (web server, Kubernetes API, webhooks),
 # the kernel log, NVML's device nodes, the rule files, inotify.
 _RESERVE = 1024
-# What to ask RLIMIT_NOFILE's soft limit to be raised to (capped by the hard limit): enough for
-# about 2,000 containers.
+# What to ask RLIMIT_NOFILE's soft limit to be raised to (capped by the hard limit).
 _WANTED = 16384
+# At most this many files held (about 1,600 containers): each keeps a page of kernel memory
+# charged to the agent's cgroup, and the DaemonSet's memory limit must hold them.
+_MAX_HELD = 8192
 _GONE = (errno.ENODEV, errno.ENOENT, errno.ESTALE, errno.EBADF)
 
 
 def descriptor_budget(*, raise_limit: bool) -> int:
     """How many cgroup files the agent may hold open: the soft ``RLIMIT_NOFILE`` (getrlimit(2))
-    less a reserve of 1,024 for sockets and the rest, 0 when that leaves nothing.
+    less a reserve of 1,024 for sockets and the rest, at most 8,192 (their kernel memory), 0
+    when that leaves nothing.
 
     With ``raise_limit``, the soft limit is first raised toward 16,384, never above the hard
     limit (a container runtime commonly starts processes at soft 1,024, hard 524,288 or more;
@@ -73,7 +79,7 @@ def descriptor_budget(*, raise_limit: bool) -> int:
                 soft = cap
     if soft == resource.RLIM_INFINITY:
         soft = _WANTED
-    return max(0, soft - _RESERVE)
+    return max(0, min(soft - _RESERVE, _MAX_HELD))
 
 
 class _Held:
@@ -181,11 +187,14 @@ class OpenFiles:
         return len(gone)
 
     def _drop(self, path: str) -> None:
-        held = self._open.pop(path)
+        held = self._open.pop(path, None)
+        if held is None:
+            return
         with contextlib.suppress(OSError):  # a failed close has nothing left to release
             os.close(held.fd)
 
     def close(self) -> None:
-        """Close every held file."""
+        """Close every held file; later reads open, read and close each file."""
+        self._max_open = 0
         for path in list(self._open):
             self._drop(path)
