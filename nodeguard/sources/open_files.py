@@ -84,13 +84,13 @@ def descriptor_budget(*, raise_limit: bool) -> int:
 
 class _Held:
     """One open file: its descriptor, its directory's inode, the sample it was last read in,
-    and its last text with what that text parsed to."""
+    and its last bytes with what they parsed to."""
 
-    __slots__ = ("fd", "generation", "ino", "parse", "text", "value")
+    __slots__ = ("data", "fd", "generation", "ino", "parse", "value")
 
     def __init__(self, *, fd: int, ino: int, generation: int) -> None:
         self.fd, self.ino, self.generation = fd, ino, generation
-        self.text: str | None = None
+        self.data: bytes | None = None  # the bytes last read, when one read held them all
         self.parse: object = None
         self.value: object = None
 
@@ -133,6 +133,8 @@ class OpenFiles:
                     self._drop(path)  # cgroup removed (and maybe made again): open anew
                 else:
                     held.generation = self._generation
+                    if data == held.data and parse is held.parse:  # the common case: as before
+                        return held.value  # type: ignore[return-value]  # parse's, for this text
                     return self._parsed(held, data, parse)
             else:
                 self._drop(path)
@@ -159,13 +161,14 @@ class OpenFiles:
         return self._parsed(held, data, parse)
 
     def _parsed(self, held: _Held, data: bytes, parse: Callable[[str], T]) -> T:
+        first = data
         if len(data) == _CHUNK:
             data = self._read_on(held.fd, data)
-        text = decode(data)
-        if text != held.text or parse is not held.parse:
-            held.value = parse(text)
-            held.text, held.parse = text, parse
-        return held.value  # type: ignore[return-value]  # what parse returned for this text
+        value = parse(decode(data))
+        # A file longer than one read is never taken as unchanged by its first chunk alone.
+        held.data = first if len(first) < _CHUNK else None
+        held.parse, held.value = parse, value
+        return value
 
     @staticmethod
     def _read_on(fd: int, first: bytes) -> bytes:
