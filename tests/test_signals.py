@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 
 import pytest
 
-from nodeguard.rules.signals import SIGNALS, History, seconds_to_limit, targets
+from nodeguard.rules.signals import (
+    OOM_WINDOW,
+    SIGNALS,
+    History,
+    _kills_in_window,
+    _push_change,
+    seconds_to_limit,
+    targets,
+)
 from nodeguard.sampler import Sampler, SamplerConfig
 from tests.conftest import host_paths
 from tests.fixtures.make_hosts import CID, UID_G
@@ -65,6 +74,25 @@ def test_seconds_to_limit_does_not_take_noise_near_the_limit_for_growth() -> Non
     page = [(5.0 * i, limit - 4096 if i < 10 else limit) for i in range(30)]
     for name, series in (("jitter", jitter), ("wave", wave), ("step", step), ("page", page)):
         assert set(windows(series)) == {math.inf}, name
+
+
+def test_oom_kills_in_the_last_ten_minutes_from_the_counters_changes() -> None:
+    store: dict[str, deque[tuple[float, int]]] = {}
+
+    def at(now: float, value: int) -> float | None:
+        _push_change(store, "c", now, value, OOM_WINDOW)
+        return _kills_in_window(list(store["c"]))
+
+    assert at(0, 0) == 0.0
+    for t in range(5, 305, 5):
+        assert at(t, 0) == 0.0
+    assert len(store["c"]) == 1  # a counter that stays holds one point, not 60
+    assert at(305, 1) == 1.0
+    assert at(700, 3) == 3.0  # 1 at 305 and 2 at 700, both within 600 s
+    assert at(910, 3) == 2.0  # the window starts at 310, when the counter read 1
+    assert at(1300, 3) == 0.0  # starts at 700, after the last kill
+    assert len(store["c"]) == 1
+    assert at(1305, 1) == 1.0  # a reset (a new cgroup under the same key) counts from 0
 
 
 def test_real_signals_on_a_fixture_host() -> None:

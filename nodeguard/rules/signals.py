@@ -99,7 +99,7 @@ class History:
                 if mem.working_set_bytes is not None:
                     _push(self._ws, t.key, now, mem.working_set_bytes, GROWTH_WINDOW * 2)
                 if mem.oom_kills is not None:
-                    _push(self._oom, t.key, now, mem.oom_kills, OOM_WINDOW)
+                    _push_change(self._oom, t.key, now, mem.oom_kills, OOM_WINDOW)
         for store in (self._ws, self._oom):
             for key in [k for k in store if k not in seen]:
                 del store[key]
@@ -117,6 +117,20 @@ def _push(
     series = store.setdefault(key, deque())
     series.append((now, value))
     while series and series[0][0] < now - keep:
+        series.popleft()
+
+
+def _push_change(
+    store: dict[str, deque[tuple[float, int]]], key: str, now: float, value: int, keep: float
+) -> None:
+    """A counter's changes only: a counter that stays (most OOM counters, most of the time)
+    holds one point, not one per sample for ``keep`` seconds (120 a target at 5 s: ~5 MB at
+    330 containers). The newest point older than ``keep`` stays as the value the window
+    starts from."""
+    series = store.setdefault(key, deque())
+    if not series or series[-1][1] != value:
+        series.append((now, value))
+    while len(series) > 1 and series[1][0] <= now - keep:
         series.popleft()
 
 
@@ -290,6 +304,8 @@ def _growing(
 
 
 def _kills_in_window(samples: list[tuple[float, int]]) -> float | None:
+    """Kills since the value in effect when the window began: the counter's changes kept by
+    :func:`_push_change`, the first of them the window's starting value."""
     if not samples:
         return None
     total, prev = 0, samples[0][1]
