@@ -26,7 +26,6 @@ import contextlib
 import random
 import re
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -409,7 +408,7 @@ def kernel_host(*, containers: int, seed: int = 8) -> Iterator[Path]:
     kernel's cgroupfs costs (kernfs computes ``memory.stat`` on every read). Yields the
     hierarchy root; removes everything on exit. Needs root and a writable memory controller
     (tests/kernel_cgroup.py); the cgroups are empty, so their files read the same each time."""
-    from tests.kernel_cgroup import writable_memory_controller
+    from tests.kernel_cgroup import remove_cgroups, writable_memory_controller
 
     found = writable_memory_controller()
     if found is None:
@@ -447,13 +446,7 @@ def kernel_host(*, containers: int, seed: int = 8) -> Iterator[Path]:
                     (c / limit_file).write_text(str(rng.choice((8, 16, 64)) << 30))
         yield root
     finally:
-        for d in reversed(made):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        remove_cgroups(made)
 
 
 def main() -> None:

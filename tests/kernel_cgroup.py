@@ -89,13 +89,20 @@ def kubelet_cgroup(
         (chain[-1] / limit_file).write_text(str(limit_bytes))
         yield KubeletCgroup(version=version, pod_uid=uid, container_id=cid, container_dir=chain[-1])
     finally:
-        for d in reversed(created):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)  # a killed task can take a moment to leave the cgroup
+        remove_cgroups(created)
+
+
+def remove_cgroups(made: list[Path]) -> None:
+    """Remove cgroups made in this order, children after their parents, deepest first."""
+    for d in reversed(made):
+        for _ in range(50):
+            try:
+                d.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)  # a killed task can take a moment to leave the cgroup
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nodeguard.sources import NoDataError
 
-__all__ = ["FLAGS", "decode", "parse_flat_keyed", "read_optional", "read_text"]
+__all__ = ["FLAGS", "decode", "is_absent", "parse_flat_keyed", "read_optional", "read_text"]
 
 # What Path.read_text() decodes with, by its canonical name ("utf-8": bytes.decode's fast path).
 _ENCODING = codecs.lookup(locale.getpreferredencoding(False)).name
@@ -71,12 +71,17 @@ def read_optional(path: str | Path) -> str | None:
     files that only some kernels or controllers have; other OS errors propagate."""
     try:
         return _read(path)
-    except FileNotFoundError:
-        return None
     except OSError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.ENODEV):
+        if is_absent(exc):
             return None
         raise
+
+
+def is_absent(exc: OSError) -> bool:
+    """Whether an error reading a host file means "no data": the file does not exist, the
+    kernel does not support it here (EOPNOTSUPP), or its cgroup was removed (kernfs answers
+    ENODEV, fs/kernfs/file.c)."""
+    return isinstance(exc, FileNotFoundError) or exc.errno in (errno.EOPNOTSUPP, errno.ENODEV)
 
 
 def parse_flat_keyed(text: str, keys: frozenset[str] | None = None) -> dict[str, int]:

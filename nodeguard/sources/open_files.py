@@ -37,7 +37,7 @@ import resource
 from collections.abc import Callable
 from typing import TypeVar
 
-from nodeguard.sources.files import FLAGS, decode, read_optional
+from nodeguard.sources.files import FLAGS, decode, is_absent, read_optional
 
 __all__ = ["OpenFiles", "descriptor_budget"]
 
@@ -143,17 +143,15 @@ class OpenFiles:
             return None if text is None else parse(text)
         try:
             fd = os.open(path, FLAGS)
-        except FileNotFoundError:
-            return None
         except OSError as exc:
-            if exc.errno in (errno.EOPNOTSUPP, errno.ENODEV):
+            if is_absent(exc):
                 return None
             raise
         try:
             data = os.pread(fd, _CHUNK, 0)
         except OSError as exc:
             os.close(fd)
-            if exc.errno in (errno.EOPNOTSUPP, errno.ENODEV):
+            if is_absent(exc):
                 return None
             raise
         held = _Held(fd=fd, ino=dir_ino, generation=self._generation)
