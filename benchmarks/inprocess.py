@@ -15,6 +15,7 @@ benchmarks/run.py so that nothing else in the runner shares its interpreter.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import random
@@ -89,6 +90,11 @@ def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
     }
 
 
+def _body(render: Any, accept: str, collector: Any) -> bytes:
+    body: bytes = render(accept=accept, names=(), parts=(collector,))[0]
+    return body
+
+
 def _render(sampler: Any, repeats: int) -> dict[str, Any]:
     """The snapshot's part of ``/metrics`` as the agent writes it: ``nodeguard.exposition.render``
     where the tree has it (the writer and negotiation the agent uses), else prometheus_client's
@@ -96,29 +102,25 @@ def _render(sampler: Any, repeats: int) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import choose_encoder
 
+    import nodeguard
     from benchmarks.common import PROMETHEUS_HEADERS
     from nodeguard.exporter import SnapshotCollector
 
     collector = SnapshotCollector(latest=lambda: sampler.latest)
-    try:
+    # Only the tree under test's own module: an editable install of the working tree in .venv
+    # supplies modules a --before tree lacks, and would measure the new writer as the old one.
+    render: Any = None
+    if (Path(nodeguard.__file__).parent / "exposition.py").exists():
         from nodeguard.exposition import render
-    except ImportError:
-        render = None
     out: dict[str, Any] = {"writer": "nodeguard.exposition" if render else "prometheus_client"}
     for label, accept in (("om", PROMETHEUS_HEADERS["Accept"]), ("text", "")):
+        fn: Callable[[], bytes]
         if render is not None:
-
-            def fn(accept: str = accept) -> bytes:
-                body: bytes = render(accept=accept, names=(), parts=(collector,))[0]
-                return body
+            fn = functools.partial(_body, render, accept, collector)
         else:
             registry = CollectorRegistry()
             registry.register(collector)
-            encoder, _ = choose_encoder(accept)
-
-            def fn(enc: Any = encoder, reg: Any = registry) -> bytes:
-                body: bytes = enc(reg)
-                return body
+            fn = functools.partial(choose_encoder(accept)[0], registry)
 
         fn()
         gc.collect()

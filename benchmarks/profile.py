@@ -1,4 +1,6 @@
-"""A loop to profile: snapshots (or renders) of one host tree for a while, under py-spy.
+"""A loop to profile: snapshots (or renders) of one host tree for a while, under py-spy, as the
+agent takes them (cgroup files held open; memory moving between samples unless ``--static``;
+the render in OpenMetrics through ``nodeguard.exposition``).
 
     .venv/bin/python benchmarks/hosts.py /tmp/host330 330
     .venv/bin/py-spy record -r 500 -o /tmp/snapshot.svg -- \\
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from pathlib import Path
@@ -26,33 +29,46 @@ def main() -> None:
     parser.add_argument("tree", type=Path)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--render", action="store_true", help="the OpenMetrics render instead")
+    parser.add_argument(
+        "--static", action="store_true", help="files unchanged between samples (no churn)"
+    )
     args = parser.parse_args()
 
-    from prometheus_client import CollectorRegistry, generate_latest
-
+    from benchmarks.common import PROMETHEUS_HEADERS
+    from benchmarks.hosts import Churn
     from nodeguard.exporter import SnapshotCollector
+    from nodeguard.exposition import render
     from nodeguard.paths import HostPaths
     from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sources.open_files import descriptor_budget
 
     tree = args.tree
     paths = HostPaths(procfs=tree / "proc", sysfs=tree / "sys", kmsg=tree / "kmsg")
-    sampler = Sampler(
+    sampler = Sampler(  # as `nodeguard run` samples: cgroup files held open
         config=SamplerConfig(
-            paths=paths, node_name="profile", collectors=frozenset(COLLECTORS) - {"gpu"}
+            paths=paths,
+            node_name="profile",
+            collectors=frozenset(COLLECTORS) - {"gpu"},
+            max_open_files=descriptor_budget(raise_limit=True),
         )
     )
     sampler.sample_once()
     collector = SnapshotCollector(latest=lambda: sampler.latest)
-    end, n, cpu = time.monotonic() + args.seconds, 0, time.process_time()
+    churn = None if args.static or args.render else Churn(tree, rng=random.Random(8))
+    n, cpu = 0, 0.0
+    end = time.monotonic() + args.seconds
     while time.monotonic() < end:
-        if args.render:
-            registry = CollectorRegistry()
-            registry.register(collector)
-            generate_latest(registry)
+        if churn is not None:
+            churn.step()  # memory moves between samples (in the profile too: filter it out)
+        c0 = time.thread_time()
+        if args.render:  # what Prometheus gets: OpenMetrics, as the agent writes it
+            render(accept=PROMETHEUS_HEADERS["Accept"], names=(), parts=(collector,))
         else:
             sampler.sample_once()
+        cpu += time.thread_time() - c0
         n += 1
-    per = (time.process_time() - cpu) / n * 1e3
+    sampler.close()
+    per = cpu / n * 1e3
     print(f"{n} {'renders' if args.render else 'snapshots'}, {per:.1f} ms of CPU each ({SRC})")
 
 

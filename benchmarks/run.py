@@ -157,7 +157,7 @@ def print_tables(rep: Report, res: dict[str, Any]) -> None:
             "processes",
             "render CPU, OpenMetrics",
             "render CPU, text",
-            "body KiB",
+            "body KiB (OpenMetrics)",
             "series",
         ],
     )
@@ -178,6 +178,8 @@ def print_tables(rep: Report, res: dict[str, Any]) -> None:
     rep.print(t)
 
     kern = res.get("kernel_snapshot") or {}
+    if "kernel_snapshot_error" in res:
+        rep.print(f"1b. real cgroupfs not measured: {res['kernel_snapshot_error']}")
     if kern:
         t = rep.table(
             "1b. One snapshot of real cgroups on this machine's cgroupfs (empty cgroups, real "
@@ -203,6 +205,29 @@ def print_tables(rep: Report, res: dict[str, Any]) -> None:
                 str(r["open_files"]),
             )
         rep.print(t)
+
+    kf = res.get("kernel_files") or {}
+    if "per_file" in kf:
+        t = rep.table(
+            f"1c. One cgroup file on this machine's cgroupfs (v{kf['cgroup_version']}), in a "
+            f"loop of {kf['loops']} (us)",
+            ["file", "open, read, close", "pread of the held file", "x"],
+        )
+        for name, r in kf["per_file"].items():
+            t.add_row(
+                name,
+                f"{r['open_read_close_us']:.1f}",
+                f"{r['pread_us']:.1f}",
+                f"{ratio(r['open_read_close_us'], r['pread_us']):.1f}",
+            )
+        rep.print(t)
+        rep.print(
+            f"Kernel memory of {kf['held_files']} held files, charged to the holder's memory "
+            f"cgroup: {kf['held_bytes'] / MiB:.1f} MiB ({kf['held_bytes_per_file'] / 1024:.1f} "
+            f"KiB a file); {kf['after_close_bytes'] / MiB:.1f} MiB left after closing them."
+        )
+    elif kf:
+        rep.print(f"1c. cgroup file costs not measured: {kf.get('error')}")
 
     sc = res["scrapes"]
     t = rep.table(
@@ -336,7 +361,8 @@ def soak_summary(soak: dict[str, Any]) -> str:
         f"{(last['ng_rss'] - first['ng_rss']) / MiB:+.1f} MiB since t={first['t']:.0f} s, "
         f"{(last['ng_rss'] - half['ng_rss']) / MiB:+.1f} MiB over the second half. "
         f"node_exporter {_mib(last['ne_rss'])} MiB "
-        f"({(last['ne_rss'] - first['ne_rss']) / MiB:+.1f} MiB). "
+        f"({(last['ne_rss'] - first['ne_rss']) / MiB:+.1f} MiB since t={first['t']:.0f} s, "
+        f"{(last['ne_rss'] - half['ne_rss']) / MiB:+.1f} MiB over the second half). "
         f"CPU over the run: nodeguard {last['ng_cpu'] / span * 100:.2f} % of a core "
         f"({last['ng_cpu'] / max(1, last['samples']) * 1e3:.1f} ms per sample, scrapes included), "
         f"node_exporter {last['ne_cpu'] / span * 100:.2f} %."
@@ -449,7 +475,11 @@ def main() -> int:
         "--soak", type=float, default=600.0, help="footprint run seconds (default 600)"
     )
     parser.add_argument("--sample-cpu-seconds", type=float, default=90.0)
-    parser.add_argument("--no-kernel", action="store_true", help="skip the reaction-time run")
+    parser.add_argument(
+        "--no-kernel",
+        action="store_true",
+        help="skip the parts on the real kernel (table 1b, the reaction-time run)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, short runs, no kernel")
     parser.add_argument("--markdown", action="store_true", help="tables as Markdown")
     parser.add_argument("--json", type=Path, help="also write every figure here")
@@ -480,10 +510,18 @@ def main() -> int:
     }
     try:
         res["kernel_snapshot"] = {}
+        if not args.no_kernel:
+            print(f"[{time.monotonic() - started:4.0f}s] cgroup file costs", flush=True)
+            res["kernel_files"] = scale.kernel_files()
         if not args.no_kernel:  # before the reaction run makes its own kubepods cgroups
             for n in sizes:
                 print(f"[{time.monotonic() - started:4.0f}s] real cgroupfs, N={n}", flush=True)
-                res["kernel_snapshot"][n] = scale.kernel_inprocess(n, repeats=args.repeats)
+                try:
+                    res["kernel_snapshot"][n] = scale.kernel_inprocess(n, repeats=args.repeats)
+                except RuntimeError as exc:  # not root, no writable memory controller
+                    res["kernel_snapshot_error"] = str(exc).strip().splitlines()[-1]
+                    print(f"real cgroupfs skipped: {res['kernel_snapshot_error']}", flush=True)
+                    break
         trees = {n: make_host(workdir / f"host-{n}", containers=n) for n in sizes}
         soak_n = 330 if 330 in sizes else sizes[0]
         soak = Soak(

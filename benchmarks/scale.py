@@ -49,6 +49,23 @@ def kernel_inprocess(containers: int, *, repeats: int) -> dict[str, Any]:
     return _inprocess([f"--kernel={containers}", f"--repeats={repeats}"], src=None)
 
 
+def kernel_files() -> dict[str, Any]:
+    """benchmarks/kernel_files.py: one cgroup file's cost, and held files' kernel memory;
+    ``{"error": ...}`` where it cannot run (not root, no writable memory controller)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/kernel_files.py")],
+        capture_output=True,
+        text=True,
+        env=env_with_src(),
+        cwd="/",
+        check=False,
+    )
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
 def _inprocess(args: list[str], *, src: Path | None) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/inprocess.py"), *args],
@@ -157,4 +174,4 @@ def sample_cpu(
     return out
 
 
-__all__ = ["inprocess", "kernel_inprocess", "p90", "sample_cpu", "scrapes"]
+__all__ = ["inprocess", "kernel_files", "kernel_inprocess", "p90", "sample_cpu", "scrapes"]

@@ -28,6 +28,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from nodeguard.kube.core import BatchV1, CoreV1
 from nodeguard.kube.errors import (
     Conflict,
     Forbidden,
@@ -101,10 +102,10 @@ class KubeClient:
 
     def __init__(self, *, api_client: k8s.ApiClient, read_attempts: int = 4) -> None:
         self.api = api_client
-        self.core = k8s.CoreV1Api(api_client)
+        self.core = CoreV1(api_client)  # not the generated classes: nodeguard/kube/core.py
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
-        self.batch = k8s.BatchV1Api(api_client)
+        self.batch = BatchV1(api_client)
         self._read_attempts = read_attempts
 
     @classmethod
