@@ -14,10 +14,10 @@ text in that one read when the buffer is larger than the text (kernfs files with
 
 What it costs: one descriptor per file (five per cgroup: about 2,200 at 330 containers, 6,700
 at 1,000), and the page the kernel keeps as each open seq_file's buffer after its first read,
-charged to the agent's own memory cgroup (measured on kernel 6.18, cgroup v1: 4.5 KiB per file,
-9.5 MiB for 2,200 files, given back on close; docs/benchmarks.md). Callers give a budget
-(:func:`descriptor_budget`: at most 8,192 files, 36 MiB); past it, files are read with
-open/read/close as before, so the agent never runs out of descriptors for its sockets.
+charged to the agent's own memory cgroup (kernel 6.18, cgroup v1: 4.5-4.8 KiB per file, 10 MiB
+for 2,200 files, given back on close; benchmarks/kernel_files.py, docs/benchmarks.md). Callers
+give a budget (:func:`descriptor_budget`: at most 8,192 files, under 40 MiB); past it, files are
+read with open/read/close as before, so the agent never runs out of descriptors for sockets.
 Descriptors of a cgroup that went away are closed at the end of the sample that no longer saw it
 (:meth:`OpenFiles.sweep`), so a removed cgroup is never held for longer than one interval.
 
