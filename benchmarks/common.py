@@ -29,7 +29,8 @@ for _p in dict.fromkeys((str(ROOT), str(SRC))):  # SRC ends up first: its nodegu
         sys.path.remove(_p)
     sys.path.insert(0, _p)
 
-from tests.agent import Agent, free_port, get, running_agent  # noqa: E402
+from tests.agent import Agent, free_port, running_agent, wait_ready  # noqa: E402
+from tests.controlplane.cluster import terminate  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -184,24 +185,17 @@ def node_exporter(*, log_path: Path) -> Iterator[Proc]:
         base = Proc(f"http://127.0.0.1:{port}")
         base.pid = proc.pid
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"node_exporter exited:\n{log_path.read_text()}")
-                with contextlib.suppress(OSError):
-                    if get(f"{base}/metrics", timeout=5)[0] == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"node_exporter not ready:\n{log_path.read_text()}")
-                time.sleep(0.05)
+            wait_ready(
+                f"{base}/metrics",
+                proc=proc,
+                log_path=log_path,
+                what="node_exporter",
+                timeout=20,
+                request_timeout=5,
+            )
             yield base
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate(proc, timeout=10)
 
 
 # -- the agent -----------------------------------------------------------------------------------

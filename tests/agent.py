@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +12,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from tests.controlplane.cluster import terminate
 
 
 def free_port() -> int:
@@ -29,6 +31,30 @@ def get(url: str, *, timeout: float = 5.0) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+
+
+def wait_ready(
+    url: str,
+    *,
+    proc: subprocess.Popen[Any],
+    log_path: Path,
+    what: str,
+    timeout: float,
+    request_timeout: float = 1.0,
+    interval: float = 0.05,
+) -> None:
+    """Poll ``url`` until it answers 200. Raises ``RuntimeError`` with the process's log when
+    the process exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            if get(url, timeout=request_timeout)[0] == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready at {url}:\n{log_path.read_text()[-3000:]}")
+        time.sleep(interval)
 
 
 class Agent(str):
@@ -56,23 +82,13 @@ def running_agent(
         base = Agent(f"http://127.0.0.1:{port}")
         base.pid = proc.pid
         try:
-            deadline = time.monotonic() + ready_timeout
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(
-                        f"nodeguard exited {proc.returncode}:\n{log_path.read_text()}"
-                    )
-                with contextlib.suppress(OSError):
-                    if get(f"{base}/readyz", timeout=1)[0] == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"nodeguard not ready:\n{log_path.read_text()}")
-                time.sleep(0.05)
+            wait_ready(
+                f"{base}/readyz",
+                proc=proc,
+                log_path=log_path,
+                what="nodeguard",
+                timeout=ready_timeout,
+            )
             yield base
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate(proc, timeout=10)

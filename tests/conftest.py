@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nodeguard.paths import HostPaths
+from nodeguard.snapshot import CgroupMemory
 from tests.controlplane.cluster import TestCluster
 from tests.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
 from tests.kube_helpers import Cluster
@@ -78,3 +79,23 @@ def gpu_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from tests.gpu.stub import fixture_host_env
 
     return fixture_host_env(tmp_path_factory.mktemp("nvml"))
+
+
+def cgroup_memory(path: str, *, used: int) -> CgroupMemory:
+    """A v2 cgroup of ``used`` bytes, all anonymous, no limit, nothing counted: for snapshots
+    built by hand."""
+    return CgroupMemory(
+        path=path,
+        cgroup_version=2,
+        usage_bytes=used,
+        working_set_bytes=used,
+        anon_bytes=used,
+        file_bytes=0,
+        inactive_file_bytes=0,
+        limit_bytes=None,
+        effective_limit_bytes=None,
+        oom_kills=0,
+        limit_hits=0,
+        high_events=0,
+        pressure=None,
+    )

@@ -6,31 +6,19 @@ import contextlib
 import json
 import shutil
 import subprocess
-import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from tests.agent import free_port, get
+from tests.agent import free_port, get, wait_ready
+from tests.controlplane.cluster import terminate
 
 PROMETHEUS = shutil.which("prometheus")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            if get(url, timeout=1)[0] == 200:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{url} not ready:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
 
 
 @contextlib.contextmanager
@@ -38,15 +26,12 @@ def _process(cmd: list[str], *, log: Path, ready: str) -> Iterator[None]:
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         try:
-            _wait_ready(ready, proc, log)
+            wait_ready(
+                ready, proc=proc, log_path=log, what=Path(cmd[0]).name, timeout=30, interval=0.1
+            )
             yield
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate(proc, timeout=10)
 
 
 @contextlib.contextmanager
@@ -146,3 +131,14 @@ def query(base: str, expr: str) -> list[dict[str, Any]]:
         raise AssertionError(f"query failed ({status}): {expr}\n{body}")
     result: list[dict[str, Any]] = data["data"]["result"]
     return result
+
+
+def promtool_check(body: str) -> None:
+    """``promtool check metrics`` on an exposition body; fails the test with its output."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: install Debian's prometheus package (.ci/run does)")
+    lint = subprocess.run(
+        [promtool, "check", "metrics"], input=body, text=True, capture_output=True, check=False
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr

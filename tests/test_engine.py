@@ -9,7 +9,8 @@ import pytest
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.schema import Rule
 from nodeguard.rules.signals import SIGNALS, History, Target, signal
-from nodeguard.snapshot import CgroupMemory, ContainerMemory, NodeSnapshot, PodMemory
+from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
+from tests.conftest import cgroup_memory
 
 # Stand-in signals: the node's value and each container's value come from these dicts, set by
 # the test before each step.
@@ -39,31 +40,17 @@ def rule(**over: Any) -> Rule:
     return Rule.model_validate(data)
 
 
-def _cg(path: str) -> CgroupMemory:
-    return CgroupMemory(
-        path=path,
-        cgroup_version=2,
-        usage_bytes=1,
-        working_set_bytes=1,
-        anon_bytes=1,
-        file_bytes=0,
-        inactive_file_bytes=0,
-        limit_bytes=None,
-        effective_limit_bytes=None,
-        oom_kills=0,
-        limit_hits=0,
-        high_events=0,
-        pressure=None,
-    )
-
-
 def snap(t: float, containers: tuple[str, ...] = ()) -> NodeSnapshot:
     pods = tuple(
         PodMemory(
             uid=f"pod{c}",
             qos_class="burstable",
-            memory=_cg(f"/p{c}"),
-            containers=(ContainerMemory(container_id=c, runtime="", memory=_cg(f"/p{c}/{c}")),),
+            memory=cgroup_memory(f"/p{c}", used=1),
+            containers=(
+                ContainerMemory(
+                    container_id=c, runtime="", memory=cgroup_memory(f"/p{c}/{c}", used=1)
+                ),
+            ),
         )
         for c in containers
     )

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.agent import get, running_agent
 from tests.conftest import host_flags
+from tests.promstack import promtool_check
 
 GOLDEN = Path(__file__).parent / "golden"
 # Values that differ run to run: timings, the sample time, the Python version.
@@ -49,10 +48,4 @@ def test_metrics_golden(host: str, tmp_path: Path) -> None:
     assert got == golden.read_text(), f"/metrics differs from {golden}; see the diff above"
 
     (tmp_path / "metrics.txt").write_text(body)
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool not found: install Debian's prometheus package (.ci/run does)")
-    lint = subprocess.run(
-        [promtool, "check", "metrics"], input=body, text=True, capture_output=True, check=False
-    )
-    assert lint.returncode == 0, lint.stdout + lint.stderr
+    promtool_check(body)

@@ -35,6 +35,7 @@ from tests.gpu.stub import (
     snapshot_json,
     value,
 )
+from tests.promstack import promtool_check
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -144,16 +145,6 @@ def metrics(base: str) -> str:
 def snapshot_of(base: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(get(f"{base}/snapshot")[1])
     return data
-
-
-def promtool_check(body: str) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool not found: install Debian's prometheus package (.ci/run does)")
-    lint = subprocess.run(
-        [promtool, "check", "metrics"], input=body, text=True, capture_output=True, check=False
-    )
-    assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 # -- two GPUs, processes of several pods: one agent run, several views of it --------------------

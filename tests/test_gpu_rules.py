@@ -20,7 +20,6 @@ from nodeguard.rules.load import load_rules
 from nodeguard.rules.schema import ActionSpec, Rule
 from nodeguard.rules.signals import SIGNALS, History, targets
 from nodeguard.snapshot import (
-    CgroupMemory,
     GpuDevice,
     GpuInfo,
     GpuMemory,
@@ -29,30 +28,13 @@ from nodeguard.snapshot import (
     PodMemory,
     PodMeta,
 )
+from tests.conftest import cgroup_memory
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster
 
 GiB = 1 << 30
 MiB = 1 << 20
 UUID0, UUID1 = "GPU-aaaa", "GPU-bbbb"
-
-
-def _cg(path: str) -> CgroupMemory:
-    return CgroupMemory(
-        path=path,
-        cgroup_version=2,
-        usage_bytes=GiB,
-        working_set_bytes=GiB,
-        anon_bytes=GiB,
-        file_bytes=0,
-        inactive_file_bytes=0,
-        limit_bytes=None,
-        effective_limit_bytes=None,
-        oom_kills=0,
-        limit_hits=0,
-        high_events=0,
-        pressure=None,
-    )
 
 
 def proc(pid: int, used: int | None, uid: str | None, cid: str | None = "c") -> GpuProcess:
@@ -93,7 +75,9 @@ def snapshot(
         meminfo=None,
         pressure=None,
         pods=tuple(
-            PodMemory(uid=u, qos_class="burstable", memory=_cg(f"/{u}"), containers=())
+            PodMemory(
+                uid=u, qos_class="burstable", memory=cgroup_memory(f"/{u}", used=GiB), containers=()
+            )
             for u in pods
         ),
         oom=None,

@@ -46,7 +46,7 @@ from nodeguard.sources.files import parse_flat_keyed, read_optional
 from nodeguard.sources.open_files import OpenFiles
 from nodeguard.sources.pressure import parse_pressure
 
-__all__ = ["CgroupLayout", "CgroupSource", "detect_layout", "normalise_limit", "read_cgroup"]
+__all__ = ["CgroupLayout", "CgroupSource", "detect_layout", "normalise_limit", "read_limit"]
 
 NAME = "cgroups"
 log = logging.getLogger(__name__)
@@ -155,7 +155,8 @@ def read_limit(
     dir_ino: int = 0,
 ) -> int | None:
     """The cgroup's own memory limit in bytes, ``None`` for none or unreadable. ``files`` and
-    ``dir_ino`` as for :func:`read_cgroup`."""
+    ``dir_ino``: the :class:`OpenFiles` to read with (by default each file is opened, read and
+    closed) and the inode number of the cgroup's directory as listed."""
     own = files.read(f"{os.fspath(path)}/{_limit_file(version)}", _parse_int, dir_ino=dir_ino)
     return normalise_limit(own, mem_total=mem_total)
 
@@ -226,27 +227,6 @@ def _build(
         limit_hits=limit_hits,
         high_events=high,
         pressure=pressure,
-    )
-
-
-def read_cgroup(
-    *,
-    path: str | Path,
-    rel: str,
-    version: Literal[1, 2],
-    parent_limit: int | None,
-    mem_total: int | None,
-    files: OpenFiles = _PLAIN,
-    dir_ino: int = 0,
-) -> CgroupMemory:
-    """Read one cgroup directory into :class:`CgroupMemory`. Files that are absent leave their
-    values ``None``; ``parent_limit`` is the effective limit of the parent cgroup. ``files``
-    reads each file (the agent's walk passes its :class:`OpenFiles`, which holds them open,
-    with ``dir_ino`` the directory's inode number as listed); by default each is opened, read
-    and closed."""
-    parts = _read_parts(os.fspath(path), version, files, dir_ino)
-    return _build(
-        rel=rel, version=version, parts=parts, parent_limit=parent_limit, mem_total=mem_total
     )
 
 
@@ -438,11 +418,6 @@ class CgroupSource:
         total: int | None,
     ) -> CgroupMemory | None:
         """The cgroup, or ``None`` when it is gone or unreadable (then skipped)."""
-        root = str(layout.root)
-        if path.startswith(root + "/"):  # always, for paths listed under the root
-            rel = path[len(root) :]
-        else:
-            rel = "/" + str(Path(path).relative_to(layout.root))
         try:
             parts = _read_parts(path, layout.version, self._files, ino)
         except OSError as exc:
@@ -455,6 +430,11 @@ class CgroupSource:
         if last is not None and last[0] == key:
             memory = last[1]  # the same files said the same: the same (immutable) object
         else:
+            root = str(layout.root)
+            if path.startswith(root + "/"):  # always, for paths listed under the root
+                rel = path[len(root) :]
+            else:
+                rel = "/" + str(Path(path).relative_to(layout.root))
             memory = _build(
                 rel=rel,
                 version=layout.version,

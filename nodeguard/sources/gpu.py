@@ -152,17 +152,7 @@ class NvmlSource:
             if _code(exc) == pynvml.NVML_ERROR_GPU_IS_LOST:
                 return self._lost(index)
             errors.append(f"handle: {exc}")
-            uuid, name = self._names.get(index, (None, None))
-            return GpuDevice(
-                index=index,
-                uuid=uuid,
-                name=name,
-                mig_enabled=None,
-                memory=None,
-                mig_devices=(),
-                processes=None,
-                errors=tuple(errors),
-            )
+            return self._without_data(index, errors=tuple(errors))
         try:
             uuid = self._call(errors, "uuid", pynvml.nvmlDeviceGetUUID, handle)
             name = self._call(errors, "name", pynvml.nvmlDeviceGetName, handle)
@@ -190,8 +180,15 @@ class NvmlSource:
         )
 
     def _lost(self, index: int) -> GpuDevice:
-        uuid, name = self._names.get(index, (None, None))
+        uuid = self._names.get(index, (None, None))[0]
         self._once(f"lost:{index}:{uuid}", logging.ERROR, "GPU %d (%s) is lost", index, uuid)
+        return self._without_data(index, errors=("GPU is lost",), lost=True)
+
+    def _without_data(
+        self, index: int, *, errors: tuple[str, ...], lost: bool = False
+    ) -> GpuDevice:
+        """A device NVML gave nothing for this sample, named as it was last seen."""
+        uuid, name = self._names.get(index, (None, None))
         return GpuDevice(
             index=index,
             uuid=uuid,
@@ -200,8 +197,8 @@ class NvmlSource:
             memory=None,
             mig_devices=(),
             processes=None,
-            lost=True,
-            errors=("GPU is lost",),
+            lost=lost,
+            errors=errors,
         )
 
     def _memory(self, handle: Any, errors: list[str], what: str) -> GpuMemory | None:

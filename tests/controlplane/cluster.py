@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 log = logging.getLogger(__name__)
 
@@ -382,7 +382,7 @@ def _spawn(args: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _terminate(proc: subprocess.Popen[bytes] | None, *, timeout: float, kill: bool = False) -> None:
+def terminate(proc: subprocess.Popen[Any] | None, *, timeout: float, kill: bool = False) -> None:
     """SIGTERM (or SIGKILL at once if ``kill``), then SIGKILL after ``timeout`` seconds."""
     if proc is None or proc.poll() is not None:
         return
@@ -587,8 +587,8 @@ class TestCluster:
 
         Safe to call more than once, and on a cluster that failed to start.
         """
-        _terminate(self._apiserver, timeout=self._stop_timeout)
-        _terminate(self._etcd, timeout=self._stop_timeout)
+        terminate(self._apiserver, timeout=self._stop_timeout)
+        terminate(self._etcd, timeout=self._stop_timeout)
         self._apiserver = self._etcd = None
         if self._dir is not None and not self._keep_dir:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -599,7 +599,7 @@ class TestCluster:
     def stop_apiserver(self, *, kill: bool = False) -> None:
         """Stop only kube-apiserver (SIGTERM then SIGKILL, or SIGKILL at once if ``kill``)."""
         self._require_dir()
-        _terminate(self._apiserver, timeout=self._stop_timeout, kill=kill)
+        terminate(self._apiserver, timeout=self._stop_timeout, kill=kill)
         self._apiserver = None
 
     def start_apiserver(self) -> None:

@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.controlplane.cluster import terminate
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "hosts" / "v2-systemd-containerd"
 _TCK = os.sysconf("SC_CLK_TCK")
@@ -135,12 +137,7 @@ def observe(cmd: list[str], *, duration: float, env: dict[str, str]) -> dict[str
             **_series(last),
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc, timeout=15)
 
 
 def _agent(*flags: str) -> list[str]:
