@@ -186,11 +186,9 @@ async def _evict(
                 "not in this node's pod list",
             )
             return [
-                ActionResult(
-                    action="evict",
-                    node=firing.node,
-                    dry_run=dry,
-                    outcome="refused",
+                _refused_evict(
+                    firing=firing,
+                    dry=dry,
                     message=f"not evicting pod {pod_uid or firing.pod_ref}: {why}",
                 )
             ]
@@ -200,11 +198,9 @@ async def _evict(
         wanted = _free_bytes(args.free or _DEFAULT_NODE_FREE, firing)
     if wanted is None:
         return [
-            ActionResult(
-                action="evict",
-                node=firing.node,
-                dry_run=dry,
-                outcome="refused",
+            _refused_evict(
+                firing=firing,
+                dry=dry,
                 message=f"free: {args.free or _DEFAULT_NODE_FREE} is a share of "
                 f"{firing.node}'s MemTotal, which only its own agent knows",
             )
@@ -236,11 +232,9 @@ async def _evict_from_gpu(
     if snap is not None and snap.node_name == firing.node and snap.gpu and snap.pod_meta:
         device = next((d for d in snap.gpu.devices if d.key == firing.target), None)
     if snap is None or device is None:
-        return ActionResult(
-            action="evict",
-            node=firing.node,
-            dry_run=dry,
-            outcome="refused",
+        return _refused_evict(
+            firing=firing,
+            dry=dry,
             message=f"no GPU {firing.target} with this node's pod list in the snapshot",
         )
     usage: dict[str, int] = {}
@@ -268,11 +262,9 @@ async def _evict_from_gpu(
     target = 0
     if args.free and args.free.endswith("%"):
         if device.memory is None:
-            return ActionResult(
-                action="evict",
-                node=firing.node,
-                dry_run=dry,
-                outcome="refused",
+            return _refused_evict(
+                firing=firing,
+                dry=dry,
                 message=f"free: {args.free} of {where}, whose total memory is unknown",
             )
         target = int(device.memory.total_bytes * float(args.free[:-1]) / 100.0)
@@ -387,3 +379,10 @@ _IMPLS: dict[str, Impl] = {
     "resume_katib": _resume,
     "record": _record,
 }
+
+
+def _refused_evict(*, firing: Firing, dry: bool, message: str) -> ActionResult:
+    """An evict that this runbook refuses before asking the API, and why."""
+    return ActionResult(
+        action="evict", node=firing.node, dry_run=dry, outcome="refused", message=message
+    )
