@@ -50,8 +50,8 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import ROOT, agent, get
-from tests.agent import free_port
+from benchmarks.common import ROOT, agent
+from tests.agent import free_port, get
 from tests.kernel_cgroup import (
     KubeletCgroup,
     hog_in,
