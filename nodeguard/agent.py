@@ -4,6 +4,12 @@ One sampler task builds a snapshot every interval; after each, the rule engine e
 its firings go to the remediator's queue (never awaited). The pod watch (with a cluster) keeps
 pod metadata current; the web server serves the latest snapshot. Rule files reload when they
 change (checked every sample) and on SIGHUP; SIGTERM and SIGINT stop everything.
+
+At start the remediation state (``<path.state>/remediation-state.json``) is read: the engine's
+firing state, cooldowns and caps, the eviction limits, the webhook's handled deliveries and the
+journal of runbooks under way (:mod:`nodeguard.remediation.recovery` decides, on the first
+sample, which of those resume); with a cluster, undos the state file lost are found on the
+cluster objects.
 """
 
 from __future__ import annotations
@@ -15,30 +21,33 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from nodeguard import __version__
 from nodeguard.actions.audit import ActionMetrics, Auditor
-from nodeguard.actions.base import ActionResult
+from nodeguard.actions.context import Env
 from nodeguard.actions.cordon import CordonConfig
-from nodeguard.actions.evict import EvictionLimiter
+from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.alerts.claims import AlertClaims
 from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
-from nodeguard.alerts.webhook import WebhookReceiver
+from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
 from nodeguard.exporter import OpenFilesCollector
+from nodeguard.firing import Firing
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector
-from nodeguard.remediation.runbook import Runbook
+from nodeguard.remediation.recovery import adopt_from_cluster, resume_check
 from nodeguard.remediation.worker import Remediator
-from nodeguard.rules.engine import Firing, RuleEngine
+from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import RuleSource
 from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.server import make_app
 from nodeguard.snapshot import NodeSnapshot
+from nodeguard.statefile import StateFile
 
 __all__ = ["AgentConfig", "run_agent"]
 
@@ -67,12 +76,19 @@ class AgentConfig:
     webhook_max_body: int = 1 << 20
 
 
+STATE_FILE = "remediation-state.json"
+
+
 def _cluster(cfg: AgentConfig) -> tuple[KubeClient, PodWatcher] | None:
     if cfg.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         log.info("no --kubeconfig and not in a pod: running without a cluster")
         return None
     kube = KubeClient.load(kubeconfig=cfg.kubeconfig)
     return kube, PodWatcher(kube=kube, node_name=cfg.sampler.node_name)
+
+
+async def _adopt(*, kube: KubeClient, engine: RuleEngine, node: str, stop: asyncio.Event) -> None:
+    await adopt_from_cluster(kube=kube, engine=engine, node=node, stop=stop)
 
 
 async def run_agent(cfg: AgentConfig) -> int:
@@ -85,54 +101,82 @@ async def run_agent(cfg: AgentConfig) -> int:
     node = cfg.sampler.node_name
     auditor = Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=registry))
     incidents = IncidentStore(directory=cfg.incidents_dir, keep=cfg.incidents_keep)
-    state = cfg.sampler.paths.state
-    engine = RuleEngine(
-        rules=source.current.rules if source else (),
-        state_file=state / "rules-state.json" if state else None,
-    )
-
-    def feedback(firing: Firing, _results: list[ActionResult]) -> None:
-        engine.finished(firing, at=time.time())  # snapshots carry wall-clock time too
-
-    remediator = Remediator(
-        runbook=Runbook(
-            kube=kube,
-            auditor=auditor,
-            node=node,
-            cordon_config=cfg.cordon,
-            limiter=EvictionLimiter(max_units=cfg.evictions_per_window, window=cfg.eviction_window),
+    state_dir = cfg.sampler.paths.state
+    state = StateFile(path=state_dir / STATE_FILE if state_dir else None, node=node)
+    engine = RuleEngine(rules=source.current.rules if source else (), state=state)
+    env = Env(
+        kube=kube,
+        auditor=auditor,
+        node=node,
+        cordon=cfg.cordon,
+        limiter=EvictionLimiter(
+            max_units=cfg.evictions_per_window,
+            window=cfg.eviction_window,
+            store=state.section("evictions"),
+            changed=state.save,
         ),
+        backoff=EvictionBackoff(store=state.section("backoff"), changed=state.save),
+    )
+    if state.recovered is not None:
+        # What was done just before is unknown: act less, never more.
+        engine.assume_recent(now=time.time())
+        env.limiter.exhaust(node)
+
+    def feedback(firing: Firing, _results: list[dict[str, Any]], applied: bool) -> None:
+        if firing.source == "local":
+            engine.finished(firing, at=time.time(), applied=applied)
+
+    dedupe = AlertDedupe(store=state.section("alerts"), changed=state.save)
+
+    def submit(firing: Firing) -> bool:  # the remediator is made below, with the claimer
+        return remediator.submit(firing)
+
+    receiver = WebhookReceiver(
+        node_name=node,
+        rules=lambda: source.current.alerts if source else (),
+        submit=submit,
+        latest=lambda: sampler.latest,
+        global_dry_run=cfg.dry_run,
+        token=cfg.webhook_token,
+        node_label=cfg.webhook_node_label,
+        dedupe=dedupe,
+    )
+    claims = AlertClaims(kube=kube, claimant=node) if kube is not None else None
+    remediator = Remediator(
+        env=env,
         incidents=incidents,
         global_dry_run=cfg.dry_run,
+        state=state,
         queue_size=cfg.queue_size,
         concurrency=cfg.concurrency,
         on_done=feedback,
+        claim=receiver.claimer(claims) if claims is not None else None,
     )
+    remediator.restore()
+    for rule, target in engine.busy_targets():
+        if (rule, target) not in remediator.restored_targets():
+            # Marked under way, but no runbook in the journal (saved apart): nothing to wait for.
+            engine.release(rule=rule, target=target)
     if source is not None:
         registry.register(RemediationCollector(engine=engine, source=source, remediator=remediator))
     reload_requested = False
+    first = True
 
     async def evaluate(snapshot: NodeSnapshot) -> None:
-        nonlocal reload_requested
+        nonlocal reload_requested, first
         if source is not None and source.maybe_reload(force=reload_requested):
             engine.set_rules(source.current.rules)
         reload_requested = False
+        if first:
+            # Runbooks cut short by the last stop resume (or are abandoned, with why) before
+            # anything new is decided.
+            first = False
+            remediator.resume(snapshot=snapshot, check=resume_check(engine))
         for firing in engine.evaluate(snapshot, global_dry_run=cfg.dry_run):
             if not remediator.submit(firing):
                 engine.dropped(firing)
 
     sampler.add_listener(evaluate)
-    receiver = WebhookReceiver(
-        node_name=node,
-        rules=lambda: source.current.alerts if source else (),
-        submit=remediator.submit,
-        latest=lambda: sampler.latest,
-        global_dry_run=cfg.dry_run,
-        token=cfg.webhook_token,
-        node_label=cfg.webhook_node_label,
-        claims=AlertClaims(kube=kube) if kube is not None else None,
-        room=lambda: not remediator.queue.full(),
-    )
     registry.register(WebhookCollector(receiver=receiver))
     registry.register(OpenFilesCollector(count=lambda: sampler.open_cgroup_files))
     registry.register(NodeInfoCollector(node_name=node))
@@ -170,8 +214,11 @@ async def run_agent(cfg: AgentConfig) -> int:
             "reaches port %d can make nodeguard act (set --webhook.token-file)",
             cfg.port,
         )
+    rules = engine.rules
+    alerts = source.current.alerts if source else ()
     log.info(
-        "nodeguard %s serving on %s:%d node=%s interval=%.3gs dry_run=%s cluster=%s rules=%d",
+        "nodeguard %s serving on %s:%d node=%s interval=%.3gs dry_run=%s cluster=%s "
+        "rules=%d alert_rules=%d state=%s",
         __version__,
         cfg.host or "*",
         cfg.port,
@@ -179,7 +226,9 @@ async def run_agent(cfg: AgentConfig) -> int:
         cfg.sampler.interval,
         cfg.dry_run,
         "yes" if cluster else "no",
-        len(engine.rules),
+        len(rules),
+        len(alerts),
+        state.path or "memory",
     )
     tasks = [
         asyncio.create_task(sampler.run(stop=stop), name="sampler"),
@@ -187,10 +236,16 @@ async def run_agent(cfg: AgentConfig) -> int:
     ]
     if cluster is not None:
         tasks.append(asyncio.create_task(cluster[1].run(stop=stop), name="pod-watch"))
+        tasks.append(
+            asyncio.create_task(
+                _adopt(kube=cluster[0], engine=engine, node=node, stop=stop), name="adopt"
+            )
+        )
     try:
         await asyncio.gather(*tasks)
     finally:
         sampler.close()
+        state.save()
         await runner.cleanup()
         if kube is not None:
             kube.close()

@@ -327,12 +327,32 @@ def _usable_state_dir(path: Path) -> Path | None:
     return path
 
 
-def _read_token(path: Path | None) -> str | None:
+#: The placeholder nodeguard's manifests once shipped in their Secret: never a token.
+PLACEHOLDER_TOKENS = frozenset({"replace-me-with-the-output-of-openssl-rand-hex-32"})
+MIN_TOKEN_BYTES = 32
+
+
+def read_token(path: Path | None) -> str | None:
+    """The webhook's bearer token from ``path`` (surrounding whitespace dropped). Raises
+    ``SystemExit`` with one line when the file cannot be read, or holds a shipped placeholder
+    or fewer than :data:`MIN_TOKEN_BYTES` bytes (``openssl rand -hex 32`` makes 64)."""
     if path is None:
         return None
-    token = path.read_text().strip()
-    if not token:
-        raise SystemExit(f"nodeguard: {path} is empty: no webhook token")
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SystemExit(f"nodeguard: --webhook.token-file {path}: {reason}") from None
+    if token in PLACEHOLDER_TOKENS:
+        raise SystemExit(
+            f"nodeguard: --webhook.token-file {path} holds the shipped placeholder, not a "
+            "token: make one with `openssl rand -hex 32`"
+        )
+    if len(token.encode()) < MIN_TOKEN_BYTES:
+        raise SystemExit(
+            f"nodeguard: --webhook.token-file {path}: the token has {len(token.encode())} "
+            f"bytes, at least {MIN_TOKEN_BYTES} are needed (`openssl rand -hex 32`)"
+        )
     return token
 
 
@@ -361,7 +381,7 @@ def _run(args: argparse.Namespace) -> int:
         ),
         evictions_per_window=args.evict_max,
         eviction_window=args.evict_window,
-        webhook_token=_read_token(args.webhook_token_file),
+        webhook_token=read_token(args.webhook_token_file),
         webhook_node_label=args.webhook_node_label,
         webhook_max_body=args.webhook_max_body,
     )

@@ -12,8 +12,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-# Upstream Katib CRDs and examples: ../shared/ beside the checkout (as in CI's clean clone).
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "katib"
+# Katib's CRDs and an example experiment, vendored (tests/fixtures/katib/README.md).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "katib"
 
 
 def unique(prefix: str) -> str:
@@ -147,12 +147,23 @@ class Cluster:
         ]
 
     def install_katib_crds(self) -> None:
-        for doc in yaml.safe_load_all((FIXTURES / "crd-experiment.yaml").read_text()):
-            try:
-                self.ext.create_custom_resource_definition(doc)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
+        """Katib's Experiment, Trial and Suggestion CRDs; returns once all three are served."""
+        for name in ("experiment", "trial", "suggestion"):
+            for doc in yaml.safe_load_all((FIXTURES / f"crd-{name}.yaml").read_text()):
+                try:
+                    self.ext.create_custom_resource_definition(doc)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+        for plural in ("experiments", "trials", "suggestions"):
+            for _ in range(100):
+                try:
+                    self.custom.list_cluster_custom_object("kubeflow.org", "v1beta1", plural)
+                    break
+                except ApiException as exc:  # the CRD takes a moment to be served
+                    if exc.status != 404:
+                        raise
+                    time.sleep(0.1)
 
     def katib_experiment(self, namespace: str) -> dict[str, Any]:
         doc = yaml.safe_load((FIXTURES / "example-random.yaml").read_text())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,10 +10,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from nodeguard.actions import registry
 from nodeguard.actions.audit import ActionMetrics, Auditor
+from nodeguard.actions.base import ActionResult
 from nodeguard.actions.cordon import LABEL, CordonConfig, cordon, uncordon
-from nodeguard.actions.evict import EvictionBackoff, EvictionLimiter, evict
-from nodeguard.actions.katib import ANNOTATION, pause_katib, resume_katib
+from nodeguard.actions.evict import evict
+from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.actions.ranking import EvictFilter, plan_eviction
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
@@ -35,6 +36,14 @@ def auditor_for(kube: KubeClient, node: str) -> Auditor:
     return Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=None))
 
 
+async def audited(kube: KubeClient, node: str, result: ActionResult) -> ActionResult:
+    """Audit a result as dispatch() does (its Events written), and return it."""
+    await auditor_for(kube, node).record(
+        result=result, default_reason=registry.get(result.action).reasons[result.outcome]
+    )
+    return result
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -46,16 +55,15 @@ class FakeClock:
 # -- cordon ------------------------------------------------------------------------------------
 async def test_cordon_uncordon_round_trip(cluster: Cluster, kube: KubeClient) -> None:
     node = cluster.node()
-    aud = auditor_for(kube, node)
     res = await cordon(
         kube=kube,
-        auditor=aud,
         node=node,
         rule="node-memory-low",
         reason="MemAvailable 3% < 5% for 60s",
         identity=node,
         dry_run=False,
     )
+    await audited(kube, node, res)
     assert res.outcome == "done", res.message
     n = cluster.core.read_node(node)
     assert n.spec.unschedulable is True
@@ -64,12 +72,10 @@ async def test_cordon_uncordon_round_trip(cluster: Cluster, kube: KubeClient) ->
     assert "MemAvailable 3%" in n.metadata.annotations["nodeguard.io/cordon-reason"]
     assert cluster.events("default", name=node, reason="NodeguardCordoned")
 
-    again = await cordon(
-        kube=kube, auditor=aud, node=node, rule="r", reason="x", identity=node, dry_run=False
-    )
+    again = await cordon(kube=kube, node=node, rule="r", reason="x", identity=node, dry_run=False)
     assert again.outcome == "noop"
 
-    res = await uncordon(kube=kube, auditor=aud, node=node, rule="node-memory-low", dry_run=False)
+    res = await uncordon(kube=kube, node=node, rule="node-memory-low", dry_run=False)
     assert res.outcome == "done", res.message
     n = cluster.core.read_node(node)
     assert not n.spec.unschedulable
@@ -80,12 +86,9 @@ async def test_cordon_uncordon_round_trip(cluster: Cluster, kube: KubeClient) ->
 async def test_only_uncordons_what_it_cordoned(cluster: Cluster, kube: KubeClient) -> None:
     node = cluster.node()
     cluster.core.patch_node(node, {"spec": {"unschedulable": True}})  # an operator's cordon
-    aud = auditor_for(kube, node)
-    res = await cordon(
-        kube=kube, auditor=aud, node=node, rule="r", reason="x", identity=node, dry_run=False
-    )
+    res = await cordon(kube=kube, node=node, rule="r", reason="x", identity=node, dry_run=False)
     assert res.outcome == "noop" and "someone else" in res.message
-    res = await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False)
+    res = await uncordon(kube=kube, node=node, rule="r", dry_run=False)
     assert res.outcome == "noop"
     assert cluster.core.read_node(node).spec.unschedulable is True
 
@@ -93,11 +96,9 @@ async def test_only_uncordons_what_it_cordoned(cluster: Cluster, kube: KubeClien
 async def test_taint_mode(cluster: Cluster, kube: KubeClient) -> None:
     node = cluster.node()
     cfg = CordonConfig(mode="taint")
-    aud = auditor_for(kube, node)
     assert (
         await cordon(
             kube=kube,
-            auditor=aud,
             node=node,
             rule="r",
             reason="x",
@@ -110,7 +111,7 @@ async def test_taint_mode(cluster: Cluster, kube: KubeClient) -> None:
     taints = {(t.key, t.effect) for t in cluster.core.read_node(node).spec.taints}
     assert ("nodeguard.io/memory-pressure", "NoSchedule") in taints
     assert (
-        await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False, config=cfg)
+        await uncordon(kube=kube, node=node, rule="r", dry_run=False, config=cfg)
     ).outcome == "done"
     after = {(t.key, t.effect) for t in cluster.core.read_node(node).spec.taints or []}
     assert after == taints - {("nodeguard.io/memory-pressure", "NoSchedule")}
@@ -129,7 +130,6 @@ async def test_budget_of_one_two_agents_race(cluster: Cluster, control_plane: Te
         results = await asyncio.gather(
             cordon(
                 kube=ka,
-                auditor=auditor_for(ka, a),
                 node=a,
                 rule="r",
                 reason="race",
@@ -139,7 +139,6 @@ async def test_budget_of_one_two_agents_race(cluster: Cluster, control_plane: Te
             ),
             cordon(
                 kube=kb,
-                auditor=auditor_for(kb, b),
                 node=b,
                 rule="r",
                 reason="race",
@@ -298,10 +297,9 @@ async def test_evict_until_target_freed_and_dry_run_is_the_same_plan(
         if v
     }
 
-    def run(dry: bool) -> Any:
-        return evict(
+    async def run(dry: bool) -> Any:
+        res = await evict(
             kube=kube,
-            auditor=auditor_for(kube, node),
             node=node,
             plan=plan,
             target_bytes=30 * GiB,
@@ -310,6 +308,7 @@ async def test_evict_until_target_freed_and_dry_run_is_the_same_plan(
             limiter=EvictionLimiter(),
             backoff=EvictionBackoff(),
         )
+        return await audited(kube, node, res)
 
     dry = await run(True)
     after_dry = {k: cluster.pod_json(ns, v["metadata"]["name"]) for k, v in p.items()}
@@ -345,7 +344,6 @@ async def test_gang_is_evicted_together(cluster: Cluster, kube: KubeClient) -> N
     plan = plan_eviction(pods=metas, usage={here["metadata"]["uid"]: 2 * GiB}, flt=EvictFilter())
     res = await evict(
         kube=kube,
-        auditor=auditor_for(kube, node),
         node=node,
         plan=plan,
         target_bytes=1,
@@ -395,9 +393,8 @@ async def test_pdb_blocks_then_backs_off(cluster: Cluster, kube: KubeClient) -> 
     limiter = EvictionLimiter(clock=clock)
 
     async def attempt() -> Any:
-        return await evict(
+        res = await evict(
             kube=kube,
-            auditor=auditor_for(kube, node),
             node=node,
             plan=plan,
             target_bytes=1 * GiB,
@@ -406,6 +403,7 @@ async def test_pdb_blocks_then_backs_off(cluster: Cluster, kube: KubeClient) -> 
             limiter=limiter,
             backoff=backoff,
         )
+        return await audited(kube, node, res)
 
     first = await attempt()
     assert first.outcome == "blocked"
@@ -442,11 +440,12 @@ async def test_apiserver_stopped_mid_eviction(
     ]
     usage = {p["metadata"]["uid"]: (3 - i) * GiB for i, p in enumerate(pods)}
 
-    class StopAfterFirst(Auditor):
-        async def record(self, **kw: Any) -> None:
-            await super().record(**kw)
-            if kw["reason"] == "NodeguardEvicted" and control_plane.apiserver_running:
-                await asyncio.to_thread(control_plane.stop_apiserver)
+    real_evict = kube.evict_pod
+
+    async def evict_then_stop(**kw: Any) -> None:
+        await real_evict(**kw)
+        if not kw["dry_run"] and control_plane.apiserver_running:
+            await asyncio.to_thread(control_plane.stop_apiserver)
 
     def plan_now() -> Any:
         items = [cluster.pod_json(ns, p["metadata"]["name"]) for p in pods]
@@ -454,10 +453,10 @@ async def test_apiserver_stopped_mid_eviction(
         return plan_eviction(pods=metas, usage=usage, flt=EvictFilter())
 
     limiter, backoff = EvictionLimiter(), EvictionBackoff()
+    kube.evict_pod = evict_then_stop  # type: ignore[method-assign]
     try:
         res = await evict(
             kube=kube,
-            auditor=StopAfterFirst(kube=kube, node_name=node, metrics=None),
             node=node,
             plan=plan_now(),
             target_bytes=10 * GiB,
@@ -466,14 +465,17 @@ async def test_apiserver_stopped_mid_eviction(
             limiter=limiter,
             backoff=backoff,
         )
-        assert res.outcome == "failed"
+        assert res.outcome == "failed" and res.retry
         assert "ServerError" in res.message and "unreachable" in res.message
+        # What was evicted before the outage is in the result, and evented once it is back.
+        assert [u["pods"] for u in res.details["evicted"]] == [[f"{ns}/batch-0"]]
     finally:
+        kube.evict_pod = real_evict  # type: ignore[method-assign]
         await asyncio.to_thread(control_plane.start_apiserver)
+    await audited(kube, node, res)
     # The retry plans again from the API: batch-0 is terminating, so only batch-1 is evicted.
     retry = await evict(
         kube=kube,
-        auditor=auditor_for(kube, node),
         node=node,
         plan=plan_now(),
         target_bytes=10 * GiB,
@@ -482,62 +484,11 @@ async def test_apiserver_stopped_mid_eviction(
         limiter=limiter,
         backoff=backoff,
     )
+    await audited(kube, node, retry)
     assert retry.outcome == "done"
     assert [u["pods"] for u in retry.details["evicted"]] == [[f"{ns}/batch-1"]]
     assert len(cluster.events(ns, name="batch-0", reason="NodeguardEvicted")) == 1
     assert len(cluster.events(ns, name="batch-1", reason="NodeguardEvicted")) == 1
-
-
-# -- Katib -------------------------------------------------------------------------------------
-async def test_pause_then_resume_katib_restores_the_exact_spec(
-    cluster: Cluster, kube: KubeClient
-) -> None:
-    ns, node = cluster.namespace("katib"), cluster.node()
-    created = cluster.katib_experiment(ns)
-    original = copy.deepcopy(created["spec"])
-    aud = auditor_for(kube, node)
-
-    def read() -> dict[str, Any]:
-        exp: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
-            "kubeflow.org", "v1beta1", ns, "experiments", "random"
-        )
-        return exp
-
-    dry = await pause_katib(
-        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=True
-    )
-    assert [r.outcome for r in dry] == ["done"]
-    assert read()["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
-
-    paused = await pause_katib(
-        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-    )
-    assert [r.outcome for r in paused] == ["done"]
-    exp = read()
-    assert exp["spec"]["parallelTrialCount"] == 1
-    assert exp["spec"]["maxTrialCount"] == original["maxTrialCount"] == 12
-    assert exp["metadata"]["annotations"][ANNOTATION] == "3"
-    assert cluster.events(ns, name="random", reason="NodeguardKatibPaused")
-
-    again = await pause_katib(
-        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-    )
-    assert [r.outcome for r in again] == ["noop"]
-    assert read()["metadata"]["annotations"][ANNOTATION] == "3"
-
-    resumed = await resume_katib(
-        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-    )
-    assert [r.outcome for r in resumed] == ["done"]
-    exp = read()
-    assert exp["spec"] == original
-    assert ANNOTATION not in (exp["metadata"].get("annotations") or {})
-    assert [
-        r.outcome
-        for r in await resume_katib(
-            kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-        )
-    ] == ["noop"]
 
 
 async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient) -> None:
@@ -546,7 +497,6 @@ async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient
     cfg = CordonConfig(budget_nodes=1000, lease_name=unique("budget"), lease_namespace="default")
     res = await cordon(
         kube=kube,
-        auditor=auditor_for(kube, node),
         node=node,
         rule="r",
         reason="x",
@@ -554,6 +504,7 @@ async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient
         dry_run=True,
         config=cfg,
     )
+    await audited(kube, node, res)
     assert res.outcome == "done" and res.dry_run
     assert res.message.startswith(f"would cordon {node}")
     assert cluster.core.read_node(node).metadata.resource_version == before
@@ -593,7 +544,6 @@ async def test_a_held_lease_is_judged_on_our_own_clock(cluster: Cluster, kube: K
     )
     res = await cordon(
         kube=kube,
-        auditor=auditor_for(kube, node),
         node=node,
         rule="r",
         reason="x",
@@ -608,7 +558,6 @@ async def test_a_held_lease_is_judged_on_our_own_clock(cluster: Cluster, kube: K
     started = asyncio.get_running_loop().time()
     res = await cordon(
         kube=kube,
-        auditor=auditor_for(kube, node),
         node=node,
         rule="r",
         reason="x",
@@ -632,7 +581,6 @@ async def test_a_cordon_made_while_waiting_is_left_alone(
     task = asyncio.create_task(
         cordon(
             kube=kube,
-            auditor=auditor_for(kube, node),
             node=node,
             rule="r",
             reason="x",
@@ -655,7 +603,6 @@ async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) 
     assert (
         await cordon(
             kube=kube,
-            auditor=aud,
             node=node,
             rule="r",
             reason="x",
@@ -665,26 +612,20 @@ async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) 
         )
     ).outcome == "done"
     # Uncordon with the default (unschedulable) settings still undoes the taint it made.
-    assert (
-        await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False)
-    ).outcome == "done"
+    assert (await uncordon(kube=kube, node=node, rule="r", dry_run=False)).outcome == "done"
     n = cluster.core.read_node(node)
     assert not any(t.key == "nodeguard.io/memory-pressure" for t in n.spec.taints or [])
     assert LABEL not in (n.metadata.labels or {})
 
     assert (
-        await cordon(
-            kube=kube, auditor=aud, node=node, rule="r", reason="x", identity="me", dry_run=False
-        )
+        await cordon(kube=kube, node=node, rule="r", reason="x", identity="me", dry_run=False)
     ).outcome == "done"
     cluster.core.patch_node(node, {"spec": {"unschedulable": None}})  # kubectl uncordon
-    res = await cordon(
-        kube=kube, auditor=aud, node=node, rule="r", reason="again", identity="me", dry_run=False
-    )
+    res = await cordon(kube=kube, node=node, rule="r", reason="again", identity="me", dry_run=False)
     assert res.outcome == "done"  # the stale mark did not make it a noop
     assert cluster.core.read_node(node).spec.unschedulable is True
     cluster.core.patch_node(node, {"spec": {"unschedulable": None}})
-    res = await uncordon(kube=kube, auditor=aud, node=node, rule="r", dry_run=False)
+    res = await uncordon(kube=kube, node=node, rule="r", dry_run=False)
     assert res.outcome == "noop" and "stale mark removed" in res.message
     assert LABEL not in (cluster.core.read_node(node).metadata.labels or {})
 
@@ -762,7 +703,6 @@ async def test_a_gang_is_never_half_evicted_and_two_budgets_skip_the_unit(
     assert [u.kind for u, _ in plan.ranked] == ["podgroup", "pod", "pod"]
     res = await evict(
         kube=kube,
-        auditor=auditor_for(kube, node),
         node=node,
         plan=plan,
         target_bytes=1 * GiB,
@@ -794,7 +734,6 @@ async def test_a_podgroup_is_evicted_across_nodes(cluster: Cluster, kube: KubeCl
     )
     res = await evict(
         kube=kube,
-        auditor=auditor_for(kube, node),
         node=node,
         plan=plan,
         target_bytes=0,
@@ -807,73 +746,12 @@ async def test_a_podgroup_is_evicted_across_nodes(cluster: Cluster, kube: KubeCl
     assert not _alive(cluster, ns, "pg-2-1") and _alive(cluster, ns, "bystander")
 
 
-async def test_katib_resume_keeps_an_edit_made_while_paused(
-    cluster: Cluster, kube: KubeClient
-) -> None:
-    ns, node = cluster.namespace("katib2"), cluster.node()
-    cluster.katib_experiment(ns)
-    aud = auditor_for(kube, node)
-    assert [
-        r.outcome
-        for r in await pause_katib(
-            kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-        )
-    ] == ["done"]
-    cluster.custom.patch_namespaced_custom_object(
-        "kubeflow.org", "v1beta1", ns, "experiments", "random", {"spec": {"parallelTrialCount": 8}}
-    )  # a person raised it during the pause
-    (res,) = await resume_katib(
-        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-    )
-    assert res.outcome == "done" and "set by someone else" in res.message
-    exp = cluster.custom.get_namespaced_custom_object(
-        "kubeflow.org", "v1beta1", ns, "experiments", "random"
-    )
-    assert exp["spec"]["parallelTrialCount"] == 8
-    assert not any(k.startswith("nodeguard.io/") for k in exp["metadata"].get("annotations", {}))
-
-    # A broken annotation is a clear failure, not a crash; a finished experiment is not paused.
-    cluster.custom.patch_namespaced_custom_object(
-        "kubeflow.org",
-        "v1beta1",
-        ns,
-        "experiments",
-        "random",
-        {"metadata": {"annotations": {ANNOTATION: "three"}}},
-    )
-    (res,) = await resume_katib(
-        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-    )
-    assert res.outcome == "failed" and "not a count" in res.message
-    cluster.custom.patch_namespaced_custom_object(
-        "kubeflow.org",
-        "v1beta1",
-        ns,
-        "experiments",
-        "random",
-        {"metadata": {"annotations": {ANNOTATION: None}}},
-    )
-    cluster.custom.patch_namespaced_custom_object_status(
-        "kubeflow.org",
-        "v1beta1",
-        ns,
-        "experiments",
-        "random",
-        {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}},
-    )
-    (res,) = await pause_katib(
-        kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-    )
-    assert res.outcome == "noop" and "succeeded" in res.message
-
-
 async def test_a_rules_undo_leaves_another_rules_cordon(cluster: Cluster, kube: KubeClient) -> None:
     node = cluster.node()
     aud = auditor_for(kube, node)
     assert (
         await cordon(
             kube=kube,
-            auditor=aud,
             node=node,
             rule="slab-unreclaimable-high",
             reason="leak",
@@ -883,7 +761,6 @@ async def test_a_rules_undo_leaves_another_rules_cordon(cluster: Cluster, kube: 
     ).outcome == "done"
     res = await uncordon(
         kube=kube,
-        auditor=aud,
         node=node,
         rule="node-memory-low",
         dry_run=False,
@@ -891,35 +768,3 @@ async def test_a_rules_undo_leaves_another_rules_cordon(cluster: Cluster, kube: 
     )
     assert res.outcome == "noop" and "cordoned by rule slab-unreclaimable-high" in res.message
     assert cluster.core.read_node(node).spec.unschedulable is True
-
-
-async def test_a_rules_resume_leaves_what_others_paused(cluster: Cluster, kube: KubeClient) -> None:
-    ns, node = cluster.namespace("katib3"), cluster.node()
-    cluster.katib_experiment(ns)
-    aud = auditor_for(kube, node)
-    await pause_katib(
-        kube=kube,
-        auditor=aud,
-        node=node,
-        experiments=[(ns, "random")],
-        dry_run=False,
-        by="node-b/trials-oom-killed",
-    )
-    (res,) = await resume_katib(
-        kube=kube,
-        auditor=aud,
-        node=node,
-        experiments=[(ns, "random")],
-        dry_run=False,
-        only_by="node-a/memory-pressure-katib",
-    )
-    assert res.outcome == "noop" and "paused by node-b/trials-oom-killed" in res.message
-    (res,) = await resume_katib(
-        kube=kube,
-        auditor=aud,
-        node=node,
-        experiments=[(ns, "random")],
-        dry_run=False,
-        only_by="node-b/trials-oom-killed",
-    )
-    assert res.outcome == "done"

@@ -1,26 +1,37 @@
-"""Auditing every action: a Kubernetes Event on the object, a structured log line, a metric.
+"""Auditing every action result once: a structured log line, a metric, and Kubernetes Events.
+
+:func:`nodeguard.actions.registry.dispatch` hands every result of every action to
+:meth:`Auditor.record`, whatever its outcome (done, noop, refused, blocked, failed, a Lease
+timeout, the runbook's own refusals): one log line, one increment of
+``nodeguard_actions_total{action,outcome,dry_run}``, and the result's Events (one on the node
+with the action's reason for that outcome when the result names none).
 
 Events are core/v1 Events with ``source.component=nodeguard``; their reasons are
-``Nodeguard<Did>`` (``NodeguardCordoned``, ``NodeguardEvicted``, ``NodeguardEvictionBlocked``,
-...) and, in dry run, ``NodeguardWould<Do>`` (``NodeguardWouldCordon``), so a dry run leaves the
-same trail with a name nobody mistakes for the real thing. An Event that cannot be written is
-logged and never fails the action.
+``Nodeguard<Did>`` (``NodeguardCordoned``, ``NodeguardEvicted``, ...) and, in dry run,
+``NodeguardWould<Do>`` (``NodeguardWouldCordon``) or ``NodeguardDryRun<...>``, so a dry run
+leaves the same trail under a name nobody mistakes for the real thing. An Event that cannot be
+written (the API server down) is kept, at most :data:`PENDING_EVENTS` of them, and written again
+with the next result or :meth:`Auditor.flush`; it never fails the action.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter
 
-from nodeguard.actions.base import ActionResult
-from nodeguard.kube.client import KubeClient
+from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef
+from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import KubeError
 
-__all__ = ["ActionMetrics", "Auditor", "ObjectRef"]
+__all__ = ["PENDING_EVENTS", "ActionMetrics", "Auditor", "ObjectRef", "dry_reason"]
 
 log = logging.getLogger("nodeguard.audit")
+
+#: Events kept for a later try while the API server cannot take them (oldest dropped first).
+PENDING_EVENTS = 256
 
 
 class ActionMetrics:
@@ -29,23 +40,10 @@ class ActionMetrics:
     def __init__(self, *, registry: CollectorRegistry | None) -> None:
         self.actions = Counter(
             "nodeguard_actions",
-            "Runbook actions by outcome (done, noop, refused, blocked, failed) and dry run",
+            "Runbook action results by outcome (done, noop, refused, blocked, failed) and dry run",
             ["action", "outcome", "dry_run"],
             registry=registry,
         )
-
-
-class ObjectRef:
-    """The object an Event is about: ``kind`` (Node, Pod, Experiment), ``name``,
-    ``namespace`` (``""`` for a Node), ``uid`` and ``api_version``."""
-
-    __slots__ = ("api_version", "kind", "name", "namespace", "uid")
-
-    def __init__(
-        self, *, kind: str, name: str, namespace: str = "", uid: str = "", api_version: str = "v1"
-    ) -> None:
-        self.kind, self.name, self.namespace = kind, name, namespace
-        self.uid, self.api_version = uid, api_version
 
 
 def _now() -> str:
@@ -61,42 +59,46 @@ class Auditor:
         self._kube = kube
         self._node = node_name
         self._metrics = metrics
+        self._pending: deque[tuple[str, JSON]] = deque(maxlen=PENDING_EVENTS)
         self.events_written = 0
+        #: Every reason written (dry-run forms included), for tests and the README check.
+        self.reasons_seen: set[str] = set()
 
-    async def record(
-        self,
-        *,
-        result: ActionResult,
-        obj: ObjectRef,
-        reason: str,
-        event_type: str = "Normal",
-    ) -> None:
-        """Log, count and write an Event for ``result`` about ``obj``. ``reason`` is the
-        real-run reason (``NodeguardCordoned``); dry run turns it into its ``Would`` form."""
+    async def record(self, *, result: ActionResult, default_reason: str) -> None:
+        """Log, count and event one result. ``default_reason`` (real-run form) is used for an
+        Event on the node when the result carries no Events of its own."""
         if self._metrics is not None:
             self._metrics.actions.labels(
                 result.action, result.outcome, "true" if result.dry_run else "false"
             ).inc()
+        events = result.events or (
+            AuditEvent(
+                obj=ObjectRef(kind="Node", name=result.node),
+                reason=default_reason,
+                message=result.message,
+                type="Normal" if result.outcome in ("done", "noop") else "Warning",
+            ),
+        )
         log.info(
-            "action=%s outcome=%s dry_run=%s node=%s object=%s/%s/%s message=%r",
+            "action=%s outcome=%s dry_run=%s node=%s objects=%s message=%r",
             result.action,
             result.outcome,
             str(result.dry_run).lower(),
             result.node,
-            obj.kind,
-            obj.namespace,
-            obj.name,
+            ",".join(
+                f"{e.obj.kind}/{e.obj.namespace + '/' if e.obj.namespace else ''}{e.obj.name}"
+                for e in events
+            ),
             result.message,
         )
-        await self.event(
-            obj=obj,
-            reason=dry_reason(reason) if result.dry_run else reason,
-            message=result.message,
-            event_type=event_type,
-        )
+        await self.flush()
+        for e in events:
+            reason = dry_reason(e.reason) if result.dry_run else e.reason
+            await self.event(obj=e.obj, reason=reason, message=e.message, event_type=e.type)
 
     async def event(self, *, obj: ObjectRef, reason: str, message: str, event_type: str) -> None:
-        """Write one core/v1 Event; failures are logged, not raised."""
+        """Write one core/v1 Event; a failure is logged and the Event kept for a later try."""
+        self.reasons_seen.add(reason)
         if self._kube is None:
             return
         now = _now()
@@ -122,11 +124,38 @@ class Auditor:
             "lastTimestamp": now,
             "count": 1,
         }
+        if not await self._write(namespace, body):
+            self._pending.append((namespace, body))
+
+    async def _write(self, namespace: str, body: JSON) -> bool:
+        assert self._kube is not None
         try:
             await self._kube.create_event(namespace=namespace, body=body)
-            self.events_written += 1
         except KubeError as exc:
-            log.warning("cannot write Event %s on %s %s: %s", reason, obj.kind, obj.name, exc)
+            log.warning(
+                "cannot write Event %s on %s %s (kept for a later try): %s",
+                body["reason"],
+                body["involvedObject"]["kind"],
+                body["involvedObject"]["name"],
+                exc,
+            )
+            return False
+        self.events_written += 1
+        return True
+
+    async def flush(self) -> None:
+        """Write the Events kept from earlier failures, oldest first; stop at the first that
+        fails again (the API server is still away)."""
+        while self._pending and self._kube is not None:
+            namespace, body = self._pending[0]
+            if not await self._write(namespace, body):
+                return
+            self._pending.popleft()
+
+    @property
+    def pending(self) -> int:
+        """Events waiting for the API server."""
+        return len(self._pending)
 
 
 _WOULD = {
@@ -140,5 +169,6 @@ _WOULD = {
 
 
 def dry_reason(reason: str) -> str:
-    """The dry-run form of an Event reason."""
+    """The dry-run form of an Event reason: ``NodeguardWould<Do>`` for what changes something,
+    ``NodeguardDryRun<...>`` for the rest."""
     return _WOULD.get(reason, reason.replace("Nodeguard", "NodeguardDryRun", 1))

@@ -15,19 +15,33 @@ resourceVersion, so of two agents racing for a free Lease exactly one wins (the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import math
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from nodeguard.actions.audit import Auditor, ObjectRef
-from nodeguard.actions.base import ActionResult
+from nodeguard.actions.args import ActionArgs
+from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef
+from nodeguard.actions.registry import Action, register
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import Conflict, KubeError, NotFound
 
-__all__ = ["BudgetLease", "CordonConfig", "cordon", "is_cordoned_by_us", "uncordon"]
+if TYPE_CHECKING:
+    from nodeguard.actions.context import Call
+
+__all__ = [
+    "BudgetLease",
+    "CordonArgs",
+    "CordonConfig",
+    "cordon",
+    "cordoned_by_rule",
+    "is_cordoned_by_us",
+    "uncordon",
+]
 
 LABEL = "nodeguard.io/cordoned"
 ANN_BY = "nodeguard.io/cordoned-by"
@@ -65,18 +79,13 @@ def _micro_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse_time(value: str | None) -> float | None:
-    if not value:
-        return None
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
 class BudgetLease:
     """A Lease held as a mutex while the budget is counted and the node patched.
 
     ``async with BudgetLease(...)``: acquires (waiting with jittered backoff while another live
-    holder has it, up to ``timeout``; raises :class:`TimeoutError`), releases on exit. In dry
-    run it waits the same way but writes nothing.
+    holder has it, up to ``timeout`` seconds; raises :class:`TimeoutError`), releases on exit.
+    In dry run it waits the same way but writes nothing. ``clock`` (monotonic seconds) and
+    ``sleep`` are injectable, so tests drive the wait on a fake clock.
 
     Whether another holder's Lease has expired is judged as client-go's leader election does:
     by how long this agent has watched the same ``renewTime`` stay unchanged, on its own
@@ -95,13 +104,15 @@ class BudgetLease:
         duration: int,
         timeout: float,
         dry_run: bool,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._kube, self._ns, self._name = kube, namespace, name
         self._id, self._duration, self._timeout, self._dry = identity, duration, timeout, dry_run
+        self._clock, self._sleep = clock, sleep
         self._observed: tuple[str, str] | None = None
         self._observed_at = 0.0
         self._acquired_at = 0.0
-        self.waited = 0
 
     def _held_by_other(self, lease: JSON) -> bool:
         spec = lease.get("spec", {})
@@ -109,7 +120,7 @@ class BudgetLease:
         if not holder or holder == self._id:
             return False
         record = (str(holder), str(spec.get("renewTime") or spec.get("acquireTime") or ""))
-        now = time.monotonic()
+        now = self._clock()
         if record != self._observed:
             self._observed, self._observed_at = record, now
         duration = float(spec.get("leaseDurationSeconds") or self._duration)
@@ -158,21 +169,20 @@ class BudgetLease:
             return False
 
     async def __aenter__(self) -> BudgetLease:
-        deadline = time.monotonic() + self._timeout
+        deadline = self._clock() + self._timeout
         delay = 0.05
         while not await self._try_acquire():
-            self.waited += 1
-            if time.monotonic() > deadline:
+            if self._clock() > deadline:
                 raise TimeoutError(f"Lease {self._ns}/{self._name} still held by another agent")
-            await asyncio.sleep(delay * (0.5 + random.random()))
+            await self._sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 1.0)
-        self._acquired_at = time.monotonic()
+        self._acquired_at = self._clock()
         return self
 
     def check(self) -> None:
         """Raise :class:`TimeoutError` when less than a third of the lease is left: another
         agent may take it over soon, so no decision made under it may be written any more."""
-        if time.monotonic() - self._acquired_at > self._duration * 2 / 3:
+        if self._clock() - self._acquired_at > self._duration * 2 / 3:
             raise TimeoutError(
                 f"Lease {self._ns}/{self._name} held too long (slow API server); "
                 "giving up rather than deciding on a stale budget"
@@ -252,10 +262,46 @@ def _cordon_patch(
     return {"metadata": meta, "spec": {"unschedulable": True}}
 
 
+class CordonArgs(ActionArgs):
+    """``mode``: ``unschedulable`` (``spec.unschedulable``, as ``kubectl cordon``) or
+    ``taint`` (a NoSchedule taint); default: the agent's ``--cordon.mode``."""
+
+    mode: Literal["unschedulable", "taint"] | None = None
+
+
+def _result(
+    action: str, node: str, dry_run: bool, outcome: Any, message: str, **kw: Any
+) -> ActionResult:
+    return ActionResult(
+        action=action, node=node, dry_run=dry_run, outcome=outcome, message=message, **kw
+    )
+
+
+def _failed(action: str, node: str, dry_run: bool, exc: KubeError, ref: ObjectRef) -> ActionResult:
+    message = f"{action} of {node} failed: {type(exc).__name__}: {exc}"
+    if exc.transient:
+        message += " (tried again later)"
+    return _result(
+        action,
+        node,
+        dry_run,
+        "failed",
+        message,
+        retry=exc.transient,
+        events=(
+            AuditEvent(
+                obj=ref,
+                reason=f"Nodeguard{action.capitalize()}Failed",
+                message=message,
+                type="Warning",
+            ),
+        ),
+    )
+
+
 async def cordon(
     *,
     kube: KubeClient,
-    auditor: Auditor,
     node: str,
     rule: str,
     reason: str,
@@ -265,28 +311,34 @@ async def cordon(
 ) -> ActionResult:
     """Cordon ``node`` if the budget allows. Outcomes: done; noop (already cordoned, by us or
     by someone else — then left alone, also when that happened while we waited for the Lease);
-    refused (budget spent, or the Lease not obtained or held too long); failed (API error:
-    retry later). ``identity`` must be unique per agent process (it holds the Lease)."""
+    refused (budget spent; or the Lease not obtained in time or held too long);
+    failed (API error; ``retry`` when transient). ``identity`` must be unique per agent process
+    (it holds the Lease). The result carries its Event; it is not audited here."""
     verb = "would cordon" if dry_run else "cordoned"
+    ref = ObjectRef(kind="Node", name=node)
 
-    def result(outcome: Any, message: str, **details: Any) -> ActionResult:
-        return ActionResult(
-            action="cordon",
-            node=node,
-            dry_run=dry_run,
-            outcome=outcome,
+    def result(outcome: Any, message: str, *, reason: str, **kw: Any) -> ActionResult:
+        event = AuditEvent(
+            obj=ref,
+            reason=reason,
             message=message,
-            details=details,
+            type="Normal" if outcome in ("done", "noop") else "Warning",
         )
+        return _result("cordon", node, dry_run, outcome, message, events=(event,), **kw)
 
     def already(current: JSON) -> ActionResult | None:
         if is_cordoned_by_us(current, taint_key=config.taint_key):
-            return result("noop", f"{node} is already cordoned by nodeguard")
+            return result(
+                "noop", f"{node} is already cordoned by nodeguard", reason="NodeguardCordonNoop"
+            )
         if _cordoned(current, config):
-            return result("noop", f"{node} is already cordoned by someone else; left alone")
+            return result(
+                "noop",
+                f"{node} is already cordoned by someone else; left alone",
+                reason="NodeguardCordonNoop",
+            )
         return None
 
-    ref = ObjectRef(kind="Node", name=node)
     try:
         current = await kube.get_node(name=node)
         ref.uid = current["metadata"].get("uid", "")
@@ -312,17 +364,13 @@ async def cordon(
             allowed = _allowed(config, total)
             if allowed is not None and len(ours) >= allowed:
                 names = ", ".join(n["metadata"]["name"] for n in ours) or "none"
-                res = result(
+                return result(
                     "refused",
                     f"not cordoning {node}: budget spent, {len(ours)} of "
                     f"{allowed} node(s) already cordoned by nodeguard ({names})",
-                    cordoned=len(ours),
-                    allowed=allowed,
+                    reason="NodeguardCordonRefused",
+                    details={"cordoned": len(ours), "allowed": allowed},
                 )
-                await auditor.record(
-                    result=res, obj=ref, reason="NodeguardCordonRefused", event_type="Warning"
-                )
-                return res
             for attempt in range(3):
                 # Re-read under the lock: someone may have cordoned it while we waited.
                 current = await kube.get_node(name=node)
@@ -338,25 +386,21 @@ async def cordon(
                 except Conflict:
                     if attempt == 2:
                         raise
-    except TimeoutError as exc:
-        return result("refused", f"not cordoning {node}: {exc}")
+    except TimeoutError as exc:  # the next firing of the rule tries again
+        return result("refused", f"not cordoning {node}: {exc}", reason="NodeguardCordonRefused")
     except KubeError as exc:
-        res = result("failed", f"cordon of {node} failed: {type(exc).__name__}: {exc}")
-        await auditor.record(
-            result=res, obj=ref, reason="NodeguardCordonFailed", event_type="Warning"
-        )
-        return res
-    res = result(
-        "done", f"{verb} {node} ({config.mode}) for rule {rule}: {reason}", mode=config.mode
+        return _failed("cordon", node, dry_run, exc, ref)
+    return result(
+        "done",
+        f"{verb} {node} ({config.mode}) for rule {rule}: {reason}",
+        reason="NodeguardCordoned",
+        details={"mode": config.mode},
     )
-    await auditor.record(result=res, obj=ref, reason="NodeguardCordoned", event_type="Warning")
-    return res
 
 
 async def uncordon(
     *,
     kube: KubeClient,
-    auditor: Auditor,
     node: str,
     rule: str,
     dry_run: bool,
@@ -366,29 +410,37 @@ async def uncordon(
     """Undo nodeguard's cordon of ``node`` in the mode it was made (recorded on the node);
     a node without nodeguard's mark is left alone. A stale mark (someone uncordoned the node
     meanwhile) is removed, and nothing else is touched. With ``only_rule`` (a rule's resolve),
-    a cordon made by another rule is left for that rule (or a person) to undo."""
-
-    def result(outcome: Any, message: str) -> ActionResult:
-        return ActionResult(
-            action="uncordon", node=node, dry_run=dry_run, outcome=outcome, message=message
-        )
-
+    a cordon made by another rule is left for that rule (or a person) to undo. Outcomes: done,
+    noop, failed (``retry`` when transient)."""
     ref = ObjectRef(kind="Node", name=node)
+
+    def result(outcome: Any, message: str, *, reason: str) -> ActionResult:
+        event = AuditEvent(obj=ref, reason=reason, message=message)
+        return _result("uncordon", node, dry_run, outcome, message, events=(event,))
+
     try:
         current = await kube.get_node(name=node)
         ref.uid = current["metadata"].get("uid", "")
         if not _marked(current):
-            return result("noop", f"{node} is not cordoned by nodeguard; left alone")
+            return result(
+                "noop",
+                f"{node} is not cordoned by nodeguard; left alone",
+                reason="NodeguardUncordonNoop",
+            )
         by = (current["metadata"].get("annotations") or {}).get(ANN_RULE, "")
         if only_rule is not None and by != only_rule:
             return result(
-                "noop", f"{node} was cordoned by rule {by or '?'}, not {only_rule}; left for it"
+                "noop",
+                f"{node} was cordoned by rule {by or '?'}, not {only_rule}; left for it",
+                reason="NodeguardUncordonNoop",
             )
         unmark = {"labels": {LABEL: None}, "annotations": dict.fromkeys(_ANNOTATIONS)}
         if not is_cordoned_by_us(current, taint_key=config.taint_key):
             await kube.patch_node(name=node, patch={"metadata": unmark}, dry_run=dry_run)
             return result(
-                "noop", f"{node} was uncordoned by someone else; nodeguard's stale mark removed"
+                "noop",
+                f"{node} was uncordoned by someone else; nodeguard's stale mark removed",
+                reason="NodeguardUncordonNoop",
             )
         spec: JSON = {}
         if _recorded_mode(current) == "taint":
@@ -402,11 +454,82 @@ async def uncordon(
             spec["unschedulable"] = None
         await kube.patch_node(name=node, patch={"metadata": unmark, "spec": spec}, dry_run=dry_run)
     except KubeError as exc:
-        res = result("failed", f"uncordon of {node} failed: {type(exc).__name__}: {exc}")
-        await auditor.record(
-            result=res, obj=ref, reason="NodeguardUncordonFailed", event_type="Warning"
+        return _failed("uncordon", node, dry_run, exc, ref)
+    return result(
+        "done",
+        f"{'would uncordon' if dry_run else 'uncordoned'} {node} (rule {rule})",
+        reason="NodeguardUncordoned",
+    )
+
+
+def cordoned_by_rule(node: JSON) -> str | None:
+    """The rule whose cordon is on ``node`` (nodeguard's mark, cordon still in place), if any:
+    how a restarted agent whose state file was lost finds the undo it still owes."""
+    if not is_cordoned_by_us(node):
+        return None
+    return str((node.get("metadata", {}).get("annotations") or {}).get(ANN_RULE, "")) or None
+
+
+async def _run_cordon(call: Call, args: CordonArgs) -> list[ActionResult]:
+    config = call.env.cordon
+    if args.mode is not None:
+        config = dataclasses.replace(config, mode=args.mode)
+    return [
+        await cordon(
+            kube=call.api(),
+            node=call.node,
+            rule=call.firing.rule,
+            reason=call.note,
+            identity=f"{call.env.node}/{call.env.identity}",
+            dry_run=call.dry_run,
+            config=config,
         )
-        return res
-    res = result("done", f"{'would uncordon' if dry_run else 'uncordoned'} {node} (rule {rule})")
-    await auditor.record(result=res, obj=ref, reason="NodeguardUncordoned")
-    return res
+    ]
+
+
+async def _run_uncordon(call: Call, args: CordonArgs) -> list[ActionResult]:
+    # A rule's resolve undoes only that rule's cordon; by hand, any cordon of nodeguard's.
+    by_hand = call.firing.source == "act"
+    return [
+        await uncordon(
+            kube=call.api(),
+            node=call.node,
+            rule=call.firing.rule,
+            dry_run=call.dry_run,
+            config=call.env.cordon,
+            only_rule=None if by_hand else call.firing.rule,
+        )
+    ]
+
+
+register(
+    Action(
+        name="cordon",
+        summary="mark the node unschedulable (or taint it), within the cluster-wide budget",
+        args=CordonArgs,
+        run=_run_cordon,
+        undo="uncordon",
+        reasons={
+            "done": "NodeguardCordoned",
+            "noop": "NodeguardCordonNoop",
+            "refused": "NodeguardCordonRefused",
+            "blocked": "NodeguardCordonRefused",
+            "failed": "NodeguardCordonFailed",
+        },
+    )
+)
+register(
+    Action(
+        name="uncordon",
+        summary="undo nodeguard's cordon of the node (a rule's resolve: only that rule's)",
+        args=CordonArgs,
+        run=_run_uncordon,
+        reasons={
+            "done": "NodeguardUncordoned",
+            "noop": "NodeguardUncordonNoop",
+            "refused": "NodeguardUncordonNoop",
+            "blocked": "NodeguardUncordonNoop",
+            "failed": "NodeguardUncordonFailed",
+        },
+    )
+)

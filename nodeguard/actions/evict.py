@@ -1,119 +1,547 @@
 """Evicting ranked victims through the policy/v1 Eviction subresource, never DELETE.
 
-The plan comes from :func:`nodeguard.actions.ranking.plan_eviction`. Units are evicted in order
-until the target memory is freed (the units' working sets on this node add up to it), within a
-per-node limit of evictions per window. A 429 from a PodDisruptionBudget means "later": the unit
-gets a capped exponential backoff and is skipped until it expires (an Event says so), and the
-next unit is tried; nodeguard never falls back to DELETE. A gang's members elsewhere in the
-cluster (same trial, job or PodGroup) are evicted with it.
+The plan comes from :mod:`nodeguard.actions.ranking`. Units are evicted in order until the target
+memory is freed (the units' working sets on this node add up to it), within the per-node limit
+of evictions per window (:class:`~nodeguard.actions.limits.EvictionLimiter`). Each unit ends in
+one typed outcome (:class:`Evicted`, :class:`Blocked`, :class:`Skipped`); the walk stops on the
+limit or an API failure (:class:`Stop`).
 
-Dry run sends the same Eviction requests with ``dryRun=All``: the API server runs the same
-PodDisruptionBudget check and deletes nothing, so the dry-run plan and its blocks are the real
-ones.
+- A 429 from a PodDisruptionBudget means "later": the unit gets a capped exponential backoff
+  and is skipped until it expires (an Event says so), and the next unit is tried; nodeguard
+  never falls back to DELETE. Each Eviction carries the pod's UID as a precondition, so a pod
+  replaced under the same name (a StatefulSet's) is never evicted in its place.
+- A gang's members elsewhere in the cluster (same trial, job or PodGroup) are evicted with it.
+  Every member is first asked with ``dryRun=All``, so a budget that refuses one member leaves
+  the whole gang running. Then the gang is written on the Node acted on (annotation
+  ``nodeguard.io/evicting-gangs``: its members by name and UID) before the first real
+  eviction, and removed once every member is gone: a gang cut short (the API server died, a
+  budget changed its mind, the agent was killed) is finished first by the next eviction on
+  that node, whichever process runs it (the agent after a restart, ``nodeguard act evict``).
+- Dry run sends the same Eviction requests with ``dryRun=All`` (the API server runs the same
+  PodDisruptionBudget check and deletes nothing) and spends scratch copies of the limiter and
+  backoff, so the units, blocks and limit it reports are the ones a real run acts on.
 """
 
 from __future__ import annotations
 
-import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+import dataclasses
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from nodeguard.actions.audit import Auditor, ObjectRef
-from nodeguard.actions.base import ActionResult, Outcome
-from nodeguard.actions.ranking import EvictionPlan, Unit, gang_of, never_evicted
-from nodeguard.kube.client import KubeClient
-from nodeguard.kube.errors import KubeError, NotFound, ServerError, TooManyRequests
-from nodeguard.kube.objects import pod_meta
+from pydantic import Field
+
+from nodeguard.actions.args import ActionArgs, MemoryAmount, parse_amount
+from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef, Outcome
+from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
+from nodeguard.actions.ranking import (
+    EvictFilter,
+    EvictionPlan,
+    Unit,
+    gang_of,
+    gpu_eviction_plan,
+    never_evicted,
+    plan_eviction,
+)
+from nodeguard.actions.registry import Action, register
+from nodeguard.kube.client import JSON, KubeClient
+from nodeguard.kube.errors import Conflict, KubeError, NotFound, ServerError, TooManyRequests
+from nodeguard.kube.objects import node_meta, pod_meta
 from nodeguard.snapshot import PodMeta
 
-__all__ = ["EvictionBackoff", "EvictionLimiter", "evict"]
+if TYPE_CHECKING:
+    from nodeguard.actions.context import Call
 
-Clock = Callable[[], float]
+__all__ = [
+    "GANGS_ANNOTATION",
+    "Blocked",
+    "EvictArgs",
+    "Evicted",
+    "Skipped",
+    "Stop",
+    "evict",
+]
 
+log = logging.getLogger(__name__)
 
-@dataclass(slots=True, kw_only=True)
-class EvictionBackoff:
-    """Per unit: after the n-th refusal wait ``min(base * 2**(n-1), cap)`` seconds."""
-
-    base: float = 10.0
-    cap: float = 300.0
-    clock: Clock = time.monotonic
-    _state: dict[str, tuple[int, float]] = field(default_factory=dict)
-
-    def until(self, key: str) -> float | None:
-        """When the unit may be tried again (clock time), ``None`` if now."""
-        state = self._state.get(key)
-        if state is None or state[1] <= self.clock():
-            return None
-        return float(state[1])
-
-    def refused(self, key: str, *, retry_after: float | None = None) -> float:
-        """Record a refusal; the delay before the next try, in seconds."""
-        count = self._state.get(key, (0, 0.0))[0] + 1
-        delay: float = min(self.base * 2.0 ** (count - 1), self.cap)
-        if retry_after is not None:
-            delay = min(max(delay, retry_after), self.cap)
-        self._state[key] = (count, self.clock() + delay)
-        return delay
-
-    def succeeded(self, key: str) -> None:
-        self._state.pop(key, None)
+GANGS_ANNOTATION = "nodeguard.io/evicting-gangs"
+#: Priority at or below which a rule's ``evict`` (and ``nodeguard act evict``) may evict when
+#: it names no ``maxPriority``: below the usual production PriorityClasses (1000 and up).
+DEFAULT_MAX_PRIORITY = 999
+#: A node rule's ``free`` when it names none: 5 % of the node's MemTotal.
+DEFAULT_NODE_FREE = "5%"
+_MAX_OPEN_GANGS = 16
 
 
-@dataclass(slots=True, kw_only=True)
-class EvictionLimiter:
-    """At most ``max_units`` units evicted per node per ``window`` seconds."""
+class EvictArgs(ActionArgs):
+    """What to evict.
 
-    max_units: int = 5
-    window: float = 600.0
-    clock: Clock = time.monotonic
-    _times: dict[str, deque[float]] = field(default_factory=dict)
+    - ``free``: how much working set to free: a Kubernetes quantity (``4Gi``) or a percent of
+      the node's MemTotal (``5%``; of the GPU's memory in a ``gpu`` rule); ``0``: the first
+      unit alone. Default: ``5%`` for a node rule (and ``nodeguard act evict``); the pod's own
+      unit for a pod or container rule; the first unit for a ``gpu`` rule.
+    - ``maxPriority`` (default 999), ``priorityClasses``, ``namespaces``, ``selector`` (labels,
+      all must match; the value ``"*"`` only requires the label): which pods may be evicted.
+    """
 
-    def allows(self, node: str) -> bool:
-        times = self._times.setdefault(node, deque())
-        while times and times[0] <= self.clock() - self.window:
-            times.popleft()
-        return len(times) < self.max_units
+    free: MemoryAmount | None = None
+    max_priority: int | None = Field(default=DEFAULT_MAX_PRIORITY, alias="maxPriority")
+    priority_classes: list[str] | None = Field(default=None, alias="priorityClasses")
+    namespaces: list[str] | None = None
+    selector: dict[str, str] | None = None
 
-    def record(self, node: str) -> None:
-        self._times.setdefault(node, deque()).append(self.clock())
+    def filter(self) -> EvictFilter:
+        """The pods these arguments allow to be evicted."""
+        return EvictFilter(
+            max_priority=self.max_priority,
+            priority_classes=frozenset(self.priority_classes) if self.priority_classes else None,
+            namespaces=frozenset(self.namespaces) if self.namespaces else None,
+            labels=self.selector,
+        )
 
 
-async def _members(kube: KubeClient, unit: Unit) -> list[PodMeta]:
-    """Every live pod of the unit, cluster-wide for a gang: the namespace's pods (by label where
-    the gang has one) whose gang is this one."""
-    if unit.kind == "pod":
-        return list(unit.pods)
-    items, _ = await kube.list_pods(namespace=unit.namespace, label_selector=unit.label_selector())
-    found = {
-        m.uid: m
-        for m in (pod_meta(p) for p in items)
-        if not m.terminating and gang_of(m) == (unit.kind, unit.name)
-    }
-    found.update({p.uid: p for p in unit.pods})
-    return sorted(found.values(), key=lambda m: (m.node_name, m.name))
+# -- outcomes of one unit ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Evicted:
+    """Every live member of ``unit`` was evicted (or would be): ``pods`` as
+    ``namespace/name``; ``counted`` bytes of this node's working set freed by it."""
+
+    unit: str
+    pods: tuple[str, ...]
+    counted: int
+    why: str
+    finished: bool = False  # a gang started earlier, finished now
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Blocked:
+    """A PodDisruptionBudget refused ``pod`` (now, or earlier: ``in_backoff``); the unit is
+    tried again in ``retry_in`` seconds. ``partial``: members evicted before the refusal."""
+
+    unit: str
+    pod: str
+    reason: str
+    retry_in: float
+    in_backoff: bool = False
+    partial: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Skipped:
+    """``unit`` was passed over: ``reason`` (working set unknown, a member that may never be
+    evicted, already done before a restart)."""
+
+    unit: str
+    reason: str
+    pod: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stop:
+    """Why the walk ended before the plan did: the per-node ``limit``, or an API ``failure``
+    (``partial``: members of the unit under way that were evicted before it)."""
+
+    kind: str  # "limit" | "failure"
+    message: str
+    transient: bool = False
+    partial: tuple[str, ...] = ()
+
+
+UnitOutcome = Evicted | Blocked | Skipped
+
+
+def _split(name: str) -> tuple[str, str]:
+    namespace, _, pod = name.partition("/")
+    return namespace, pod
 
 
 def _refusal(exc: KubeError) -> str | None:
     """Why the API refuses an eviction for now: a PodDisruptionBudget (429), or two budgets
     covering one pod (the API answers 500 and never evicts it until that is fixed)."""
-    if isinstance(exc, TooManyRequests):
-        return f"PodDisruptionBudget: {exc}" if exc.disruption_budget else f"429: {exc}"
+    if isinstance(exc, TooManyRequests) and exc.disruption_budget:
+        return f"PodDisruptionBudget: {exc}"
     if isinstance(exc, ServerError) and "more than one PodDisruptionBudget" in str(exc):
         return f"more than one PodDisruptionBudget covers the pod: {exc}"
     return None
 
 
-def _pod_ref(pod: PodMeta | None, namespace: str, name: str) -> ObjectRef:
-    return ObjectRef(kind="Pod", name=name, namespace=namespace, uid=pod.uid if pod else "")
+class _Refused(Exception):
+    """A member's eviction was refused by a budget (internal to the walk); ``evicted``: the
+    members evicted before it."""
+
+    def __init__(self, pod: str, why: str, retry_after: float | None) -> None:
+        super().__init__(why)
+        self.pod, self.why, self.retry_after = pod, why, retry_after
+        self.evicted: list[str] = []
+
+
+class _Failed(Exception):
+    """An API failure mid-unit, with the members evicted before it (internal to the walk)."""
+
+    def __init__(self, exc: KubeError, evicted: list[str]) -> None:
+        super().__init__(str(exc))
+        self.exc, self.evicted = exc, evicted
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Member:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+async def _evict_one(kube: KubeClient, m: _Member, *, dry_run: bool) -> bool:
+    """Evict one member (UID precondition); False when it is gone or replaced. Raises
+    :class:`_Refused` for a budget's refusal, :class:`KubeError` for anything else."""
+    try:
+        await kube.evict_pod(name=m.name, namespace=m.namespace, uid=m.uid, dry_run=dry_run)
+    except (NotFound, Conflict):
+        return False  # gone meanwhile, or a new pod under the name: not the one decided on
+    except KubeError as exc:
+        if (why := _refusal(exc)) is None:
+            raise
+        raise _Refused(m.ref, why, getattr(exc, "retry_after", None)) from exc
+    return True
+
+
+async def _evict_all(kube: KubeClient, members: list[_Member], *, dry_run: bool) -> list[str]:
+    """Evict each member in order; the ones evicted. Raises :class:`_Refused` or
+    :class:`_Failed` carrying the members evicted before it."""
+    done: list[str] = []
+    for m in members:
+        try:
+            if await _evict_one(kube, m, dry_run=dry_run):
+                done.append(m.ref)
+        except _Refused as refused:
+            refused.evicted = done
+            raise
+        except KubeError as exc:
+            raise _Failed(exc, done) from exc
+    return done
+
+
+# -- gangs recorded on the Node ----------------------------------------------------------------
+async def _read_gangs(kube: KubeClient, node: str) -> tuple[JSON, dict[str, Any]]:
+    current = await kube.get_node(name=node)
+    text = (current.get("metadata", {}).get("annotations") or {}).get(GANGS_ANNOTATION)
+    try:
+        gangs = json.loads(text) if text else {}
+        if not isinstance(gangs, dict):
+            gangs = {}
+    except ValueError:
+        log.warning("node %s: unreadable %s annotation, ignored", node, GANGS_ANNOTATION)
+        gangs = {}
+    return current, gangs
+
+
+async def _write_gangs(
+    kube: KubeClient, node: str, change: Callable[[dict[str, Any]], None], *, dry_run: bool
+) -> None:
+    """Read, change and write the node's gang record with its resourceVersion (a concurrent
+    writer is a Conflict: read again)."""
+    for attempt in range(5):
+        current, gangs = await _read_gangs(kube, node)
+        change(gangs)
+        value = json.dumps(gangs, separators=(",", ":"), sort_keys=True) if gangs else None
+        patch = {
+            "metadata": {
+                "resourceVersion": current["metadata"]["resourceVersion"],
+                "annotations": {GANGS_ANNOTATION: value},
+            }
+        }
+        try:
+            await kube.patch_node(name=node, patch=patch, dry_run=dry_run)
+            return
+        except Conflict:
+            if attempt == 4:
+                raise
+
+
+def _forget(key: str) -> Callable[[dict[str, Any]], None]:
+    """The change that removes one gang from the node's record."""
+
+    def change(gangs: dict[str, Any]) -> None:
+        gangs.pop(key, None)
+
+    return change
+
+
+def _members_of(record: Mapping[str, Any]) -> list[_Member]:
+    return [
+        _Member(namespace=str(m[0]), name=str(m[1]), uid=str(m[2]), node=str(m[3]))
+        for m in record.get("members", [])
+        if isinstance(m, list) and len(m) == 4
+    ]
+
+
+# -- the walk ----------------------------------------------------------------------------------
+@dataclass(slots=True, kw_only=True)
+class _Walk:
+    """One eviction run over a plan. ``progress`` is the journal's record of this step: units
+    done and bytes freed before an agent restart are not done or counted twice."""
+
+    kube: KubeClient
+    node: str
+    rule: str
+    note: str
+    dry_run: bool
+    limiter: EvictionLimiter
+    backoff: EvictionBackoff
+    progress: MutableMapping[str, Any]
+    checkpoint: Callable[[], None]
+    outcomes: list[UnitOutcome] = dataclasses.field(default_factory=list)
+    stop: Stop | None = None
+
+    @property
+    def freed(self) -> int:
+        return int(self.progress.get("freed", 0))
+
+    def _done(self, outcome: Evicted) -> None:
+        self.outcomes.append(outcome)
+        self.progress["freed"] = self.freed + outcome.counted
+        self.progress["units"] = [*self.progress.get("units", []), outcome.unit]
+        self.checkpoint()
+
+    async def finish_gangs(self, usage: Mapping[str, int]) -> None:
+        """Evict what is left of gangs an earlier run started on this node."""
+        _, gangs = await _read_gangs(self.kube, self.node)
+        for key, record in sorted(gangs.items()):
+            members = _members_of(record)
+            try:
+                evicted = await _evict_all(self.kube, members, dry_run=self.dry_run)
+            except _Refused as refused:
+                retry_in = self.backoff.refused(key, retry_after=refused.retry_after)
+                self.outcomes.append(
+                    Blocked(
+                        unit=key,
+                        pod=refused.pod,
+                        reason=f"{refused.why} (finishing a gang started earlier)",
+                        retry_in=retry_in,
+                        partial=tuple(refused.evicted),
+                    )
+                )
+                continue
+            if not self.dry_run:
+                await _write_gangs(self.kube, self.node, _forget(key), dry_run=False)
+            if not evicted:
+                continue  # every member was already gone: only the record was left
+            self._done(
+                Evicted(
+                    unit=key,
+                    pods=tuple(evicted),
+                    counted=sum(usage.get(m.uid, 0) for m in members if m.ref in evicted),
+                    why=f"finishing a gang started {record.get('at', 'earlier')} by "
+                    f"{record.get('by', '?')} (rule {record.get('rule', '?')})",
+                    finished=True,
+                )
+            )
+
+    async def members(self, unit: Unit) -> list[PodMeta]:
+        """Every live pod of the unit, cluster-wide for a gang: the namespace's pods (by label
+        where the gang has one) whose gang is this one."""
+        if unit.kind == "pod":
+            return list(unit.pods)
+        items, _ = await self.kube.list_pods(
+            namespace=unit.namespace, label_selector=unit.label_selector()
+        )
+        found = {
+            m.uid: m
+            for m in (pod_meta(p) for p in items)
+            if not m.terminating and gang_of(m) == (unit.kind, unit.name)
+        }
+        found.update({p.uid: p for p in unit.pods})
+        return sorted(found.values(), key=lambda m: (m.node_name, m.name))
+
+    async def one(self, unit: Unit, why: str) -> None:
+        """Try one unit; its outcome goes to ``outcomes``; raises :class:`_Failed`."""
+        if (until := self.backoff.until(unit.key)) is not None:
+            self.outcomes.append(
+                Blocked(
+                    unit=unit.key,
+                    pod="",
+                    reason="in backoff after a PodDisruptionBudget refusal",
+                    retry_in=round(until - self.backoff.clock(), 1),
+                    in_backoff=True,
+                )
+            )
+            return
+        try:
+            metas = await self.members(unit)
+        except KubeError as exc:
+            raise _Failed(exc, []) from exc
+        never = [(m, r) for m in metas if (r := never_evicted(m))]
+        if never:
+            m, r = never[0]
+            self.outcomes.append(
+                Skipped(
+                    unit=unit.key,
+                    pod=f"{m.namespace}/{m.name}",
+                    reason=f"a member may not be evicted: {r}",
+                )
+            )
+            return
+        members = [
+            _Member(namespace=p.namespace, name=p.name, uid=p.uid, node=p.node_name) for p in metas
+        ]
+        gang = len(members) > 1
+        try:
+            if gang or self.dry_run:
+                # Ask first for every member: a budget refusing one leaves the whole gang running.
+                for member in members:
+                    await _evict_one(self.kube, member, dry_run=True)
+            if gang:
+                await _write_gangs(
+                    self.kube,
+                    self.node,
+                    lambda g: self._record(g, unit, members),
+                    dry_run=self.dry_run,
+                )
+            evicted = await _evict_all(self.kube, members, dry_run=self.dry_run)
+        except _Refused as refused:
+            partial = tuple(refused.evicted)
+            retry_in = self.backoff.refused(unit.key, retry_after=refused.retry_after)
+            if partial:
+                self.limiter.record(self.node)
+            self.outcomes.append(
+                Blocked(
+                    unit=unit.key,
+                    pod=refused.pod,
+                    reason=refused.why,
+                    retry_in=retry_in,
+                    partial=partial,
+                )
+            )
+            return
+        except KubeError as exc:
+            raise _Failed(exc, []) from exc
+        self.limiter.record(self.node)
+        self.backoff.succeeded(unit.key)
+        if gang and not self.dry_run:
+            try:
+                await _write_gangs(self.kube, self.node, _forget(unit.key), dry_run=False)
+            except KubeError as exc:  # evicted all the same; the next run clears the record
+                log.warning("gang %s evicted, record not cleared: %s", unit.key, exc)
+        self._done(Evicted(unit=unit.key, pods=tuple(evicted), counted=unit.usage_bytes, why=why))
+
+    def _record(self, gangs: dict[str, Any], unit: Unit, members: list[_Member]) -> None:
+        while len(gangs) >= _MAX_OPEN_GANGS:  # a node is never a log of every gang ever
+            gangs.pop(min(gangs, key=lambda k: str(gangs[k].get("at", ""))))
+        gangs[unit.key] = {
+            "members": [[m.namespace, m.name, m.uid, m.node] for m in members],
+            "at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "by": self.node,
+            "rule": self.rule,
+        }
+
+    async def run(self, plan: EvictionPlan, target: int, usage: Mapping[str, int]) -> None:
+        """Finish started gangs, then evict units in order until ``target`` bytes are freed
+        (0: one unit), the limit is spent or the API fails."""
+        already = set(self.progress.get("units", []))
+        try:
+            await self.finish_gangs(usage)
+            for unit, why in plan.ranked:
+                if self.progress.get("units") and self.freed >= target:
+                    break
+                if unit.key in already:
+                    continue  # done before a restart (counted in ``freed``)
+                if not self.limiter.allows(self.node):
+                    self.stop = Stop(
+                        kind="limit",
+                        message=f"eviction limit reached ({self.limiter.max_units} per "
+                        f"{self.limiter.window:.0f}s on {self.node})",
+                    )
+                    return
+                if target > 0 and not unit.usage_known:
+                    # Without a working set the target cannot be measured: never evict blind.
+                    self.outcomes.append(Skipped(unit=unit.key, reason="working set unknown"))
+                    continue
+                await self.one(unit, why)
+        except _Failed as failed:
+            self.stop = Stop(
+                kind="failure",
+                message=f"eviction stopped by an API error: {type(failed.exc).__name__}: "
+                f"{failed.exc}",
+                transient=failed.exc.transient,
+                partial=tuple(failed.evicted),
+            )
+        except KubeError as exc:  # reading the node's gang record
+            self.stop = Stop(
+                kind="failure",
+                message=f"eviction stopped by an API error: {type(exc).__name__}: {exc}",
+                transient=exc.transient,
+            )
+
+
+def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[AuditEvent, ...]:
+    verb = "would evict" if walk.dry_run else "evicted"
+    out: list[AuditEvent] = []
+
+    def ref(name: str) -> ObjectRef:
+        namespace, pod = _split(name)
+        meta = pods.get((namespace, pod))
+        return ObjectRef(kind="Pod", name=pod, namespace=namespace, uid=meta.uid if meta else "")
+
+    for o in walk.outcomes:
+        if isinstance(o, Evicted):
+            for p in o.pods:
+                out.append(
+                    AuditEvent(
+                        obj=ref(p),
+                        reason="NodeguardEvicted",
+                        message=f"{verb} {p} from {walk.node} for rule {walk.rule} "
+                        f"({walk.note}): {o.why}",
+                        type="Warning",
+                    )
+                )
+        elif isinstance(o, Blocked) and not o.in_backoff:
+            for p in o.partial:
+                out.append(
+                    AuditEvent(
+                        obj=ref(p),
+                        reason="NodeguardEvicted",
+                        message=f"{verb} {p} from {walk.node} for rule {walk.rule}: part of "
+                        f"{o.unit}, whose member {o.pod} a PodDisruptionBudget refused",
+                        type="Warning",
+                    )
+                )
+            message = f"eviction of {o.pod} refused ({o.reason}); never by DELETE" + (
+                f"; tried again after {o.retry_in:.0f}s"
+                if not walk.dry_run
+                else f"; a real run would try again after {o.retry_in:.0f}s"
+            )
+            out.append(
+                AuditEvent(
+                    obj=ref(o.pod),
+                    reason="NodeguardEvictionBlocked",
+                    message=message,
+                    type="Warning",
+                )
+            )
+    if walk.stop is not None:
+        for p in walk.stop.partial:
+            out.append(
+                AuditEvent(
+                    obj=ref(p),
+                    reason="NodeguardEvicted",
+                    message=f"{verb} {p} from {walk.node} for rule {walk.rule}, before "
+                    f"{walk.stop.message}",
+                    type="Warning",
+                )
+            )
+    return tuple(out)
 
 
 async def evict(
     *,
     kube: KubeClient,
-    auditor: Auditor,
     node: str,
     plan: EvictionPlan,
     target_bytes: int,
@@ -121,170 +549,64 @@ async def evict(
     dry_run: bool,
     limiter: EvictionLimiter,
     backoff: EvictionBackoff,
+    note: str = "",
+    usage: Mapping[str, int] | None = None,
+    progress: MutableMapping[str, Any] | None = None,
+    checkpoint: Callable[[], None] = lambda: None,
 ) -> ActionResult:
     """Evict units of ``plan`` in order until ``target_bytes`` are freed (0: just the first).
-    With a target, units whose working set is unknown are skipped, never evicted blind.
+    With a target, units whose working set is unknown are skipped, never evicted blind. Gangs
+    an earlier run left half-evicted on ``node`` are finished first.
 
     Outcomes: done (at least one unit evicted, or would be); blocked (every candidate refused
-    by a PodDisruptionBudget or in backoff); refused (the per-node limit is spent); noop (no
-    candidate); failed (an API error stopped it: what was evicted stays evicted, and the next
-    try skips it because it is terminating).
+    by a PodDisruptionBudget or in backoff); refused (the per-node limit is spent before
+    anything was evicted); noop (no candidate); failed (an API error stopped it: what was
+    evicted is listed and evented all the same, ``retry`` when transient). The result carries
+    one Event per pod evicted or refused; it is not audited here.
     """
+    walk = _Walk(
+        kube=kube,
+        node=node,
+        rule=rule,
+        note=note,
+        dry_run=dry_run,
+        limiter=limiter,
+        backoff=backoff,
+        progress=progress if progress is not None else {},
+        checkpoint=checkpoint,
+    )
+    await walk.run(plan, target_bytes, usage or {})
+    evicted = [o for o in walk.outcomes if isinstance(o, Evicted)]
+    blocked = [o for o in walk.outcomes if isinstance(o, Blocked)]
+    skipped = [o for o in walk.outcomes if isinstance(o, Skipped)]
+    stop = walk.stop
+    outcome: Outcome
+    if stop is not None and stop.kind == "failure":
+        outcome = "failed"
+    elif evicted:
+        outcome = "done"
+    elif stop is not None:
+        outcome = "refused"
+    elif blocked:
+        outcome = "blocked"
+    else:
+        outcome = "noop"
     verb = "would evict" if dry_run else "evicted"
-    freed = 0
-    done_units: list[dict[str, Any]] = []
-    blocked: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
-    outcome: Outcome | None = None
-    message = ""
+    partial = [p for b in blocked for p in b.partial] + list(stop.partial if stop else ())
+    names = ", ".join(o.unit for o in evicted) or "nothing"
+    message = (
+        f"{verb} {len(evicted)} unit(s) ({names}), {walk.freed} B of working set "
+        f"(target {target_bytes} B)"
+    )
+    if partial:
+        message += f"; {verb} also {', '.join(partial)} of unit(s) left half-done"
+    for b in blocked:
+        message += f"; blocked: {b.pod or b.unit} ({b.reason})"
+    for s in skipped:
+        message += f"; skipped: {s.unit} ({s.reason})"
+    if stop is not None:
+        message += f"; {stop.message}"
     by_name = {(p.namespace, p.name): p for u, _ in plan.ranked for p in u.pods}
-    for unit, why in plan.ranked:
-        if done_units and freed >= target_bytes:
-            break
-        if not limiter.allows(node):
-            outcome, message = (
-                "refused",
-                f"eviction limit reached ({limiter.max_units} per {limiter.window:.0f}s on {node})",
-            )
-            break
-        if target_bytes > 0 and not unit.usage_known:
-            # Without a working set the target cannot be measured: never evict blind.
-            skipped.append({"unit": unit.key, "reason": "working set unknown"})
-            continue
-        wait_until = backoff.until(unit.key)
-        if wait_until is not None:
-            blocked.append(
-                {
-                    "unit": unit.key,
-                    "reason": "in backoff after a PodDisruptionBudget refusal",
-                    "retry_in_seconds": round(wait_until - backoff.clock(), 1),
-                }
-            )
-            continue
-        try:
-            members = await _members(kube, unit)
-            never = [(m, r) for m in members if (r := never_evicted(m))]
-            if never:
-                m, r = never[0]
-                blocked.append(
-                    {
-                        "unit": unit.key,
-                        "pod": f"{m.namespace}/{m.name}",
-                        "reason": f"a member may not be evicted: {r}",
-                    }
-                )
-                continue
-            # Ask first (dryRun=All) for every member of a gang, so a budget that refuses one
-            # member leaves the whole gang running rather than half of it dead.
-            checks = members if (dry_run or len(members) > 1) else []
-            refused = None
-            for m in checks:
-                try:
-                    await kube.evict_pod(name=m.name, namespace=m.namespace, dry_run=True)
-                except NotFound:
-                    continue
-                except KubeError as exc:
-                    if (why_not := _refusal(exc)) is None:
-                        raise
-                    refused = (m, why_not, getattr(exc, "retry_after", None))
-                    break
-            evicted: list[str] = []
-            if refused is None and not dry_run:
-                for m in members:
-                    try:
-                        await kube.evict_pod(name=m.name, namespace=m.namespace, dry_run=False)
-                    except NotFound:
-                        continue  # gone meanwhile: nothing to do
-                    except KubeError as exc:
-                        if (why_not := _refusal(exc)) is None:
-                            raise
-                        refused = (m, why_not, getattr(exc, "retry_after", None))
-                        break
-                    evicted.append(f"{m.namespace}/{m.name}")
-            elif refused is None:
-                evicted = [f"{m.namespace}/{m.name}" for m in members]
-            for pod_name in evicted:
-                namespace, name = pod_name.split("/", 1)
-                res = ActionResult(
-                    action="evict",
-                    node=node,
-                    dry_run=dry_run,
-                    outcome="done",
-                    message=f"{verb} {pod_name} from {node} for rule {rule}: {why}",
-                )
-                await auditor.record(
-                    result=res,
-                    obj=_pod_ref(by_name.get((namespace, name)), namespace, name),
-                    reason="NodeguardEvicted",
-                    event_type="Warning",
-                )
-            if refused is not None:
-                m, why_not, retry_after = refused
-                delay = (
-                    backoff.refused(unit.key, retry_after=retry_after)
-                    if not dry_run
-                    else backoff.base
-                )
-                blocked.append(
-                    {
-                        "unit": unit.key,
-                        "pod": f"{m.namespace}/{m.name}",
-                        "reason": why_not,
-                        "retry_in_seconds": delay,
-                        "partial": bool(evicted),
-                    }
-                )
-                res = ActionResult(
-                    action="evict",
-                    node=node,
-                    dry_run=dry_run,
-                    outcome="blocked",
-                    message=f"eviction of {m.namespace}/{m.name} refused "
-                    f"({why_not}); retrying in {delay:.0f}s, never by DELETE"
-                    + (f"; already evicted: {', '.join(evicted)}" if evicted else ""),
-                )
-                await auditor.record(
-                    result=res,
-                    obj=_pod_ref(m, m.namespace, m.name),
-                    reason="NodeguardEvictionBlocked",
-                    event_type="Warning",
-                )
-            if evicted:
-                if not dry_run:
-                    limiter.record(node)
-                    if refused is None:
-                        backoff.succeeded(unit.key)
-                if refused is None:  # a half-evicted gang is not counted as freed memory
-                    freed += unit.usage_bytes
-                done_units.append(
-                    {
-                        "unit": unit.key,
-                        "pods": evicted,
-                        "usage_bytes": unit.usage_bytes,
-                        "why": why,
-                        "partial": refused is not None,
-                    }
-                )
-        except KubeError as exc:
-            outcome = "failed"
-            message = f"eviction stopped by an API error: {type(exc).__name__}: {exc}"
-            break
-
-    if outcome is None:
-        if done_units:
-            outcome = "done"
-        elif blocked:
-            outcome = "blocked"
-        else:
-            outcome = "noop"
-    if not message:
-        names = ", ".join(u["unit"] for u in done_units) or "nothing"
-        message = (
-            f"{verb} {len(done_units)} unit(s) ({names}), {freed} B of memory "
-            f"(target {target_bytes} B); {len(blocked)} blocked"
-        )
-        if skipped:
-            message += f"; {len(skipped)} skipped: working set unknown"
     return ActionResult(
         action="evict",
         node=node,
@@ -292,10 +614,183 @@ async def evict(
         outcome=outcome,
         message=message,
         details={
-            "evicted": done_units,
-            "blocked": blocked,
-            "skipped": skipped,
-            "freed_bytes": freed,
+            "evicted": [
+                {
+                    "unit": o.unit,
+                    "pods": list(o.pods),
+                    "usage_bytes": o.counted,
+                    "why": o.why,
+                    "finished_gang": o.finished,
+                }
+                for o in evicted
+            ],
+            "blocked": [
+                {
+                    "unit": b.unit,
+                    "pod": b.pod,
+                    "reason": b.reason,
+                    "retry_in_seconds": b.retry_in,
+                    "partial": list(b.partial),
+                }
+                for b in blocked
+            ],
+            "skipped": [{"unit": s.unit, "pod": s.pod, "reason": s.reason} for s in skipped],
+            "half_done": partial,
+            "freed_bytes": walk.freed,
             "target_bytes": target_bytes,
+            "limit_used": limiter.used(node),
+        },
+        events=_events(walk, by_name),
+        retry=stop is not None and stop.kind == "failure" and stop.transient,
+    )
+
+
+# -- the action --------------------------------------------------------------------------------
+async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | None, dict[str, int]]:
+    """The plan, the target in bytes (``None``: it cannot be known) and the working sets."""
+    firing, kube = call.firing, call.api()
+    snap = firing.snapshot if firing.snapshot and firing.snapshot.node_name == firing.node else None
+    flt = args.filter()
+    if firing.scope == "gpu":
+        if snap is None or snap.gpu is None or snap.pod_meta is None:
+            return EvictionPlan(ranked=()), None, {}
+        device = next((d for d in snap.gpu.devices if d.key == firing.target), None)
+        if device is None:
+            return EvictionPlan(ranked=()), None, {}
+        plan, usage = gpu_eviction_plan(snapshot=snap, device=device, flt=flt)
+        if args.free is None:
+            return plan, 0, usage
+        total = device.memory.total_bytes if device.memory is not None else None
+        return plan, args.free.of(total), usage
+    if snap is not None and snap.pod_meta is not None:
+        pods = dict(snap.pod_meta)
+        usage = {
+            p.uid: p.memory.working_set_bytes
+            for p in snap.pods
+            if p.memory.working_set_bytes is not None
+        }
+        mem_total = snap.meminfo.total_bytes if snap.meminfo else None
+    else:
+        items, _ = await kube.list_pods(node_name=firing.node)
+        pods = {m.uid: m for m in (pod_meta(p) for p in items)}
+        usage = dict(call.env.usage)
+        mem_total = None
+    plan = plan_eviction(pods=pods, usage=usage, flt=flt)
+    if firing.scope in ("pod", "container"):
+        uid = firing.pod_uid or next(
+            (m.uid for m in pods.values() if (m.namespace, m.name) == firing.pod_ref), None
+        )
+        mine = tuple((u, w) for u, w in plan.ranked if any(p.uid == uid for p in u.pods))
+        plan = EvictionPlan(
+            ranked=mine,
+            excluded=plan.excluded,
+            not_found=""
+            if mine
+            else next(
+                (e.reason for e in plan.excluded if e.pod.uid == uid),
+                "not in this node's pod list",
+            ),
+        )
+        return plan, 0 if args.free is None else args.free.of(mem_total), usage
+    free = args.free or parse_amount(DEFAULT_NODE_FREE)
+    if free.fraction is not None and mem_total is None:
+        # MemTotal of another node: the kubelet reports it as status.capacity.memory
+        # (pkg/kubelet/nodestatus MachineInfo, from cAdvisor's MemoryCapacity = MemTotal).
+        node = await kube.get_node(name=firing.node)
+        mem_total = node_meta(node).capacity_memory_bytes
+    return plan, free.of(mem_total), usage
+
+
+async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
+    try:
+        plan, target, usage = await _victims(call, args)
+    except KubeError as exc:
+        return [
+            ActionResult(
+                action="evict",
+                node=call.node,
+                dry_run=call.dry_run,
+                outcome="failed",
+                message=f"cannot list the pods of {call.node}: {type(exc).__name__}: {exc}",
+                retry=exc.transient,
+            )
+        ]
+    refusal = None
+    if call.firing.scope == "gpu" and not plan.ranked and target is None:
+        refusal = f"no GPU {call.firing.target} with this node's pod list in the snapshot"
+    elif plan.not_found:
+        refusal = f"not evicting pod {call.firing.pod_uid or call.firing.pod_ref}: {plan.not_found}"
+    elif target is None:
+        refusal = (
+            f"free: {args.free} is a share of a total this process does not know "
+            f"({call.firing.node}'s MemTotal or the GPU's memory)"
+        )
+    limiter, backoff = call.limits()
+    if refusal is not None:
+        return [
+            ActionResult(
+                action="evict",
+                node=call.node,
+                dry_run=call.dry_run,
+                outcome="refused",
+                message=refusal,
+                details={"plan": plan_record(plan)},
+            )
+        ]
+    assert target is not None
+    result = await evict(
+        kube=call.api(),
+        node=call.node,
+        plan=plan,
+        target_bytes=target,
+        rule=call.firing.rule,
+        note=call.note,
+        dry_run=call.dry_run,
+        limiter=limiter,
+        backoff=backoff,
+        usage=usage,
+        progress=call.progress,
+        checkpoint=call.checkpoint,
+    )
+    return [dataclasses.replace(result, details={**result.details, "plan": plan_record(plan)})]
+
+
+def plan_record(plan: EvictionPlan) -> dict[str, Any]:
+    """The plan as data (``nodeguard act`` prints it; incidents keep it)."""
+    return {
+        "ranked": [
+            {
+                "unit": u.key,
+                "kind": u.kind,
+                "namespace": u.namespace,
+                "name": u.name,
+                "pods": [p.name for p in u.pods],
+                "usage_bytes": u.usage_bytes if u.usage_known else None,
+                "request_bytes": u.request_bytes,
+                "priority": u.priority,
+                "why": why,
+            }
+            for u, why in plan.ranked
+        ],
+        "excluded": [
+            {"pod": f"{e.pod.namespace}/{e.pod.name}", "why": e.reason} for e in plan.excluded
+        ],
+    }
+
+
+register(
+    Action(
+        name="evict",
+        summary="evict the lowest-ranked pods (gangs whole) through the Eviction API until "
+        "`free` is freed",
+        args=EvictArgs,
+        run=_run_evict,
+        reasons={
+            "done": "NodeguardEvicted",
+            "noop": "NodeguardEvictNoop",
+            "refused": "NodeguardEvictRefused",
+            "blocked": "NodeguardEvictionBlocked",
+            "failed": "NodeguardEvictFailed",
         },
     )
+)

@@ -1,49 +1,174 @@
-"""Pausing and resuming Katib experiments (kubeflow.org/v1beta1 Experiment).
+"""Pausing and resuming Katib experiments (kubeflow.org/v1beta1) without losing a trial.
 
-Katib has no suspend. Pausing lowers ``spec.parallelTrialCount`` (how many trials run at once)
-to a floor of at least 1 — Katib's validating webhook rejects 0 — and records the original in the
-annotation ``nodeguard.io/paused-parallel-trial-count`` (``"unset"`` when the field was absent)
-and the value it set in ``nodeguard.io/paused-at-parallel-trial-count``; resuming restores the
-original exactly and removes both — unless someone changed the count while it was paused, whose
-newer intent is then kept. A finished experiment (Succeeded or Failed) is not paused.
-``spec.maxTrialCount`` is never touched: reaching it ends the experiment, and with the default
-``resumePolicy: Never`` an ended experiment cannot be restarted. Both are idempotent, and both
-patch with the Experiment's resourceVersion, so a concurrent edit is a Conflict (re-read and
-tried again), not a lost update.
+Katib has no suspend, and its Experiment controller (kubeflow/katib v0.19,
+``pkg/controller.v1beta1/experiment/experiment_controller.go``) makes the obvious pause
+destructive: ``ReconcileTrials`` computes ``active = pending + running`` from the trials, and
+when ``spec.parallelTrialCount`` is below it, ``deleteTrials`` deletes the ``active - parallel``
+newest trials at once, wherever they run. nodeguard therefore never touches
+``parallelTrialCount`` (nor ``maxTrialCount``: reaching it ends the experiment, and with the
+default ``resumePolicy: Never`` it cannot be restarted).
 
-Which experiments: those whose trial pods run on the node (pod label
-``katib.kubeflow.org/experiment``), or those named.
+**The pause** is a ResourceQuota ``nodeguard-katib-pause-<experiment>`` in the experiment's
+namespace with ``count/trials.kubeflow.org: "0"``. The API server's ResourceQuota admission
+refuses every new Trial object there; nothing is deleted (a quota is checked only when an
+object is created), so running and pending trials run to their end. Katib's ``createTrials``
+logs the refused create and goes on (it does not requeue); the trial's suggestion stays in
+the Suggestion's status, so nothing is lost either. It is race-free: the API server enforces
+it, not a reconcile loop racing Katib's. Its scope is the whole namespace — an object-count
+quota cannot select one experiment's Trials — so every experiment of that namespace is held
+while it stands; the dry run, the result and the Event name them. What was paused, by whom
+(``<node>/<rule>``), why and when live on the quota (labels ``nodeguard.io/katib-pause`` and
+``katib.kubeflow.org/experiment``, annotations) and on the Experiment (annotations), so any
+agent after any restart, and ``nodeguard act resume-katib``, finds and resumes it.
+
+**The resume** deletes the quota (UID precondition: only the one nodeguard made), then updates
+the Experiment (its pause annotations removed, ``nodeguard.io/resumed-at`` set): Katib does not
+retry a refused create by itself, and an update of the Experiment is an event its controller
+watches, so it reconciles at once and creates the trials it is owed; an experiment with no
+running trial would otherwise never start another.
+
+Relief for a node under memory pressure comes from cordon and eviction; the pause only stops
+an experiment from adding trials while it lasts. Pauses made by nodeguard before this design
+(``nodeguard.io/paused-parallel-trial-count``) are still resumed: their count is restored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
-from nodeguard.actions.audit import Auditor, ObjectRef
-from nodeguard.actions.base import ActionResult
+from pydantic import AfterValidator, model_validator
+
+from nodeguard.actions.args import ActionArgs
+from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef, Outcome
+from nodeguard.actions.registry import Action, register
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import Conflict, KubeError, NotFound
+from nodeguard.kube.objects import pod_meta
 from nodeguard.snapshot import PodMeta
 
-__all__ = ["experiments_on_node", "pause_katib", "resume_katib"]
+if TYPE_CHECKING:
+    from nodeguard.actions.context import Call
 
-GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"
-ANNOTATION = "nodeguard.io/paused-parallel-trial-count"
-FLOOR_ANNOTATION = "nodeguard.io/paused-at-parallel-trial-count"
-BY_ANNOTATION = "nodeguard.io/paused-by"
+__all__ = [
+    "EXPERIMENT_LABEL",
+    "QUOTA_LABEL",
+    "Census",
+    "census",
+    "experiments_on_node",
+    "pause_experiment",
+    "paused_experiments",
+    "quota_name",
+    "resume_experiment",
+]
+
+GROUP, VERSION = "kubeflow.org", "v1beta1"
+EXPERIMENTS, TRIALS = "experiments", "trials"
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"
+TRIAL_COUNT = "count/trials.kubeflow.org"
+QUOTA_LABEL = "nodeguard.io/katib-pause"
+ANN_BY = "nodeguard.io/paused-by"
+ANN_AT = "nodeguard.io/paused-at"
+ANN_REASON = "nodeguard.io/pause-reason"
+ANN_QUOTA = "nodeguard.io/pause-quota"
+ANN_RESUMED = "nodeguard.io/resumed-at"
+_PAUSE_ANNOTATIONS = (ANN_BY, ANN_AT, ANN_REASON, ANN_QUOTA)
+# The pause of nodeguard before 0.2 (parallelTrialCount lowered): still resumed.
+LEGACY_COUNT = "nodeguard.io/paused-parallel-trial-count"
+LEGACY_FLOOR = "nodeguard.io/paused-at-parallel-trial-count"
 _UNSET = "unset"
 
 
+def quota_name(experiment: str) -> str:
+    """The pause quota's name for an experiment (a DNS subdomain: the experiment's name is a
+    DNS label, at most 63 characters)."""
+    return f"nodeguard-katib-pause-{experiment}"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def experiments_on_node(pods: Mapping[str, PodMeta]) -> list[tuple[str, str]]:
-    """``(namespace, experiment)`` of every experiment with a live trial pod on the node."""
+    """``(namespace, experiment)`` of every experiment with a live trial pod on the node (pod
+    label ``katib.kubeflow.org/experiment``, set by Katib's trial templates)."""
     found = {
         (p.namespace, p.labels[EXPERIMENT_LABEL])
         for p in pods.values()
         if EXPERIMENT_LABEL in p.labels and not p.terminating
     }
     return sorted(found)
+
+
+# -- Katib's own arithmetic --------------------------------------------------------------------
+def _has(trial: JSON, kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (trial.get("status") or {}).get("conditions") or []
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Census:
+    """An experiment's trials as Katib's controller counts them
+    (``experiment/util/status_util.go`` ``updateTrialsSummary``: a trial is killed, failed,
+    succeeded, early-stopped, running or metrics-unavailable, in that order of its true
+    conditions, else pending) and what ``ReconcileTrials`` makes of them.
+
+    ``running``/``pending``: trial names; ``completed``: succeeded + failed + killed +
+    early-stopped (what ``ReconcileTrials`` subtracts from ``maxTrialCount``); ``parallel``:
+    ``spec.parallelTrialCount``; ``max_trials``: ``spec.maxTrialCount`` (``None``: no cap)."""
+
+    running: tuple[str, ...]
+    pending: tuple[str, ...]
+    completed: int
+    parallel: int | None
+    max_trials: int | None
+
+    @property
+    def active(self) -> int:
+        return len(self.running) + len(self.pending)
+
+    def deletes(self) -> int:
+        """Trials Katib deletes at its next reconcile: ``active - parallel`` when positive."""
+        if self.parallel is None:
+            return 0
+        return max(0, self.active - self.parallel)
+
+    def may_start(self) -> int:
+        """Trials Katib creates at its next reconcile with no quota in the way:
+        ``min(parallel, max - completed) - active`` when positive."""
+        if self.parallel is None:
+            return 0
+        wanted = self.parallel
+        if self.max_trials is not None:
+            wanted = min(wanted, self.max_trials - self.completed)
+        return max(0, wanted - self.active)
+
+
+def census(experiment: JSON, trials: Iterable[JSON]) -> Census:
+    """Count ``trials`` (those of the experiment) as Katib does."""
+    running, pending, completed = [], [], 0
+    for t in trials:
+        name = str(t.get("metadata", {}).get("name", ""))
+        if any(_has(t, k) for k in ("Killed", "Failed", "Succeeded", "EarlyStopped")):
+            completed += 1
+        elif _has(t, "Running"):
+            running.append(name)
+        elif not _has(t, "MetricsUnavailable"):
+            pending.append(name)
+    spec = experiment.get("spec") or {}
+    parallel, max_trials = spec.get("parallelTrialCount"), spec.get("maxTrialCount")
+    return Census(
+        running=tuple(sorted(running)),
+        pending=tuple(sorted(pending)),
+        completed=completed,
+        parallel=int(parallel) if parallel is not None else None,
+        max_trials=int(max_trials) if max_trials is not None else None,
+    )
 
 
 def _finished(exp: JSON) -> str | None:
@@ -54,277 +179,618 @@ def _finished(exp: JSON) -> str | None:
     return None
 
 
-def _plan(
-    exp: JSON,
-    *,
-    namespace: str,
-    name: str,
-    pause: bool,
-    floor: int,
-    dry_run: bool,
-    by: str,
-    only_by: str | None,
-) -> tuple[JSON | None, str, str]:
-    """``(patch or None for nothing to do, message, Event reason)`` for one experiment."""
-    meta, spec = exp.get("metadata", {}), exp.get("spec", {})
-    annotations = meta.get("annotations") or {}
-    recorded, paused_at = annotations.get(ANNOTATION), annotations.get(FLOOR_ANNOTATION)
-    current = spec.get("parallelTrialCount")
-    rv = meta.get("resourceVersion")
-    what = f"Katib experiment {namespace}/{name}"
-    if pause:
-        if recorded is not None:
-            return None, f"{what} is already paused by nodeguard", ""
-        if (state := _finished(exp)) is not None:
-            return None, f"{what} has {state}: nothing to pause", ""
-        new = max(1, floor)
-        if current is not None and current <= new:
-            return (
-                None,
-                (f"{what} runs {current} trial(s) at once, already at or below the floor {new}"),
-                "",
+def _names(items: Iterable[str], *, most: int = 8) -> str:
+    items = list(items)
+    shown = ", ".join(items[:most])
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "") or "none"
+
+
+# -- one experiment ----------------------------------------------------------------------------
+@dataclass(slots=True, kw_only=True)
+class _Target:
+    """What pause and resume read first: the experiment, its trials, its namespace's other
+    experiments, and the pause quota if there is one."""
+
+    namespace: str
+    name: str
+    experiment: JSON
+    census: Census
+    neighbours: tuple[str, ...]
+    quota: JSON | None
+    other_pauses: tuple[str, ...]
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(
+            kind="Experiment",
+            name=self.name,
+            namespace=self.namespace,
+            uid=str(self.experiment.get("metadata", {}).get("uid", "")),
+            api_version=f"{GROUP}/{VERSION}",
+        )
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return self.experiment.get("metadata", {}).get("annotations") or {}
+
+    def paused_by(self) -> str | None:
+        """Who paused it (``<node>/<rule>``), from the quota or the experiment; ``None`` when
+        nodeguard did not."""
+        if self.quota is not None:
+            return str((self.quota["metadata"].get("annotations") or {}).get(ANN_BY, ""))
+        if ANN_BY in self.annotations or LEGACY_COUNT in self.annotations:
+            return str(self.annotations.get(ANN_BY, ""))
+        return None
+
+
+async def _read(kube: KubeClient, namespace: str, name: str) -> _Target:
+    exp = await kube.get_custom(
+        group=GROUP, version=VERSION, plural=EXPERIMENTS, namespace=namespace, name=name
+    )
+    trials = await kube.list_custom(
+        group=GROUP,
+        version=VERSION,
+        plural=TRIALS,
+        namespace=namespace,
+        label_selector=f"{EXPERIMENT_LABEL}={name}",
+    )
+    others = await kube.list_custom(
+        group=GROUP, version=VERSION, plural=EXPERIMENTS, namespace=namespace
+    )
+    pauses = await kube.list_resource_quotas(
+        label_selector=f"{QUOTA_LABEL}=true", namespace=namespace
+    )
+    quota = next((q for q in pauses if q["metadata"]["name"] == quota_name(name)), None)
+    return _Target(
+        namespace=namespace,
+        name=name,
+        experiment=exp,
+        census=census(exp, trials),
+        neighbours=tuple(
+            sorted(
+                str(o["metadata"]["name"])
+                for o in others
+                if o["metadata"]["name"] != name and _finished(o) is None
             )
-        patch = {
-            "metadata": {
-                "resourceVersion": rv,
-                "annotations": {
-                    ANNOTATION: _UNSET if current is None else str(current),
-                    FLOOR_ANNOTATION: str(new),
-                    BY_ANNOTATION: by,
-                },
-            },
-            "spec": {"parallelTrialCount": new},
-        }
-        shown = current if current is not None else "unset"
-        return (
-            patch,
-            (
-                f"{'would pause' if dry_run else 'paused'} {what}: parallelTrialCount "
-                f"{shown} -> {new} (maxTrialCount untouched)"
-            ),
-            "NodeguardKatibPaused",
-        )
-    if recorded is None:
-        return None, f"{what} was not paused by nodeguard", ""
-    paused_by = annotations.get(BY_ANNOTATION, "")
-    if only_by is not None and paused_by != only_by:
-        return None, f"{what} was paused by {paused_by or '?'}, not {only_by}; left for it", ""
-    unmark = {ANNOTATION: None, FLOOR_ANNOTATION: None, BY_ANNOTATION: None}
-    if recorded != _UNSET and not recorded.isdigit():
-        raise ValueError(
-            f"{what}: annotation {ANNOTATION}={recorded!r} is not a count; "
-            "not guessing what to restore"
-        )
-    if paused_at is not None and str(current) != paused_at:
-        # Someone set parallelTrialCount while it was paused: theirs is the newer intent.
-        patch = {"metadata": {"resourceVersion": rv, "annotations": unmark}}
-        return (
-            patch,
-            (
-                f"{'would leave' if dry_run else 'left'} {what} at parallelTrialCount "
-                f"{current}, set by someone else while paused (was {recorded}); "
-                "nodeguard's mark removed"
-            ),
-            "NodeguardKatibResumed",
-        )
-    original = None if recorded == _UNSET else int(recorded)
-    patch = {
-        "metadata": {"resourceVersion": rv, "annotations": unmark},
-        "spec": {"parallelTrialCount": original},
-    }
-    shown_original = original if original is not None else "unset"
-    return (
-        patch,
-        (
-            f"{'would resume' if dry_run else 'resumed'} {what}: parallelTrialCount "
-            f"{current} -> {shown_original}"
         ),
-        "NodeguardKatibResumed",
+        quota=quota,
+        other_pauses=tuple(
+            sorted(
+                str(
+                    (q["metadata"].get("labels") or {}).get(EXPERIMENT_LABEL, q["metadata"]["name"])
+                )
+                for q in pauses
+                if q is not quota
+            )
+        ),
     )
 
 
-async def _one(
+def _quota_body(t: _Target, *, by: str, reason: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": quota_name(t.name),
+            "namespace": t.namespace,
+            "labels": {QUOTA_LABEL: "true", EXPERIMENT_LABEL: t.name},
+            "annotations": {
+                ANN_BY: by,
+                ANN_AT: _now(),
+                ANN_REASON: reason[:512],
+                "nodeguard.io/note": "Katib Experiment "
+                f"{t.namespace}/{t.name} paused by nodeguard: no new Trial may be created in "
+                "this namespace while this quota exists; delete it (or run nodeguard act "
+                "resume-katib) to resume",
+            },
+        },
+        "spec": {"hard": {TRIAL_COUNT: "0"}},
+    }
+
+
+def _scope(t: _Target) -> str:
+    if not t.neighbours:
+        return f"namespace {t.namespace} has no other running experiment"
+    return (
+        f"the quota holds the whole namespace {t.namespace}: also experiment(s) "
+        f"{_names(t.neighbours)}"
+    )
+
+
+def _result(
+    t: _Target | None,
+    *,
+    action: str,
+    node: str,
+    dry_run: bool,
+    outcome: Outcome,
+    message: str,
+    reason: str,
+    namespace: str,
+    name: str,
+    retry: bool = False,
+    **details: Any,
+) -> ActionResult:
+    ref = (
+        t.ref
+        if t is not None
+        else ObjectRef(
+            kind="Experiment", name=name, namespace=namespace, api_version=f"{GROUP}/{VERSION}"
+        )
+    )
+    return ActionResult(
+        action=action,
+        node=node,
+        dry_run=dry_run,
+        outcome=outcome,
+        message=message,
+        details={"experiment": f"{namespace}/{name}", **details},
+        events=(
+            AuditEvent(
+                obj=ref,
+                reason=reason,
+                message=message,
+                type="Normal" if outcome in ("done", "noop") else "Warning",
+            ),
+        ),
+        retry=retry,
+    )
+
+
+async def pause_experiment(
     *,
     kube: KubeClient,
-    auditor: Auditor,
     node: str,
     namespace: str,
     name: str,
-    pause: bool,
-    floor: int,
-    dry_run: bool,
-    note: str,
     by: str,
-    only_by: str | None,
+    reason: str,
+    dry_run: bool,
 ) -> ActionResult:
-    action = "pause_katib" if pause else "resume_katib"
+    """Pause one experiment (see the module docstring). Outcomes: done; noop (finished, or
+    already paused: then whatever a crash left undone is completed); failed (not found:
+    ``details["not_found"]``; an API error, ``retry`` when transient). The result's details
+    say which trials keep running, that Katib deletes none, and how many may start while
+    paused (none)."""
 
-    def result(outcome: Any, message: str) -> ActionResult:
-        return ActionResult(
-            action=action,
+    def result(outcome: Outcome, message: str, reason_: str, **details: Any) -> ActionResult:
+        return _result(
+            target,
+            action="pause_katib",
             node=node,
             dry_run=dry_run,
             outcome=outcome,
             message=message,
-            details={"experiment": f"{namespace}/{name}"},
-        )
-
-    for attempt in range(3):
-        exp = await kube.get_custom(
-            group=GROUP, version=VERSION, plural=PLURAL, namespace=namespace, name=name
-        )
-        patch, message, reason = _plan(
-            exp,
+            reason=reason_,
             namespace=namespace,
             name=name,
-            pause=pause,
-            floor=floor,
-            dry_run=dry_run,
-            by=by,
-            only_by=only_by,
+            **details,
         )
-        if patch is None:
-            return result("noop", message)
-        try:
+
+    target: _Target | None = None
+    what = f"Katib experiment {namespace}/{name}"
+    try:
+        target = await _read(kube, namespace, name)
+        c = target.census
+        facts = {
+            "running_trials": list(c.running),
+            "pending_trials": list(c.pending),
+            "trials_katib_deletes": 0,
+            "trials_that_may_start": 0,
+            "quota": f"{namespace}/{quota_name(name)}",
+            "namespace_experiments_held": list(target.neighbours),
+        }
+        if (state := _finished(target.experiment)) is not None:
+            return result("noop", f"{what} has {state}: nothing to pause", "NodeguardKatibNoop")
+        held = target.quota is not None
+        if not held:
+            body = _quota_body(target, by=by, reason=reason)
+            try:
+                await kube.create_resource_quota(namespace=namespace, body=body, dry_run=dry_run)
+            except Conflict:  # made meanwhile (another agent): read it and carry on
+                target.quota = await kube.get_resource_quota(
+                    name=quota_name(name), namespace=namespace
+                )
+        marked = target.annotations.get(ANN_QUOTA) == quota_name(name)
+        paused_by = target.paused_by() if held else by
+        if not marked:
+            # The quota first, then the mark: killed between the two, the next pause (or any
+            # resume) finds the quota and finishes the job.
+            patch = {
+                "metadata": {
+                    "annotations": {
+                        ANN_BY: paused_by,
+                        ANN_AT: _now(),
+                        ANN_REASON: reason[:512],
+                        ANN_QUOTA: quota_name(name),
+                    }
+                }
+            }
             await kube.patch_custom(
                 group=GROUP,
                 version=VERSION,
-                plural=PLURAL,
+                plural=EXPERIMENTS,
                 namespace=namespace,
                 name=name,
                 patch=patch,
                 dry_run=dry_run,
             )
-            break
-        except Conflict:
-            if attempt == 2:  # edited under us three times running: give up for now
-                raise
-    meta = exp.get("metadata", {})
-    ref = ObjectRef(
-        kind="Experiment",
-        name=name,
-        namespace=namespace,
-        uid=meta.get("uid", ""),
-        api_version=f"{GROUP}/{VERSION}",
+    except NotFound:
+        return result(
+            "failed",
+            f"{what} not found",
+            "NodeguardKatibFailed",
+            not_found=True,
+        )
+    except KubeError as exc:
+        return result(
+            "failed",
+            f"pause of {what} failed: {type(exc).__name__}: {exc}"
+            + (" (tried again later)" if exc.transient else ""),
+            "NodeguardKatibFailed",
+            retry=exc.transient,
+        )
+    if held and marked:
+        return result(
+            "noop",
+            f"{what} is already paused by nodeguard ({target.paused_by() or '?'})",
+            "NodeguardKatibNoop",
+            **facts,
+        )
+    deleting = (
+        f"Katib deletes none (parallelTrialCount {c.parallel} is left as it is)"
+        if c.deletes() == 0
+        else f"Katib is deleting {c.deletes()} trial(s) on its own (parallelTrialCount "
+        f"{c.parallel} < {c.active} active), not because of this pause"
     )
-    res = result("done", f"{message}; {note}" if note else message)
-    await auditor.record(result=res, obj=ref, reason=reason)
-    return res
+    verb = "would pause" if dry_run else "paused"
+    message = (
+        f"{verb} {what}: no new Trial may be created while paused (ResourceQuota "
+        f"{quota_name(name)}, {TRIAL_COUNT}=0); {len(c.running)} running and "
+        f"{len(c.pending)} pending trial(s) keep running ({_names(c.running + c.pending)}); "
+        f"{deleting}; 0 trials may start until it is resumed; {_scope(target)}"
+    )
+    if held:
+        message += " (the quota was already in place: its mark on the experiment completed)"
+    return result("done", message, "NodeguardKatibPaused", **facts)
 
 
-async def _each(
+def _legacy_patch(t: _Target) -> tuple[JSON, str]:
+    """The spec restore of a pre-0.2 pause (parallelTrialCount lowered) and what it says."""
+    recorded = str(t.annotations[LEGACY_COUNT])
+    current = (t.experiment.get("spec") or {}).get("parallelTrialCount")
+    floor = t.annotations.get(LEGACY_FLOOR)
+    if recorded != _UNSET and not recorded.isdigit():
+        raise ValueError(f"annotation {LEGACY_COUNT}={recorded!r} is not a count")
+    if floor is not None and str(current) != floor:
+        return {}, f"parallelTrialCount {current} kept (set by someone else while paused)"
+    original = None if recorded == _UNSET else int(recorded)
+    return {"parallelTrialCount": original}, f"parallelTrialCount {current} -> {recorded}"
+
+
+async def resume_experiment(
     *,
     kube: KubeClient,
-    auditor: Auditor,
     node: str,
-    experiments: Iterable[tuple[str, str]],
-    pause: bool,
-    floor: int,
+    namespace: str,
+    name: str,
+    only_by: str | None,
     dry_run: bool,
-    note: str,
-    by: str = "",
-    only_by: str | None = None,
-) -> list[ActionResult]:
-    results = []
-    action = "pause_katib" if pause else "resume_katib"
-    for namespace, name in experiments:
-        try:
-            results.append(
-                await _one(
-                    kube=kube,
-                    auditor=auditor,
-                    node=node,
-                    namespace=namespace,
-                    name=name,
-                    pause=pause,
-                    floor=floor,
-                    dry_run=dry_run,
-                    note=note,
-                    by=by,
-                    only_by=only_by,
+) -> ActionResult:
+    """Resume one experiment nodeguard paused: delete its quota, then update the Experiment so
+    Katib reconciles now. With ``only_by`` (a rule's resolve: ``<node>/<rule>``), only a pause
+    made by it; by hand (``None``), any of nodeguard's. Outcomes: done; noop (not paused by
+    nodeguard, or by another rule); failed (not found: ``details["not_found"]``; an API
+    error, ``retry`` when transient)."""
+
+    def result(outcome: Outcome, message: str, reason_: str, **details: Any) -> ActionResult:
+        return _result(
+            target,
+            action="resume_katib",
+            node=node,
+            dry_run=dry_run,
+            outcome=outcome,
+            message=message,
+            reason=reason_,
+            namespace=namespace,
+            name=name,
+            **details,
+        )
+
+    target: _Target | None = None
+    what = f"Katib experiment {namespace}/{name}"
+    try:
+        target = await _read(kube, namespace, name)
+        paused_by = target.paused_by()
+        if paused_by is None:
+            return result("noop", f"{what} was not paused by nodeguard", "NodeguardKatibNoop")
+        if only_by is not None and paused_by != only_by:
+            return result(
+                "noop",
+                f"{what} was paused by {paused_by or '?'}, not {only_by}; left for it",
+                "NodeguardKatibNoop",
+            )
+        said = []
+        if target.quota is not None:
+            meta = target.quota["metadata"]
+            with contextlib.suppress(NotFound):  # deleted meanwhile: the same end
+                await kube.delete_resource_quota(
+                    name=meta["name"], namespace=namespace, uid=meta["uid"], dry_run=dry_run
                 )
+            said.append(f"ResourceQuota {meta['name']} deleted")
+        spec_patch: JSON = {}
+        if LEGACY_COUNT in target.annotations:
+            spec_patch, restored = _legacy_patch(target)
+            said.append(restored)
+        patch: JSON = {
+            "metadata": {
+                "annotations": {
+                    **dict.fromkeys((*_PAUSE_ANNOTATIONS, LEGACY_COUNT, LEGACY_FLOOR)),
+                    ANN_RESUMED: _now(),
+                }
+            }
+        }
+        if spec_patch:
+            patch["spec"] = spec_patch
+        # Always a real change (resumed-at): the update is what makes Katib reconcile again.
+        await kube.patch_custom(
+            group=GROUP,
+            version=VERSION,
+            plural=EXPERIMENTS,
+            namespace=namespace,
+            name=name,
+            patch=patch,
+            dry_run=dry_run,
+        )
+    except NotFound:
+        return result("failed", f"{what} not found", "NodeguardKatibFailed", not_found=True)
+    except (KubeError, ValueError) as exc:
+        transient = isinstance(exc, KubeError) and exc.transient
+        return result(
+            "failed",
+            f"resume of {what} failed: {type(exc).__name__}: {exc}"
+            + (" (tried again later)" if transient else ""),
+            "NodeguardKatibFailed",
+            retry=transient,
+        )
+    c = target.census
+    verb = "would resume" if dry_run else "resumed"
+    if target.other_pauses:
+        # Another experiment's pause quota still holds the namespace.
+        may = 0
+        starts = (
+            f"no trial may start until the pause(s) of {_names(target.other_pauses)} in "
+            f"namespace {namespace} are resumed too"
+        )
+    else:
+        may = c.may_start()
+        starts = f"Katib reconciles now and may start {may} trial(s)"
+    message = (
+        f"{verb} {what} ({'; '.join(said)}): {starts} ({len(c.running)} running, "
+        f"{len(c.pending)} pending, parallelTrialCount {c.parallel})"
+    )
+    return result("done", message, "NodeguardKatibResumed", trials_that_may_start=may)
+
+
+async def paused_experiments(
+    kube: KubeClient, *, by_node: str | None = None, by: str | None = None
+) -> list[tuple[str, str]]:
+    """``(namespace, experiment)`` of every experiment nodeguard holds paused: its pause
+    quotas (label ``nodeguard.io/katib-pause``) and pre-0.2 pauses (annotation on the
+    experiment). ``by``: only those paused by exactly that ``<node>/<rule>``; ``by_node``: only
+    those paused from that node."""
+    found: set[tuple[str, str]] = set()
+
+    def wanted(annotations: Mapping[str, str]) -> bool:
+        who = str(annotations.get(ANN_BY, ""))
+        if by is not None:
+            return who == by
+        if by_node is not None:
+            return who.startswith(f"{by_node}/")
+        return True
+
+    for q in await kube.list_resource_quotas(label_selector=f"{QUOTA_LABEL}=true"):
+        meta = q.get("metadata", {})
+        exp = (meta.get("labels") or {}).get(EXPERIMENT_LABEL)
+        if exp and wanted(meta.get("annotations") or {}):
+            found.add((str(meta["namespace"]), str(exp)))
+    for e in await kube.list_custom(group=GROUP, version=VERSION, plural=EXPERIMENTS):
+        meta = e.get("metadata", {})
+        annotations = meta.get("annotations") or {}
+        if (ANN_QUOTA in annotations or LEGACY_COUNT in annotations) and wanted(annotations):
+            found.add((str(meta["namespace"]), str(meta["name"])))
+    return sorted(found)
+
+
+# -- the actions -------------------------------------------------------------------------------
+def _namespaced(value: str) -> str:
+    namespace, sep, name = value.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise ValueError(f"not NAMESPACE/NAME: {value!r}")
+    return value
+
+
+class _Experiments(ActionArgs):
+    """``experiments``: ``NAMESPACE/NAME`` of the experiments to act on; default: those the
+    firing is about (its pod's; those with trial pods on the node; for a resume, those it
+    paused)."""
+
+    experiments: list[Annotated[str, AfterValidator(_namespaced)]] | None = None
+
+    def named(self) -> list[tuple[str, str]] | None:
+        if not self.experiments:
+            return None
+        return sorted({(e.split("/", 1)[0], e.split("/", 1)[1]) for e in self.experiments})
+
+
+class PauseArgs(_Experiments):
+    """``experiments`` (optional). ``floor`` (nodeguard before 0.2) is refused with why."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_floor(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "floor" in data:
+            raise ValueError(
+                "floor: no longer taken: lowering parallelTrialCount makes Katib delete "
+                "running trials; the pause now holds new trials with a ResourceQuota "
+                "(remove the argument)"
             )
-        except NotFound:
-            results.append(
-                ActionResult(
-                    action=action,
-                    node=node,
-                    dry_run=dry_run,
-                    outcome="noop",
-                    message=f"experiment {namespace}/{name} not found",
-                )
-            )
-        except (KubeError, ValueError) as exc:
-            res = ActionResult(
-                action=action,
-                node=node,
-                dry_run=dry_run,
-                outcome="failed",
-                message=f"{action} of {namespace}/{name} failed: {type(exc).__name__}: {exc}",
-            )
-            await auditor.record(
-                result=res,
-                obj=ObjectRef(
-                    kind="Experiment",
-                    name=name,
-                    namespace=namespace,
-                    api_version=f"{GROUP}/{VERSION}",
+        return data
+
+
+class ResumeArgs(_Experiments):
+    """``experiments`` (optional)."""
+
+
+async def _chosen(call: Call) -> list[tuple[str, str]]:
+    """The experiments a pause acts on: the pod's (a pod or container rule, an alert naming a
+    pod), else those with trial pods on the node (from the snapshot, or the API)."""
+    firing = call.firing
+    snap = firing.snapshot
+    if snap is not None and snap.node_name == firing.node and snap.pod_meta is not None:
+        pods = dict(snap.pod_meta)
+    else:
+        items, _ = await call.api().list_pods(node_name=firing.node)
+        pods = {m.uid: m for m in (pod_meta(p) for p in items)}
+    uid = firing.pod_uid or next(
+        (m.uid for m in pods.values() if (m.namespace, m.name) == firing.pod_ref), None
+    )
+    if firing.scope in ("pod", "container") and uid in pods:
+        meta = pods[uid]
+        exp = meta.labels.get(EXPERIMENT_LABEL)
+        return [(meta.namespace, exp)] if exp else []
+    return experiments_on_node(pods)
+
+
+def _by(call: Call) -> str:
+    return f"{call.firing.node}/{call.firing.rule}"
+
+
+def _none(call: Call, action: str, message: str, reason: str) -> list[ActionResult]:
+    return [
+        ActionResult(
+            action=action,
+            node=call.node,
+            dry_run=call.dry_run,
+            outcome="noop",
+            message=message,
+            events=(
+                AuditEvent(
+                    obj=ObjectRef(kind="Node", name=call.node), reason=reason, message=message
                 ),
-                reason="NodeguardKatibFailed",
-                event_type="Warning",
+            ),
+        )
+    ]
+
+
+async def _run_pause(call: Call, args: PauseArgs) -> list[ActionResult]:
+    named = args.named() or [(str(e[0]), str(e[1])) for e in call.progress.get("experiments", [])]
+    try:
+        experiments = named or await _chosen(call)
+    except KubeError as exc:
+        return [
+            ActionResult(
+                action="pause_katib",
+                node=call.node,
+                dry_run=call.dry_run,
+                outcome="failed",
+                message=f"cannot list the pods of {call.node}: {exc}",
+                retry=exc.transient,
             )
-            results.append(res)
-    return results
+        ]
+    if not experiments:
+        return _none(
+            call,
+            "pause_katib",
+            f"no Katib experiment has trials on {call.node}",
+            "NodeguardKatibNoop",
+        )
+    # A pause resumed after a restart acts on the experiments chosen before it.
+    call.progress["experiments"] = [list(e) for e in experiments]
+    call.checkpoint()
+    return [
+        await pause_experiment(
+            kube=call.api(),
+            node=call.node,
+            namespace=ns,
+            name=name,
+            by=_by(call),
+            reason=call.note,
+            dry_run=call.dry_run,
+        )
+        for ns, name in experiments
+    ]
 
 
-async def pause_katib(
-    *,
-    kube: KubeClient,
-    auditor: Auditor,
-    node: str,
-    experiments: Iterable[tuple[str, str]],
-    floor: int = 1,
-    dry_run: bool,
-    note: str = "",
-    by: str = "nodeguard act",
-) -> list[ActionResult]:
-    """Pause each ``(namespace, name)`` experiment; one result per experiment. ``note`` (the
-    incident) is appended to the Event's message; ``by`` (``<node>/<rule>``) is recorded on the
-    experiment, so that rule's resolve resumes only what it paused."""
-    return await _each(
-        kube=kube,
-        auditor=auditor,
-        node=node,
-        experiments=experiments,
-        pause=True,
-        floor=floor,
-        dry_run=dry_run,
-        note=note,
-        by=by,
+async def _run_resume(call: Call, args: ResumeArgs) -> list[ActionResult]:
+    by_hand = call.firing.source == "act"
+    try:
+        if args.named():
+            experiments = args.named() or []
+        elif by_hand:
+            # Paused from this node by any rule, and paused ones with trials on it.
+            on_node = set(await _chosen(call))
+            experiments = sorted(
+                set(await paused_experiments(call.api(), by_node=call.node))
+                | (on_node & set(await paused_experiments(call.api())))
+            )
+        else:
+            experiments = await paused_experiments(call.api(), by=_by(call))
+    except KubeError as exc:
+        return [
+            ActionResult(
+                action="resume_katib",
+                node=call.node,
+                dry_run=call.dry_run,
+                outcome="failed",
+                message=f"cannot find the experiments to resume: {exc}",
+                retry=exc.transient,
+            )
+        ]
+    if not experiments:
+        return _none(
+            call,
+            "resume_katib",
+            f"no Katib experiment paused {'from ' + call.node if by_hand else 'by ' + _by(call)}",
+            "NodeguardKatibNoop",
+        )
+    return [
+        await resume_experiment(
+            kube=call.api(),
+            node=call.node,
+            namespace=ns,
+            name=name,
+            only_by=None if by_hand else _by(call),
+            dry_run=call.dry_run,
+        )
+        for ns, name in experiments
+    ]
+
+
+_REASONS: dict[Outcome, str] = {
+    "done": "NodeguardKatibPaused",
+    "noop": "NodeguardKatibNoop",
+    "refused": "NodeguardKatibFailed",
+    "blocked": "NodeguardKatibFailed",
+    "failed": "NodeguardKatibFailed",
+}
+register(
+    Action(
+        name="pause_katib",
+        summary="stop Katib experiments from creating trials (a ResourceQuota on Trials in "
+        "their namespace); running trials keep running",
+        args=PauseArgs,
+        run=_run_pause,
+        undo="resume_katib",
+        reasons=_REASONS,
     )
-
-
-async def resume_katib(
-    *,
-    kube: KubeClient,
-    auditor: Auditor,
-    node: str,
-    experiments: Iterable[tuple[str, str]],
-    dry_run: bool,
-    note: str = "",
-    only_by: str | None = None,
-) -> list[ActionResult]:
-    """Resume each experiment that nodeguard paused, restoring parallelTrialCount exactly.
-    With ``only_by``, only those that pause recorded as paused by it (a rule's resolve); by
-    hand (``None``), any that nodeguard paused."""
-    return await _each(
-        kube=kube,
-        auditor=auditor,
-        node=node,
-        experiments=experiments,
-        pause=False,
-        floor=1,
-        dry_run=dry_run,
-        note=note,
-        only_by=only_by,
+)
+register(
+    Action(
+        name="resume_katib",
+        summary="undo nodeguard's pause: delete the quota and make Katib reconcile",
+        args=ResumeArgs,
+        run=_run_resume,
+        reasons={**_REASONS, "done": "NodeguardKatibResumed"},
     )
+)

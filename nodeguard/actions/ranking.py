@@ -24,9 +24,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nodeguard.snapshot import PodMeta
+from nodeguard.snapshot import GpuDevice, NodeSnapshot, PodMeta
 
-__all__ = ["EvictFilter", "EvictionPlan", "Exclusion", "Unit", "plan_eviction"]
+__all__ = [
+    "EvictFilter",
+    "EvictionPlan",
+    "Exclusion",
+    "Unit",
+    "gang_of",
+    "gpu_eviction_plan",
+    "never_evicted",
+    "plan_eviction",
+]
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
 SYSTEM_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
@@ -89,10 +98,13 @@ class Exclusion:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvictionPlan:
-    """Units in eviction order, each with the reason for its place; exclusions with theirs."""
+    """Units in eviction order, each with the reason for its place; exclusions with theirs.
+    ``not_found``: for a plan narrowed to one pod (a pod or container rule), why that pod is
+    not in it (excluded, or not on the node); empty otherwise."""
 
     ranked: tuple[tuple[Unit, str], ...]
     excluded: tuple[Exclusion, ...] = field(default=())
+    not_found: str = ""
 
 
 # Pod annotations and labels that name a PodGroup: Volcano, and the scheduler-plugins
@@ -213,3 +225,37 @@ def plan_eviction(
             why += f"; {u.kind} of {len(u.pods)} pod(s) on this node, evicted together"
         ranked.append((u, why))
     return EvictionPlan(ranked=tuple(ranked), excluded=tuple(excluded))
+
+
+def gpu_eviction_plan(
+    *, snapshot: NodeSnapshot, device: GpuDevice, flt: EvictFilter
+) -> tuple[EvictionPlan, dict[str, int]]:
+    """Rank the pods with compute processes on one GPU for a ``gpu`` rule: lowest priority
+    first, then the most memory on that GPU (NVML's per-process ``usedGpuMemory``), then the
+    unit key. Returns the plan and pod UID -> bytes on that GPU; a pod with any process whose
+    memory NVML does not report has an unknown total (it ranks with usage unknown)."""
+    usage: dict[str, int] = {}
+    unknown: set[str] = set()
+    for u in snapshot.gpu_containers():
+        if u.gpu_index != device.index:
+            continue
+        if u.used_bytes is None:
+            unknown.add(u.pod_uid)
+        else:
+            usage[u.pod_uid] = usage.get(u.pod_uid, 0) + u.used_bytes
+    on_gpu = unknown | set(usage)
+    pods = {uid: m for uid, m in (snapshot.pod_meta or {}).items() if uid in on_gpu}
+    for uid in unknown:
+        usage.pop(uid, None)  # part of its GPU memory is unknown, so is its total
+    plan = plan_eviction(pods=pods, usage=usage, flt=flt)
+    ranked = sorted(plan.ranked, key=lambda r: (r[0].priority, -r[0].usage_bytes, r[0].key))
+    where = f"GPU {device.index} ({device.key})"
+    reasons = []
+    for unit, _ in ranked:
+        known = f"{unit.usage_bytes} B of GPU memory on {where}"
+        why = known if unit.usage_known else f"GPU memory on {where} unknown"
+        why += f"; priority {unit.priority}"
+        if unit.kind != "pod":
+            why += f"; {unit.kind} of {len(unit.pods)} pod(s) on this GPU, evicted together"
+        reasons.append((unit, why))
+    return EvictionPlan(ranked=tuple(reasons), excluded=plan.excluded), usage

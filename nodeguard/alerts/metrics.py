@@ -1,5 +1,5 @@
-"""``nodeguard_webhook_requests_total{code}`` and
-``nodeguard_webhook_alerts_total{status,outcome}`` from the receiver's counters."""
+"""``nodeguard_webhook_requests_total{code}``, ``nodeguard_webhook_alerts_total{status,outcome}``
+and ``nodeguard_webhook_claims_total{outcome}`` from the receiver's counters."""
 
 from __future__ import annotations
 
@@ -57,4 +57,12 @@ class WebhookCollector(Collector):
         )
         for (status, outcome), n in sorted(self._receiver.counts.items()):
             alerts.add_metric([status, outcome], n)
-        yield from (requests, alerts)
+        claims = CounterMetricFamily(
+            "nodeguard_webhook_claims",
+            "claims of alert deliveries on their target Node, by outcome (claimed, ours, "
+            "duplicate: another agent has it, stale, unavailable: tried again later)",
+            labels=["outcome"],
+        )
+        for outcome, n in sorted(self._receiver.claims.items()):
+            claims.add_metric([outcome], n)
+        yield from (requests, alerts, claims)

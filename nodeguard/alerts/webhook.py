@@ -4,15 +4,19 @@
 with ``send_resolved: true`` (docs/alertmanager.yml). For each alert of a delivery, decided by
 the alert's own ``status`` (a batch can mix firing and resolved):
 
-- duplicate: ``(fingerprint, startsAt, status)`` was already handled (an HA Alertmanager pair
-  delivers each notification twice; a retry after a 503 repeats the batch) -> nothing. Each
-  agent remembers what it handled, and with a cluster the delivery is also claimed on its
-  target Node (:mod:`nodeguard.alerts.claims`), so it acts once whichever agent the Service
-  sends it to;
+- duplicate: the delivery ``(fingerprint, startsAt, status)`` was already taken by this agent
+  (an HA Alertmanager pair delivers each notification twice; a retry after a 503 repeats the
+  batch) -> nothing. ``startsAt`` counts as the instant it names, so ``...T10:00:00Z``,
+  ``...T10:00:00.000Z`` and ``...T11:00:00+01:00`` are one alert. The check and the taking are
+  one step of the event loop, so deliveries arriving together cannot both pass it; what was
+  taken is kept in the state file, so a restarted agent remembers;
 - stale: a firing whose instance (fingerprint, startsAt) was already resolved -> nothing;
 - unmatched: no alert rule maps its ``alertname`` and labels -> nothing;
-- otherwise a :class:`~nodeguard.rules.engine.Firing` for the node named by the node label
-  (default ``node``) goes to the remediator's queue, the same path as local rules.
+- otherwise a :class:`~nodeguard.firing.Firing` for the node named by the node label (default
+  ``node``) goes to the remediator's journal and queue, the same path as local rules. Before its
+  first step runs, the remediator claims the delivery on the target Node
+  (:mod:`nodeguard.alerts.claims`), so of all the agents behind the Service exactly one acts,
+  also when the API server was down when the deliveries came (the claim waits for it).
 
 Answers: 401 without the configured bearer token, 413 over the body limit, 400 for malformed
 JSON or a payload without the v4 fields (unknown fields are ignored), 503 when the queue is
@@ -23,23 +27,23 @@ or deliberately skipped, with the outcome of each in the body.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import hmac
 import json
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from nodeguard.alerts.claims import AlertClaims
-from nodeguard.rules.engine import Firing
+from nodeguard.firing import Firing
 from nodeguard.rules.schema import AlertRule
 from nodeguard.snapshot import NodeSnapshot
 
-__all__ = ["AlertDedupe", "WebhookPayload", "WebhookReceiver"]
+__all__ = ["AlertDedupe", "WebhookAlert", "WebhookPayload", "WebhookReceiver", "delivery_key"]
 
 log = logging.getLogger(__name__)
 
@@ -47,28 +51,29 @@ Outcome = Literal[
     "queued", "duplicate", "stale", "unmatched", "no_node", "nothing_to_undo", "queue_full"
 ]
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
 
 class _Loose(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
 
 class WebhookAlert(_Loose):
-    """One alert of a delivery (Alertmanager's webhook payload, ``alerts[]``). ``startsAt`` must
-    be an RFC 3339 time: it is half of the alert instance's identity."""
+    """One alert of a delivery (Alertmanager's webhook payload, ``alerts[]``). ``startsAt``
+    must be an RFC 3339 time with a zone (pydantic parses it; beyond microseconds the digits
+    are dropped): it is half of the alert instance's identity."""
 
     status: Literal["firing", "resolved"]
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
-    starts_at: str = Field(alias="startsAt", min_length=1)
+    starts_at: AwareDatetime = Field(alias="startsAt")
     ends_at: str = Field(default="", alias="endsAt")
     fingerprint: str = Field(min_length=1)
 
-    @field_validator("starts_at")
-    @classmethod
-    def _rfc3339(cls, value: str) -> str:
-        if _instant(value) is None:
-            raise ValueError(f"not an RFC 3339 time: {value!r}")
-        return value
+    @property
+    def instant(self) -> int:
+        """``startsAt`` as integer microseconds since the epoch, whatever its notation."""
+        return (self.starts_at - _EPOCH) // dt.timedelta(microseconds=1)
 
 
 class WebhookPayload(_Loose):
@@ -80,9 +85,28 @@ class WebhookPayload(_Loose):
     alerts: list[WebhookAlert]
 
 
+def _digest(*parts: object) -> str:
+    # Fixed-size keys: what is remembered costs the same whatever the sender put in a field.
+    return hashlib.sha256("\0".join(str(p) for p in parts).encode()).hexdigest()[:32]
+
+
+def delivery_key(alert: WebhookAlert) -> str:
+    """The identity of one delivery, ``FINGERPRINT-DIGEST:INSTANT:STATUS`` (the instant of
+    ``startsAt`` in microseconds): bounded in size whatever the fingerprint, and readable by
+    :func:`nodeguard.alerts.claims.parse_key`."""
+    return f"{fingerprint_key(alert)}:{alert.instant}:{alert.status}"
+
+
+def fingerprint_key(alert: WebhookAlert) -> str:
+    """A digest of the alert's fingerprint (what resolutions are remembered under)."""
+    return _digest(alert.fingerprint)
+
+
 class AlertDedupe:
-    """Handled alert deliveries, each remembered for ``ttl`` seconds (bounded to ``limit``
-    entries, oldest forgotten first), and the instances already resolved."""
+    """Deliveries this agent took, each remembered for ``ttl`` seconds (at most ``limit``,
+    oldest forgotten first), and the latest resolved instance of each fingerprint. Kept in
+    ``store`` (the state file's ``alerts`` section; ``changed()`` saves it). Keys are fixed-size
+    digests, so the memory is bounded in bytes (about 100 bytes an entry)."""
 
     def __init__(
         self,
@@ -90,62 +114,50 @@ class AlertDedupe:
         ttl: float = 24 * 3600.0,
         limit: int = 20000,
         clock: Callable[[], float] = time.time,
+        store: MutableMapping[str, Any] | None = None,
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
-        self._ttl, self._limit, self._clock = ttl, limit, clock
-        self._seen: OrderedDict[tuple[str, str, str], float] = OrderedDict()
-        self._resolved: OrderedDict[str, str] = OrderedDict()  # fingerprint -> startsAt
+        self._ttl, self._limit, self._clock, self._changed = ttl, limit, clock, changed
+        store = store if store is not None else {}
+        self._seen: dict[str, float] = store.setdefault("seen", {})
+        self._resolved: dict[str, int] = store.setdefault("resolved", {})
 
     def _prune(self) -> None:
         now = self._clock()
-        while self._seen and (
-            next(iter(self._seen.values())) < now or len(self._seen) > self._limit
-        ):
-            self._seen.popitem(last=False)
-        while len(self._resolved) > self._limit:
-            self._resolved.popitem(last=False)
+        for key in [k for k, expiry in self._seen.items() if float(expiry) < now]:
+            del self._seen[key]
+        for table in (self._seen, self._resolved):
+            while len(table) > self._limit:
+                del table[next(iter(table))]  # insertion order: the oldest first
 
-    def check(self, alert: WebhookAlert) -> Outcome | None:
-        """``duplicate``/``stale`` if the alert must not act, else ``None``."""
+    def take(self, alert: WebhookAlert) -> Outcome | None:
+        """``duplicate``/``stale`` if the alert must not act; else ``None``, and the delivery
+        is taken: a copy arriving next is a duplicate. Give it back with :meth:`release` if it
+        could not be queued."""
         self._prune()
-        key = (alert.fingerprint, alert.starts_at, alert.status)
+        key = delivery_key(alert)
         if key in self._seen:
             # An alert that keeps firing is re-sent every repeat_interval: keep its key alive
             # for as long as it does, or it would act again when the key expired.
+            del self._seen[key]
             self._seen[key] = self._clock() + self._ttl
-            self._seen.move_to_end(key)
             return "duplicate"
-        resolved_start = self._resolved.get(alert.fingerprint)
-        # RFC 3339 times from one Alertmanager compare correctly as strings only when their
-        # formats match; compare as instants instead.
-        if alert.status == "firing" and resolved_start is not None:
-            start, resolved = _instant(alert.starts_at), _instant(resolved_start)
-            if start is not None and resolved is not None and start <= resolved:
-                return "stale"
-        return None
-
-    def handled(self, alert: WebhookAlert) -> None:
-        """Remember the alert as acted on (or deliberately skipped)."""
-        self._seen[(alert.fingerprint, alert.starts_at, alert.status)] = self._clock() + self._ttl
+        resolved = self._resolved.get(fingerprint_key(alert))
+        if alert.status == "firing" and resolved is not None and alert.instant <= int(resolved):
+            return "stale"
+        self._seen[key] = self._clock() + self._ttl
         if alert.status == "resolved":
-            previous = self._resolved.get(alert.fingerprint)
-            if previous is None or (_instant(alert.starts_at) or 0.0) >= (
-                _instant(previous) or 0.0
-            ):
-                self._resolved[alert.fingerprint] = alert.starts_at
-                self._resolved.move_to_end(alert.fingerprint)
-
-
-def _instant(rfc3339: str) -> float | None:
-    text = rfc3339.strip().replace("Z", "+00:00")
-    if "." in text:  # Go prints nanoseconds; Python takes microseconds
-        head, _, tail = text.partition(".")
-        digits = "".join(ch for ch in tail if ch.isdigit())
-        zone = tail[len(digits) :]
-        text = f"{head}.{digits[:6]}{zone}"
-    try:
-        return dt.datetime.fromisoformat(text).timestamp()
-    except ValueError:
+            fp = fingerprint_key(alert)
+            if int(self._resolved.get(fp, alert.instant)) <= alert.instant:
+                self._resolved.pop(fp, None)
+                self._resolved[fp] = alert.instant
+        self._changed()
         return None
+
+    def release(self, alert: WebhookAlert) -> None:
+        """Forget a delivery taken by :meth:`take` (the queue was full: the retry is new)."""
+        if self._seen.pop(delivery_key(alert), None) is not None:
+            self._changed()
 
 
 class WebhookReceiver:
@@ -164,15 +176,24 @@ class WebhookReceiver:
         token: str | None = None,
         node_label: str = "node",
         dedupe: AlertDedupe | None = None,
-        claims: AlertClaims | None = None,
-        room: Callable[[], bool] = lambda: True,
     ) -> None:
         self._node, self._rules, self._submit, self._latest = node_name, rules, submit, latest
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
         self.dedupe = dedupe or AlertDedupe()
-        self._claims, self._room = claims, room
         self.counts: dict[tuple[str, str], int] = {}
         self.requests: dict[int, int] = {}
+        self.claims: dict[str, int] = {}
+
+    def claimer(self, claims: AlertClaims) -> Callable[[Firing], Awaitable[str]]:
+        """The remediator's claim of an alert's delivery on its target Node, counted in
+        ``claims`` (``nodeguard_webhook_claims_total{outcome}``)."""
+
+        async def claim(firing: Firing) -> str:
+            outcome = await claims.claim(node=firing.node, key=firing.key)
+            self.claims[outcome] = self.claims.get(outcome, 0) + 1
+            return outcome
+
+        return claim
 
     def _answer(self, status: int, body: dict[str, Any]) -> web.Response:
         self.requests[status] = self.requests.get(status, 0) + 1
@@ -228,9 +249,6 @@ class WebhookReceiver:
         return self._answer(200, {"alerts": outcomes})
 
     async def _decide(self, alert: WebhookAlert) -> Outcome:
-        skip = self.dedupe.check(alert)
-        if skip is not None:
-            return skip
         rule = next((r for r in self._rules() if r.matches(alert.labels)), None)
         if rule is None:
             return "unmatched"
@@ -242,26 +260,16 @@ class WebhookReceiver:
                 self._node_label,
             )
             return "no_node"
-        actions = rule.actions if alert.status == "firing" else rule.resolve
-        if not actions:
-            self.dedupe.handled(alert)
+        # Checked and taken in one step of the event loop (no await in between): of
+        # deliveries arriving together, one passes.
+        skip = self.dedupe.take(alert)
+        if skip is not None:
+            return skip
+        if not (rule.actions if alert.status == "firing" else rule.resolve):
             return "nothing_to_undo"
-        if not self._room():
-            return "queue_full"  # before claiming: Alertmanager's retry must still find it new
-        if self._claims is not None:
-            claim = await self._claims.claim(
-                node=node,
-                fingerprint=alert.fingerprint,
-                starts_at=alert.starts_at,
-                status=alert.status,
-            )
-            if claim in ("duplicate", "stale"):
-                self.dedupe.handled(alert)
-                return "duplicate" if claim == "duplicate" else "stale"
-        firing = self._firing(alert, rule, node)
-        if not self._submit(firing):
+        if not self._submit(self._firing(alert, rule, node)):
+            self.dedupe.release(alert)  # Alertmanager's retry must find it new
             return "queue_full"
-        self.dedupe.handled(alert)
         return "queued"
 
     def _firing(self, alert: WebhookAlert, rule: AlertRule, node: str) -> Firing:
@@ -277,11 +285,14 @@ class WebhookReceiver:
             target=f"{ns}/{pod}" if pod_ref else node,
             node=node,
             time=time.time(),
-            actions=tuple(rule.actions if alert.status == "firing" else rule.resolve),
+            steps=tuple(
+                a.step for a in (rule.actions if alert.status == "firing" else rule.resolve)
+            ),
             dry_run=self._dry or bool(rule.dry_run),
             pod_ref=pod_ref,
             source="alertmanager",
             summary=f"alert {alert.labels.get('alertname')} {alert.status} ({labels})"
             + (f": {text}" if text else ""),
+            key=delivery_key(alert),
             snapshot=snap if snap is not None and snap.node_name == node else None,
         )

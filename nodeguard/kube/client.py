@@ -28,7 +28,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from nodeguard.kube.core import BatchV1, CoreV1
+from nodeguard.kube.core import CoreV1
 from nodeguard.kube.errors import (
     Conflict,
     Forbidden,
@@ -47,7 +47,9 @@ _TIMEOUT = (5.0, 15.0)  # connect, read (seconds)
 
 
 def translate_error(exc: Exception) -> KubeError:
-    """Map a client exception to our error type (the caller raises it ``from exc``)."""
+    """Map a client or transport exception (kubernetes ``ApiException``, urllib3's
+    ``HTTPError``, ``OSError``) to our error type (the caller raises it ``from exc``). Any
+    other exception is a programming error, not an API outcome: ``TypeError``."""
     if isinstance(exc, ApiException):
         status = int(exc.status or 0)
         body: JSON = {}
@@ -82,7 +84,7 @@ def translate_error(exc: Exception) -> KubeError:
         return ServerError(message, status=status, reason=reason)
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
         return ServerError(f"API server unreachable: {exc}", unreachable=True)
-    return KubeError(f"{type(exc).__name__}: {exc}")
+    raise TypeError(f"not a client or transport error: {type(exc).__name__}") from exc
 
 
 def _api_client(configuration: k8s.Configuration) -> k8s.ApiClient:
@@ -105,7 +107,6 @@ class KubeClient:
         self.core = CoreV1(api_client)  # not the generated classes: nodeguard/kube/core.py
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
-        self.batch = BatchV1(api_client)
         self._read_attempts = read_attempts
 
     @classmethod
@@ -147,7 +148,8 @@ class KubeClient:
         try:
             resp = fn(*args, _preload_content=False, _request_timeout=_TIMEOUT, **kwargs)
             data = resp.data
-        except Exception as exc:
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            # Only the client's and the transport's failures are API outcomes; a bug raises.
             raise translate_error(exc) from exc
         if not data:
             return {}
@@ -218,21 +220,26 @@ class KubeClient:
             body = await self.read(self.core.list_pod_for_all_namespaces, **kw)
         return body.get("items", []), str(body.get("metadata", {}).get("resourceVersion", ""))
 
-    async def get_pod(self, *, name: str, namespace: str) -> JSON:
-        """GET a pod; :class:`NotFound` when it is gone."""
-        return await self.read(self.core.read_namespaced_pod, name, namespace)
-
-    async def evict_pod(self, *, name: str, namespace: str, dry_run: bool) -> None:
+    async def evict_pod(
+        self, *, name: str, namespace: str, dry_run: bool, uid: str | None = None
+    ) -> None:
         """POST the policy/v1 Eviction subresource (never DELETE). The API server refuses with
         429 (:class:`TooManyRequests`, ``disruption_budget=True``) when a PodDisruptionBudget
-        does not allow the disruption; in dry run it checks the same and deletes nothing."""
+        does not allow the disruption; in dry run it checks the same and deletes nothing. With
+        ``uid``, ``deleteOptions.preconditions.uid``: a pod replaced under the same name is a
+        :class:`Conflict`, never evicted in the decided pod's place."""
+        options: JSON = {}
+        if dry_run:
+            options["dryRun"] = ["All"]
+        if uid:
+            options["preconditions"] = {"uid": uid}
         body: JSON = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        if dry_run:
-            body["deleteOptions"] = {"dryRun": ["All"]}
+        if options:
+            body["deleteOptions"] = options
         await self.write(
             self.core.create_namespaced_pod_eviction, name, namespace, body, **self._dry(dry_run)
         )
@@ -241,14 +248,6 @@ class KubeClient:
     async def create_event(self, *, namespace: str, body: JSON) -> JSON:
         """POST a core/v1 Event."""
         return await self.write(self.core.create_namespaced_event, namespace, body)
-
-    async def list_events(self, *, namespace: str, field_selector: str | None = None) -> list[JSON]:
-        """Core/v1 Events of a namespace."""
-        kw = {"field_selector": field_selector} if field_selector else {}
-        items: list[JSON] = (await self.read(self.core.list_namespaced_event, namespace, **kw)).get(
-            "items", []
-        )
-        return items
 
     # -- leases ------------------------------------------------------------------------------
     async def get_lease(self, *, name: str, namespace: str) -> JSON:
@@ -263,7 +262,49 @@ class KubeClient:
         """PUT a Lease; the body's resourceVersion makes a concurrent update a Conflict."""
         return await self.write(self.coordination.replace_namespaced_lease, name, namespace, body)
 
-    # -- custom resources (Katib) and Jobs -------------------------------------------------
+    # -- resource quotas (the Katib pause) --------------------------------------------------
+    async def list_resource_quotas(
+        self, *, label_selector: str, namespace: str | None = None
+    ) -> list[JSON]:
+        """ResourceQuotas of one namespace (or every namespace), by label selector."""
+        if namespace is None:
+            body = await self.read(
+                self.core.list_resource_quota_for_all_namespaces, label_selector=label_selector
+            )
+        else:
+            body = await self.read(
+                self.core.list_namespaced_resource_quota, namespace, label_selector=label_selector
+            )
+        items: list[JSON] = body.get("items", [])
+        return items
+
+    async def get_resource_quota(self, *, name: str, namespace: str) -> JSON:
+        """GET a ResourceQuota; :class:`NotFound` when there is none."""
+        return await self.read(self.core.read_namespaced_resource_quota, name, namespace)
+
+    async def create_resource_quota(self, *, namespace: str, body: JSON, dry_run: bool) -> JSON:
+        """POST a ResourceQuota; :class:`Conflict` when one of that name exists."""
+        return await self.write(
+            self.core.create_namespaced_resource_quota, namespace, body, **self._dry(dry_run)
+        )
+
+    async def delete_resource_quota(
+        self, *, name: str, namespace: str, uid: str, dry_run: bool
+    ) -> None:
+        """DELETE a ResourceQuota, only the one with ``uid`` (a precondition: one made again
+        under the name by someone else is a :class:`Conflict`)."""
+        body: JSON = {"preconditions": {"uid": uid}}
+        if dry_run:
+            body["dryRun"] = ["All"]
+        await self.write(
+            self.core.delete_namespaced_resource_quota,
+            name,
+            namespace,
+            body,
+            **self._dry(dry_run),
+        )
+
+    # -- custom resources (Katib) ----------------------------------------------------------
     async def get_custom(
         self, *, group: str, version: str, plural: str, namespace: str, name: str
     ) -> JSON:
@@ -271,6 +312,28 @@ class KubeClient:
         return await self.read(
             self.custom.get_namespaced_custom_object, group, version, namespace, plural, name
         )
+
+    async def list_custom(
+        self,
+        *,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[JSON]:
+        """Custom objects of one namespace (or every namespace), by label selector."""
+        kw = {"label_selector": label_selector} if label_selector else {}
+        if namespace is None:
+            body = await self.read(
+                self.custom.list_cluster_custom_object, group, version, plural, **kw
+            )
+        else:
+            body = await self.read(
+                self.custom.list_namespaced_custom_object, group, version, namespace, plural, **kw
+            )
+        items: list[JSON] = body.get("items", [])
+        return items
 
     async def patch_custom(
         self,
@@ -291,17 +354,6 @@ class KubeClient:
             namespace,
             plural,
             name,
-            patch,
-            _content_type=_MERGE,
-            **self._dry(dry_run),
-        )
-
-    async def patch_job(self, *, name: str, namespace: str, patch: JSON, dry_run: bool) -> JSON:
-        """JSON merge patch of a batch/v1 Job (``spec.suspend``)."""
-        return await self.write(
-            self.batch.patch_namespaced_job,
-            name,
-            namespace,
             patch,
             _content_type=_MERGE,
             **self._dry(dry_run),

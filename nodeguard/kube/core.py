@@ -1,6 +1,6 @@
-"""The core/v1 and batch/v1 endpoints nodeguard calls, over the official client's ``ApiClient``.
+"""The core/v1 endpoints nodeguard calls, over the official client's ``ApiClient``.
 
-Why not ``kubernetes.client.CoreV1Api`` and ``BatchV1Api``: importing those modules costs 21
+Why not ``kubernetes.client.CoreV1Api``: importing that module (and ``BatchV1Api``) cost 21
 and 9 MiB of RSS (they build the pydantic validators of some 250 and 150 model modules;
 kubernetes 37, measured with ``import nodeguard.agent`` already done), a third of the agent's
 memory, and nodeguard never uses the typed models: every call asks for the raw response and
@@ -8,9 +8,9 @@ parses the JSON itself (:meth:`nodeguard.kube.client.KubeClient.read`). The requ
 what the generated methods send: ``ApiClient.param_serialize`` with the ``BearerToken`` auth
 setting, ``ApiClient.call_api``, and ``ApiException.from_response`` on a status outside 2xx, as
 the client's own ``_call_with_legacy_options`` does for ``_preload_content=False``. The method
-names and keyword arguments are the generated ones, so :class:`CoreV1` and :class:`BatchV1`
-stand where the generated classes stood. The paths are the Kubernetes API's (API reference:
-core/v1, policy/v1 Eviction, batch/v1 Job). The small coordination.k8s.io and custom-objects
+names and keyword arguments are the generated ones, so :class:`CoreV1` stands where the
+generated class stood. The paths are the Kubernetes API's (API reference: core/v1 Node, Pod,
+Event, ResourceQuota; policy/v1 Eviction). The small coordination.k8s.io and custom-objects
 classes stay as generated.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-__all__ = ["BatchV1", "CoreV1"]
+__all__ = ["CoreV1"]
 
 JSON = dict[str, Any]
 
@@ -97,10 +97,6 @@ class CoreV1(_Raw):
         path = "/api/v1/namespaces/{namespace}/pods"
         return self._call("GET", path, {"namespace": namespace}, None, kw)
 
-    def read_namespaced_pod(self, name: str, namespace: str, **kw: Any) -> Any:
-        path = "/api/v1/namespaces/{namespace}/pods/{name}"
-        return self._call("GET", path, {"name": name, "namespace": namespace}, None, kw)
-
     def create_namespaced_pod_eviction(
         self, name: str, namespace: str, body: JSON, **kw: Any
     ) -> Any:
@@ -112,14 +108,24 @@ class CoreV1(_Raw):
         path = "/api/v1/namespaces/{namespace}/events"
         return self._call("POST", path, {"namespace": namespace}, body, kw)
 
-    def list_namespaced_event(self, namespace: str, **kw: Any) -> Any:
-        path = "/api/v1/namespaces/{namespace}/events"
+    # -- resource quotas (the Katib pause) --------------------------------------------------
+    def list_resource_quota_for_all_namespaces(self, **kw: Any) -> Any:
+        return self._call("GET", "/api/v1/resourcequotas", {}, None, kw)
+
+    def list_namespaced_resource_quota(self, namespace: str, **kw: Any) -> Any:
+        path = "/api/v1/namespaces/{namespace}/resourcequotas"
         return self._call("GET", path, {"namespace": namespace}, None, kw)
 
+    def create_namespaced_resource_quota(self, namespace: str, body: JSON, **kw: Any) -> Any:
+        path = "/api/v1/namespaces/{namespace}/resourcequotas"
+        return self._call("POST", path, {"namespace": namespace}, body, kw)
 
-class BatchV1(_Raw):
-    """``BatchV1Api``'s one method that nodeguard calls."""
+    def read_namespaced_resource_quota(self, name: str, namespace: str, **kw: Any) -> Any:
+        path = "/api/v1/namespaces/{namespace}/resourcequotas/{name}"
+        return self._call("GET", path, {"name": name, "namespace": namespace}, None, kw)
 
-    def patch_namespaced_job(self, name: str, namespace: str, body: JSON, **kw: Any) -> Any:
-        path = "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
-        return self._call("PATCH", path, {"name": name, "namespace": namespace}, body, kw)
+    def delete_namespaced_resource_quota(
+        self, name: str, namespace: str, body: JSON, **kw: Any
+    ) -> Any:
+        path = "/api/v1/namespaces/{namespace}/resourcequotas/{name}"
+        return self._call("DELETE", path, {"name": name, "namespace": namespace}, body, kw)

@@ -36,6 +36,13 @@ class KubeError(Exception):
         self.status = status
         self.reason = reason
 
+    @property
+    def transient(self) -> bool:
+        """Whether the same call may succeed later without anyone changing anything: the API
+        server down or overloaded (5xx, no answer, throttling 429) or an object edited under
+        us (409). RBAC, validation and a missing object are not transient."""
+        return False
+
 
 class NotFound(KubeError):
     """404."""
@@ -43,6 +50,10 @@ class NotFound(KubeError):
 
 class Conflict(KubeError):
     """409."""
+
+    @property
+    def transient(self) -> bool:
+        return True
 
 
 class TooManyRequests(KubeError):
@@ -62,6 +73,10 @@ class TooManyRequests(KubeError):
         self.retry_after = retry_after
         self.disruption_budget = disruption_budget
 
+    @property
+    def transient(self) -> bool:
+        return not self.disruption_budget
+
 
 class Forbidden(KubeError):
     """401 or 403."""
@@ -79,3 +94,7 @@ class ServerError(KubeError):
     ) -> None:
         super().__init__(message, status=status, reason=reason)
         self.unreachable = unreachable
+
+    @property
+    def transient(self) -> bool:
+        return True

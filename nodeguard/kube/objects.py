@@ -29,9 +29,13 @@ def _bytes(value: Any) -> int | None:
         return None
 
 
-def parse_bytes(text: str) -> int:
-    """A memory quantity (``8Gi``, ``500M``, ``1e9``, ``0``) in bytes; ``ValueError`` if not one."""
-    return int(parse_quantity(text))
+def parse_bytes(text: str, *, exact: bool = False) -> int:
+    """A memory quantity (``8Gi``, ``500M``, ``1e9``, ``0``) in bytes; ``ValueError`` if not
+    one, and with ``exact`` also for a fraction of a byte (``1m``, ``1.5``)."""
+    value = parse_quantity(text)
+    if exact and value != int(value):
+        raise ValueError(f"not a whole number of bytes: {text!r}")
+    return int(value)
 
 
 def strip_container_id(value: str) -> str:

@@ -16,13 +16,12 @@ import logging
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from nodeguard.actions.base import ActionResult
-from nodeguard.rules.engine import Firing
+from nodeguard.firing import Firing
 from nodeguard.snapshot import NodeSnapshot
 
 __all__ = ["IncidentStore", "evidence", "incident_id"]
@@ -153,12 +152,21 @@ class IncidentStore:
                 self.directory = None
 
     def write(
-        self, *, firing: Firing, results: Sequence[ActionResult], dry_run: bool | None = None
+        self,
+        *,
+        firing: Firing,
+        results: Sequence[Mapping[str, Any]],
+        dry_run: bool | None = None,
+        incident: str | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Record one incident; returns the record. ``dry_run`` is the effective mode (the
-        global one or the rule's), default the firing's own."""
+        """Record one incident; returns the record. ``results``: each action result as data
+        (:meth:`~nodeguard.actions.base.ActionResult.to_record`); ``dry_run`` is the effective
+        mode (the global one or the rule's), default the firing's own; ``incident``: its id
+        (default :func:`incident_id`); ``extra``: more fields (a runbook resumed after a
+        restart, or abandoned, says so)."""
         record: dict[str, Any] = {
-            "id": incident_id(firing),
+            "id": incident or incident_id(firing),
             "node": firing.node,
             "time": firing.time,
             "time_utc": dt.datetime.fromtimestamp(firing.time, tz=dt.UTC).isoformat(),
@@ -174,7 +182,8 @@ class IncidentStore:
                 for k, v in firing.values.items()
             },
             "evidence": evidence(firing.snapshot),
-            "actions": [asdict(r) for r in results],
+            "actions": [dict(r) for r in results],
+            **(extra or {}),
         }
         self.written += 1
         if self.directory is None:

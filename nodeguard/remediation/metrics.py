@@ -71,11 +71,23 @@ class RemediationCollector(Collector):
         yield from (firings, suppressed)
 
         queue = GaugeMetricFamily("nodeguard_remediation_queue_length", "firings waiting")
-        queue.add_metric([], self._rem.queue.qsize())
+        queue.add_metric([], self._rem.queued())
         busy = GaugeMetricFamily("nodeguard_remediation_in_flight", "firings being acted on")
         busy.add_metric([], self._rem.in_flight)
+        journal = GaugeMetricFamily(
+            "nodeguard_remediation_journal_entries",
+            "runbooks under way in the state file (queued, running or waiting for a retry)",
+        )
+        journal.add_metric([], len(self._rem.journal))
+        restarts = CounterMetricFamily(
+            "nodeguard_remediation_restored",
+            "runbooks found under way at start, by what was done with them",
+            labels=["decision"],
+        )
+        restarts.add_metric(["resumed"], self._rem.resumed_total)
+        restarts.add_metric(["abandoned"], self._rem.abandoned_total)
         incidents = CounterMetricFamily(
             "nodeguard_incidents", "incident records written by this agent"
         )
         incidents.add_metric([], self._rem.incidents.written)
-        yield from (queue, busy, incidents)
+        yield from (queue, busy, journal, restarts, incidents)

@@ -1,10 +1,27 @@
-"""The remediator: an asyncio worker pool over a bounded queue of firings.
+"""The remediator: a journal of runbooks, and workers that carry them out.
 
 Local rule firings and Alertmanager alerts take this one path. The sampler and the web server
-only ever enqueue (``submit`` never waits): a slow action — an API server timing out, a
-PodDisruptionBudget backoff — never blocks sampling or ``/metrics``. A full queue refuses the
-firing (the caller counts it and, for Alertmanager, answers 503 so it retries). Each firing's
-actions run in order; its incident record and the result feedback (``on_done``) follow.
+only ever enqueue (:meth:`Remediator.submit` never waits): a slow action — an API server timing
+out, a PodDisruptionBudget backoff — never blocks sampling or ``/metrics``. A full queue refuses
+the firing (the caller counts it and, for Alertmanager, answers 503 so it retries).
+
+**The journal.** A firing is written to the state file's ``journal`` section when it is
+queued, and the entry moves on with every step (``next``: the step to run, ``progress``: what
+a step has already done, ``results``: the results so far), saved before and after each step.
+An agent killed at any point (kill -9, OOM kill) finds its entries after the restart
+(:meth:`Remediator.restore`) and decides each on the first sample (:meth:`Remediator.resume`):
+a local rule's firing is resumed from the step it was in when its rule is unchanged and its
+condition still holds, a resolve (an undo) always, an alert's or a command's within
+``resume_window``; anything else is abandoned, and the incident record says why. A step is
+idempotent (cordon and pause check what is already done; eviction skips the units its progress
+lists and finishes gangs recorded on the Node), so a step cut short runs again without acting
+twice.
+
+**Retries.** A step whose result is a transient API failure (``retry``) is run again with
+capped exponential backoff (``retry_base`` .. ``retry_cap`` seconds) until ``resume_window``
+after the firing; later steps wait for it (a cordon before the eviction). After that the
+failure is final and the runbook goes on. Nothing is retried faster, and nothing else is
+retried: a budget's, a limit's or a PodDisruptionBudget's "no" is the answer for this firing.
 """
 
 from __future__ import annotations
@@ -13,110 +30,350 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from nodeguard.actions.base import ActionResult
+from nodeguard.actions.context import Call, Env
+from nodeguard.actions.registry import dispatch, parse_step
+from nodeguard.firing import Firing
 from nodeguard.remediation.incidents import IncidentStore, incident_id
-from nodeguard.remediation.runbook import Runbook
-from nodeguard.rules.engine import Firing
+from nodeguard.snapshot import NodeSnapshot
+from nodeguard.statefile import StateFile
 
-__all__ = ["Remediator"]
+__all__ = ["Decision", "Done", "Remediator"]
 
 log = logging.getLogger(__name__)
 
-Done = Callable[[Firing, list[ActionResult]], None]
+#: ``on_done(firing, results, applied)``: after a firing's last step (or its abandonment);
+#: ``applied``: some step changed something (done) or nothing failed.
+Done = Callable[[Firing, list[dict[str, Any]], bool], None]
+#: ``check(firing, snapshot)`` -> ``None`` to resume a restored firing, else why not.
+Check = Callable[[Firing, NodeSnapshot | None], str | None]
+#: ``await claim(firing)``: claim an alert's delivery cluster-wide before its first step:
+#: ``claimed``/``ours`` go on, ``duplicate``/``stale`` drop it, ``unavailable`` waits.
+ClaimFn = Callable[[Firing], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """What :meth:`Remediator.resume` did with one restored entry."""
+
+    incident: str
+    rule: str
+    resumed: bool
+    why: str
 
 
 class Remediator:
-    """Runs firings' actions with at most ``concurrency`` firings at once.
+    """Runs firings' steps with at most ``concurrency`` firings at once.
 
     ``global_dry_run`` always wins over a firing's own setting (a rule can only add dry run).
-    ``on_done(firing, results)`` is called after each firing (the rule engine's feedback).
-    ``counts`` holds ``(rule, outcome)`` counters of action results.
+    ``state``: the state file holding the journal (``None``: in memory). ``clock``/``sleep``
+    are injectable for tests.
     """
 
     def __init__(
         self,
         *,
-        runbook: Runbook,
+        env: Env,
         incidents: IncidentStore,
         global_dry_run: bool,
+        state: StateFile | None = None,
         queue_size: int = 64,
         concurrency: int = 2,
         on_done: Done | None = None,
+        resume_window: float = 600.0,
+        retry_base: float = 5.0,
+        retry_cap: float = 60.0,
+        claim: ClaimFn | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.runbook = runbook
+        self.env = env
+        self._claim = claim
         self.incidents = incidents
         self.global_dry_run = global_dry_run
-        self.queue: asyncio.Queue[Firing] = asyncio.Queue(maxsize=queue_size)
+        self.state = state if state is not None else StateFile(path=None, node=env.node)
+        self.journal = self.state.section("journal")
+        self.queue_size = queue_size
         self.concurrency = concurrency
         self.on_done = on_done
+        self.resume_window, self.retry_base, self.retry_cap = resume_window, retry_base, retry_cap
+        self._clock, self._sleep = clock, sleep
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._firings: dict[str, Firing] = {}
+        self._restored: dict[str, Firing] = {}
+        self._reserved = 0
+        self._waiting: set[asyncio.Task[None]] = set()
         self.in_flight = 0
-        self.completed = 0
+        self.abandoned_total = 0
+        self.resumed_total = 0
 
-    def submit(self, firing: Firing) -> bool:
-        """Queue a firing without waiting; False when the queue is full."""
-        try:
-            self.queue.put_nowait(firing)
-        except asyncio.QueueFull:
+    # -- queueing ------------------------------------------------------------------------------
+    def queued(self) -> int:
+        """Firings waiting for a worker (retries waiting for their time not counted)."""
+        return self._queue.qsize()
+
+    def full(self) -> bool:
+        """Whether :meth:`submit` would refuse now (counting reservations)."""
+        return self._queue.qsize() + self._reserved >= self.queue_size
+
+    def reserve(self) -> bool:
+        """Hold one place in the queue (the webhook, before it claims a delivery
+        cluster-wide); False when full. Give it back with :meth:`release`, or use it with
+        ``submit(..., reserved=True)``."""
+        if self.full():
+            return False
+        self._reserved += 1
+        return True
+
+    def release(self) -> None:
+        """Give back a place taken with :meth:`reserve`."""
+        self._reserved = max(0, self._reserved - 1)
+
+    def submit(self, firing: Firing, *, reserved: bool = False) -> bool:
+        """Journal and queue a firing without waiting; False when the queue is full."""
+        if reserved:
+            self.release()
+        elif self.full():
             log.error(
                 "remediation queue full (%d): dropping %s %s on %s",
-                self.queue.maxsize,
+                self.queue_size,
                 firing.kind,
                 firing.rule,
                 firing.target,
             )
             return False
+        key = incident_id(firing)
+        while key in self.journal:  # two decisions in one microsecond: keep both
+            key += "-1"
+        self.journal[key] = {
+            "firing": firing.to_record(),
+            "next": 0,
+            "results": [],
+            "progress": {},
+            "created": self._clock(),
+            "attempts": 0,
+        }
+        self._firings[key] = firing
+        self.state.save()
+        self._queue.put_nowait(key)
         return True
 
-    async def handle(self, firing: Firing) -> list[ActionResult]:
-        """Run one firing now: its actions in order, then the incident record."""
-        dry = self.global_dry_run or firing.dry_run
-        note = f"incident {incident_id(firing)}: {firing.summary}"
+    # -- after a restart -----------------------------------------------------------------------
+    def restore(self) -> list[str]:
+        """Read the journal left by an earlier process: its entries wait for :meth:`resume`.
+        An entry that cannot be read is dropped with a warning (and its incident says so)."""
+        for key, entry in list(self.journal.items()):
+            try:
+                firing = Firing.from_record(entry["firing"], parse_step=parse_step)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("journal entry %s unreadable, dropped: %s", key, exc)
+                del self.journal[key]
+                continue
+            self._restored[key] = firing
+        if self._restored:
+            log.warning(
+                "%d runbook(s) under way before the restart: %s",
+                len(self._restored),
+                ", ".join(sorted(self._restored)),
+            )
+        self.state.save()
+        return sorted(self._restored)
+
+    def restored_targets(self) -> set[tuple[str, str]]:
+        """``(rule, target)`` of the restored entries."""
+        return {(f.rule, f.target) for f in self._restored.values()}
+
+    def resume(self, *, snapshot: NodeSnapshot | None, check: Check) -> list[Decision]:
+        """Decide each restored entry: ``check(firing, snapshot)`` says why not to resume a
+        local rule's firing (``None``: resume); alerts and commands resume within
+        ``resume_window``; resolves always resume. Resumed entries go to the queue with the
+        fresh snapshot as evidence; the others are abandoned (incident written, ``on_done``)."""
+        decisions = []
+        now = self._clock()
+        for key, firing in sorted(self._restored.items()):
+            entry = self.journal.get(key)
+            if entry is None:
+                continue
+            why: str | None
+            if firing.kind == "resolved":
+                why = None
+            elif firing.source == "local":
+                why = check(firing, snapshot)
+            elif now - float(entry.get("created", 0)) > self.resume_window:
+                why = f"decided {now - float(entry.get('created', 0)):.0f}s before the restart"
+            else:
+                why = None
+            if why is None:
+                fresh = firing.with_snapshot(
+                    snapshot if snapshot is not None and snapshot.node_name == firing.node else None
+                )
+                self._firings[key] = fresh
+                entry["resumed"] = int(entry.get("resumed", 0)) + 1
+                self._queue.put_nowait(key)
+                self.resumed_total += 1
+                log.warning("resuming %s (%s) at step %d", key, firing.rule, entry["next"] + 1)
+                decisions.append(Decision(incident=key, rule=firing.rule, resumed=True, why=""))
+            else:
+                self._abandon(key, firing.with_snapshot(snapshot), why=why)
+                decisions.append(Decision(incident=key, rule=firing.rule, resumed=False, why=why))
+        self._restored.clear()
+        self.state.save()
+        return decisions
+
+    def _abandon(self, key: str, firing: Firing, *, why: str) -> None:
+        entry = self.journal.pop(key, {})
+        done_steps = int(entry.get("next", 0))
+        left = [s.action for s in firing.steps[done_steps:]]
         log.warning(
-            "%s %s%s",
-            "resolving" if firing.kind == "resolved" else "acting on",
-            firing.summary,
-            " (dry run)" if dry else "",
+            "abandoning %s (%s) after a restart: %s; steps not run: %s",
+            key,
+            firing.rule,
+            why,
+            ", ".join(left) or "none",
         )
-        results: list[ActionResult] = []
-        for spec in firing.actions:
-            results += await self.runbook.run(spec, firing=firing, dry_run=dry, note=note)
-        self.incidents.write(firing=firing, results=results, dry_run=dry)
-        return results
+        self.abandoned_total += 1
+        results = list(entry.get("results", []))
+        self.incidents.write(
+            firing=firing,
+            results=results,
+            dry_run=self.global_dry_run or firing.dry_run,
+            incident=key,
+            extra={"abandoned": why, "steps_not_run": left, "resumed": entry.get("resumed", 0)},
+        )
+        self._finish(firing, results)
+
+    # -- running -------------------------------------------------------------------------------
+    def _finish(self, firing: Firing, results: list[dict[str, Any]]) -> None:
+        applied = any(r.get("outcome") == "done" for r in results) or not any(
+            r.get("outcome") == "failed" for r in results
+        )
+        if self.on_done is not None:
+            try:
+                self.on_done(firing, results, applied)
+            except Exception:
+                log.exception("remediation feedback for %s failed", firing.rule)
+
+    async def handle(self, key: str) -> list[dict[str, Any]] | None:
+        """Run the journal entry ``key`` from its next step; its results, or ``None`` when a
+        step waits for a retry (the entry is queued again when its time comes)."""
+        entry, firing = self.journal[key], self._firings[key]
+        dry = self.global_dry_run or firing.dry_run
+        note = f"incident {key}: {firing.summary}"
+        if entry["next"] == 0 and not entry.get("attempts"):
+            log.warning(
+                "%s %s%s",
+                "resolving" if firing.kind == "resolved" else "acting on",
+                firing.summary,
+                " (dry run)" if dry else "",
+            )
+        if firing.key and self._claim is not None and not entry.get("claimed"):
+            claim = await self._claim(firing)
+            if claim in ("duplicate", "stale"):
+                log.info("%s: delivery handled by another agent (%s): dropped", key, claim)
+                self.journal.pop(key, None)
+                self._firings.pop(key, None)
+                self.state.save()
+                return []
+            late = self._clock() - float(entry["created"]) > self.resume_window
+            if claim == "unavailable" and not late:
+                self._retry(key, entry, what="claim", message="the Node cannot be claimed")
+                return None
+            entry["claimed"] = claim
+            self.state.save()
+        call = Call(env=self.env, firing=firing, dry_run=dry, note=note, checkpoint=self.state.save)
+        while entry["next"] < len(firing.steps):
+            index = entry["next"]
+            call.progress = entry["progress"].setdefault(str(index), {})
+            results = await dispatch(call, firing.steps[index])
+            late = self._clock() - float(entry["created"]) > self.resume_window
+            if any(r.retry for r in results) and not late:
+                failed = next(r for r in results if r.retry)
+                self._retry(key, entry, what=firing.steps[index].action, message=failed.message)
+                return None
+            entry["results"].extend(r.to_record() for r in results)
+            entry["next"], entry["attempts"] = index + 1, 0
+            entry.pop("retry_at", None)
+            self.state.save()
+        self.journal.pop(key, None)
+        self._firings.pop(key, None)
+        extra: dict[str, Any] = {}
+        if entry.get("resumed"):
+            extra["resumed"] = entry["resumed"]
+        if entry.get("retried"):
+            extra["retried"] = entry["retried"]
+        self.incidents.write(
+            firing=firing, results=entry["results"], dry_run=dry, incident=key, extra=extra
+        )
+        self.state.save()
+        self._finish(firing, entry["results"])
+        return list(entry["results"])
+
+    def _retry(self, key: str, entry: dict[str, Any], *, what: str, message: str) -> None:
+        entry["attempts"] = int(entry.get("attempts", 0)) + 1
+        delay = min(self.retry_base * 2 ** (entry["attempts"] - 1), self.retry_cap)
+        entry["retry_at"] = self._clock() + delay
+        entry.setdefault("retried", []).append([what, message[:300]])
+        del entry["retried"][:-10]
+        self.state.save()
+        log.warning("%s: %s failed (%s); trying again in %.0fs", key, what, message, delay)
+        self._later(key, delay)
+
+    def _later(self, key: str, delay: float) -> None:
+        async def wait() -> None:
+            await self._sleep(delay)
+            self._queue.put_nowait(key)
+
+        task = asyncio.get_running_loop().create_task(wait(), name=f"retry-{key}")
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
 
     async def _worker(self) -> None:
         while True:
-            firing = await self.queue.get()
+            key = await self._queue.get()
             self.in_flight += 1
             try:
-                results = await self.handle(firing)
+                if key in self.journal and key in self._firings:
+                    await self.handle(key)
             except Exception:
-                log.exception("remediation of %s failed", firing.rule)
-                results = []
+                # A bug in an action: record the entry as failed rather than retry it forever.
+                log.exception("remediation %s failed", key)
+                firing = self._firings.pop(key, None)
+                entry = self.journal.pop(key, None)
+                if firing is not None and entry is not None:
+                    results = [
+                        *entry.get("results", []),
+                        ActionResult(
+                            action=firing.steps[min(entry["next"], len(firing.steps) - 1)].action,
+                            node=firing.node,
+                            dry_run=self.global_dry_run or firing.dry_run,
+                            outcome="failed",
+                            message="internal error: see the agent's log",
+                        ).to_record(),
+                    ]
+                    self.incidents.write(
+                        firing=firing, results=results, incident=key, extra={"internal_error": True}
+                    )
+                    self.state.save()
+                    self._finish(firing, results)
             finally:
                 self.in_flight -= 1
-                self.completed += 1
-                self.queue.task_done()
-            if self.on_done is not None:
-                try:
-                    self.on_done(firing, results)
-                except Exception:
-                    log.exception("remediation feedback for %s failed", firing.rule)
+                self._queue.task_done()
 
     async def run(self, *, stop: asyncio.Event) -> None:
-        """Run the workers until ``stop`` is set; firings still queued then are dropped."""
+        """Run the workers until ``stop`` is set. What is queued or under way then stays in
+        the journal, for the next start."""
         workers = [
             asyncio.create_task(self._worker(), name=f"remediator-{i}")
             for i in range(self.concurrency)
         ]
         await stop.wait()
-        for w in workers:
+        for w in [*workers, *self._waiting]:
             w.cancel()
-        for w in workers:
+        for w in [*workers, *self._waiting]:
             with contextlib.suppress(asyncio.CancelledError):
                 await w
-
-    @staticmethod
-    def now() -> float:
-        return time.time()
+        self.state.save()

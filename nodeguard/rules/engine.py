@@ -1,4 +1,4 @@
-"""The rule engine: snapshots in, :class:`Firing` out.
+"""The rule engine: snapshots in, :class:`~nodeguard.firing.Firing` out.
 
 For every rule and every target of its scope (oomd's detector semantics):
 
@@ -12,58 +12,44 @@ For every rule and every target of its scope (oomd's detector semantics):
 - ``maxFirings`` caps firings of a rule over all targets per window; a capped or cooled-down
   firing is counted, never queued.
 
-Time is the snapshot's timestamp, so tests drive the engine with a fake clock by building
-snapshots.
+Time is the snapshot's timestamp (Unix seconds, wall clock), so tests drive the engine with a
+fake clock by building snapshots, and the state means the same after a restart: which targets
+fire, whose actions are under way, the last action of each target (cooldowns), each rule's
+recent firings (``maxFirings``) and the first-crossing times (``for``) live in the state file's
+``rules`` section (:class:`~nodeguard.statefile.StateFile`). A ``for`` window survives a
+restart only when the state was saved less than :data:`PENDING_GAP` seconds before it: after a
+longer gap nobody watched whether the value dropped back. When the state file could not be used,
+every rule waits one cooldown and counts one firing (:meth:`RuleEngine.assume_recent`): acting
+less, never more, than with the lost state.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 import math
-import os
-from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from nodeguard.rules.schema import ActionSpec, Rule
+from nodeguard.firing import Firing
+from nodeguard.rules.schema import Rule
 from nodeguard.rules.signals import SIGNALS, History, Target, targets
 from nodeguard.snapshot import NodeSnapshot
+from nodeguard.statefile import StateFile
 
-__all__ = ["Firing", "RuleEngine"]
+__all__ = ["PENDING_GAP", "Firing", "RuleEngine", "rule_digest"]
 
 log = logging.getLogger(__name__)
 
+#: Seconds between the last save and a restart within which ``for`` windows are kept.
+PENDING_GAP = 60.0
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Firing:
-    """A decision to act, from a local rule or an Alertmanager alert: the one type the
-    remediator takes.
 
-    ``kind``: ``firing`` runs the rule's actions, ``resolved`` its resolve actions. ``target``
-    is the target key (node name, pod UID, ``<pod uid>/<container id>``); ``values`` the
-    signal values that decided; ``snapshot`` the sample it was decided on (the evidence);
-    ``node`` the node to act on (an alert may name another node than the agent's own);
-    ``pod_ref`` ``(namespace, name)`` of the pod an alert names, when it has no UID.
-    """
-
-    rule: str
-    kind: Literal["firing", "resolved"]
-    scope: str
-    target: str
-    node: str
-    time: float
-    actions: tuple[ActionSpec, ...]
-    dry_run: bool
-    values: Mapping[str, float | None] = field(default_factory=dict)
-    pod_uid: str | None = None
-    container_id: str | None = None
-    pod_ref: tuple[str, str] | None = None
-    source: Literal["local", "alertmanager"] = "local"
-    summary: str = ""
-    snapshot: NodeSnapshot | None = None
+def rule_digest(rule: Rule) -> str:
+    """A short digest of a rule's definition: a firing resumed after a restart runs only if
+    its rule is still the one that decided it."""
+    return hashlib.sha256(rule.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
 
 
 @dataclass(slots=True)
@@ -73,48 +59,94 @@ class _State:
     busy: bool = False
     last_acted: float | None = None
 
+    def empty(self) -> bool:
+        return (
+            self.pending_since is None
+            and not self.firing
+            and not self.busy
+            and self.last_acted is None
+        )
+
 
 class RuleEngine:
     """Evaluates rules on snapshots. ``counts`` holds per-rule counters for the exporter:
-    ``firings``, ``resolved``, ``suppressed_cooldown``, ``suppressed_cap``."""
+    ``firings``, ``resolved``, ``suppressed_cooldown``, ``suppressed_cap``,
+    ``suppressed_queue_full``. ``state``: where the engine's state is kept (``None``: in
+    memory only, as in tests)."""
 
-    def __init__(self, *, rules: Sequence[Rule], state_file: Path | None = None) -> None:
+    def __init__(self, *, rules: Sequence[Rule], state: StateFile | None = None) -> None:
         self.history = History()
-        self._state_file = state_file
+        self._store = state
         self._rules: tuple[Rule, ...] = ()
         self._states: dict[tuple[str, str], _State] = {}
-        self._fired: dict[str, deque[float]] = {}
+        self._fired: dict[str, list[float]] = {}
+        self._held_until: dict[str, float] = {}
         self.counts: dict[tuple[str, str], int] = {}
         self._cap_logged: set[str] = set()
         self._load()
         self.set_rules(rules)
 
-    # Which (rule, target) pairs are firing is kept in the state directory: an agent restarted
-    # while a rule fires must still run its resolve (uncordon, resume Katib) when it clears.
+    # -- the state file ------------------------------------------------------------------------
     def _load(self) -> None:
-        if self._state_file is None or not self._state_file.exists():
+        if self._store is None:
             return
+        section = self._store.section("rules")
+        keep_pending = (
+            self._store.saved_at is not None
+            and self._store.now() - self._store.saved_at <= PENDING_GAP
+        )
         try:
-            data = json.loads(self._state_file.read_text())
-            for rule, target in data.get("firing", []):
-                self._states[(str(rule), str(target))] = _State(firing=True)
-        except (OSError, ValueError, TypeError) as exc:
-            log.warning("ignoring unreadable rule state %s: %s", self._state_file, exc)
+            for rule, data in section.items():
+                self._fired[rule] = [float(t) for t in data.get("fired", [])]
+                if data.get("held_until") is not None:
+                    self._held_until[rule] = float(data["held_until"])
+                for target, st in data.get("targets", {}).items():
+                    self._states[(rule, target)] = _State(
+                        pending_since=_num(st.get("p")) if keep_pending else None,
+                        firing=bool(st.get("f")),
+                        busy=bool(st.get("b")),
+                        last_acted=_num(st.get("a")),
+                    )
+        except (AttributeError, TypeError, ValueError) as exc:
+            log.warning("rule state unreadable (%s): starting without it", exc)
+            self._states, self._fired, self._held_until = {}, {}, {}
+
+    def _write(self, *, now: bool) -> None:
+        if self._store is None:
+            return
+        section = self._store.section("rules")
+        section.clear()
+        for (rule, target), st in self._states.items():
+            if st.empty():
+                continue
+            entry = section.setdefault(rule, {})
+            entry.setdefault("targets", {})[target] = {
+                "p": st.pending_since,
+                "f": st.firing,
+                "b": st.busy,
+                "a": st.last_acted,
+            }
+        for rule, times in self._fired.items():
+            if times:
+                section.setdefault(rule, {})["fired"] = times
+        for rule, until in self._held_until.items():
+            section.setdefault(rule, {})["held_until"] = until
+        if now:
+            self._store.save()
+        else:
+            self._store.touch()
 
     def _save(self) -> None:
-        if self._state_file is None:
-            return
-        firing = sorted([list(k) for k, st in self._states.items() if st.firing])
-        try:
-            tmp = self._state_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"firing": firing}))
-            os.replace(tmp, self._state_file)
-        except OSError as exc:
-            log.warning("cannot keep rule state in %s: %s", self._state_file, exc)
+        self._write(now=True)
 
+    # -- rules ---------------------------------------------------------------------------------
     @property
     def rules(self) -> tuple[Rule, ...]:
         return self._rules
+
+    def rule(self, name: str) -> Rule | None:
+        """The rule in force under ``name``."""
+        return next((r for r in self._rules if r.name == name), None)
 
     def set_rules(self, rules: Sequence[Rule]) -> None:
         """Put new rules in force. A rule that still exists keeps whether it is firing, its
@@ -123,14 +155,36 @@ class RuleEngine:
         rule's state is dropped."""
         old = {r.name: r for r in self._rules}
         names = {r.name for r in rules}
-        changed = {r.name for r in rules if old.get(r.name) != r}
+        changed = {r.name for r in rules if r.name in old and old[r.name] != r}
         self._states = {k: v for k, v in self._states.items() if k[0] in names}
         for (rule, _), st in self._states.items():
             if rule in changed:
                 st.pending_since = None
         self._fired = {k: v for k, v in self._fired.items() if k in names}
+        self._held_until = {k: v for k, v in self._held_until.items() if k in names}
         self._rules = tuple(rules)
         self._save()
+
+    def assume_recent(self, *, now: float) -> None:
+        """The state file was lost: assume every rule acted just now (each waits a cooldown
+        from ``now`` on every target, and has one firing counted against ``maxFirings``)."""
+        for rule in self._rules:
+            self._held_until[rule.name] = now + rule.cooldown
+            self._fired.setdefault(rule.name, []).append(now)
+        self._save()
+
+    def adopt(self, *, rule: str, target: str) -> bool:
+        """Mark ``rule`` as firing on ``target`` without acting: the cluster shows its action
+        (a cordon, a pause) but the state file had lost it, so its resolve must still run when
+        the rule clears. False when the rule is unknown or already firing there."""
+        if self.rule(rule) is None:
+            return False
+        st = self._states.setdefault((rule, target), _State())
+        if st.firing:
+            return False
+        st.firing = True
+        self._save()
+        return True
 
     def state(self) -> dict[str, tuple[int, int]]:
         """Per rule: ``(targets pending, targets firing)``."""
@@ -149,16 +203,30 @@ class RuleEngine:
     def _capped(self, rule: Rule, now: float) -> bool:
         if rule.max_firings is None:
             return False
-        times = self._fired.setdefault(rule.name, deque())
-        while times and times[0] <= now - rule.max_firings.window:
-            times.popleft()
+        times = [t for t in self._fired.get(rule.name, []) if t > now - rule.max_firings.window]
+        self._fired[rule.name] = times
         return len(times) >= rule.max_firings.count
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def holds(self, *, rule: str, target: str, snapshot: NodeSnapshot) -> bool | None:
+        """Whether ``rule``'s ``when`` holds on ``target`` in ``snapshot`` now (a runbook
+        resumed after a restart checks this first); ``None`` when the rule or the target is
+        not there any more."""
+        r = self.rule(rule)
+        if r is None:
+            return None
+        self.history.observe(snapshot)
+        for t in targets(snapshot, r.scope):
+            if t.key == target:
+                return all(c.holds(SIGNALS[c.signal].fn(snapshot, self.history, t)) for c in r.when)
+        return None
 
     def evaluate(self, snapshot: NodeSnapshot, *, global_dry_run: bool) -> list[Firing]:
         """Evaluate every rule on the snapshot; the firings to act on, in rule order."""
         self.history.observe(snapshot)
         now = snapshot.timestamp
         out: list[Firing] = []
+        vanished = False
         for rule in self._rules:
             present: set[str] = set()
             for target in targets(snapshot, rule.scope):
@@ -167,8 +235,13 @@ class RuleEngine:
                 if firing is not None:
                     out.append(firing)
             for key in [k for k in self._states if k[0] == rule.name and k[1] not in present]:
-                del self._states[key]  # the pod or container is gone
-                self._save()
+                if not self._states[key].busy:  # a runbook under way still reports back
+                    del self._states[key]  # the pod or container is gone
+                    vanished = True
+        if vanished:
+            self._save()
+        if self._store is not None:
+            self._store.flush()
         return out
 
     def _step(
@@ -191,7 +264,7 @@ class RuleEngine:
                 target=target.key,
                 node=snapshot.node_name,
                 time=now,
-                actions=tuple(rule.actions if kind == "firing" else rule.resolve),
+                steps=tuple(a.step for a in (rule.actions if kind == "firing" else rule.resolve)),
                 dry_run=dry or bool(rule.dry_run),
                 values=values,
                 pod_uid=target.pod.uid if target.pod else None,
@@ -199,6 +272,7 @@ class RuleEngine:
                 summary=f"{rule.name} on {rule.scope} {target.key}: "
                 + ("" if kind == "firing" else "cleared: ")
                 + why,
+                rule_digest=rule_digest(rule),
                 snapshot=snapshot,
             )
 
@@ -210,22 +284,32 @@ class RuleEngine:
             )
             if cleared:
                 st.firing, st.pending_since = False, None
-                self._save()
                 if rule.resolve:
+                    st.busy = True  # until the undo is done: the rule cannot re-fire under it
+                    self._save()
                     self._count(rule.name, "resolved")
                     return make("resolved")
+                self._save()
                 return None
             if not holds:
                 return None
         elif not holds:
-            st.pending_since = None
+            if st.pending_since is not None:
+                st.pending_since = None
+                self._write(now=False)
             return None
         elif st.pending_since is None:
             st.pending_since = now
+            self._write(now=False)
         since = now if st.pending_since is None else st.pending_since
         if now - since < rule.for_:
             return None
-        if st.busy or (st.last_acted is not None and now - st.last_acted < rule.cooldown):
+        held = self._held_until.get(rule.name)
+        if (
+            st.busy
+            or (st.last_acted is not None and now - st.last_acted < rule.cooldown)
+            or (held is not None and now < held)
+        ):
             self._count(rule.name, "suppressed_cooldown")
             return None
         if self._capped(rule, now):
@@ -243,17 +327,26 @@ class RuleEngine:
             return None
         st.firing, st.busy, st.last_acted = True, True, now
         self._cap_logged.discard(rule.name)
+        self._fired.setdefault(rule.name, []).append(now)
         self._save()
-        self._fired.setdefault(rule.name, deque()).append(now)
         self._count(rule.name, "firings")
         return make("firing")
 
-    def finished(self, firing: Firing, *, at: float) -> None:
-        """Feed back that the firing's actions are done: the cooldown counts from now."""
+    def finished(self, firing: Firing, *, at: float, applied: bool = True) -> None:
+        """Feed back that the firing's steps are done (or abandoned): the cooldown counts from
+        ``at``; the target may resolve (after a firing) or fire again (after a resolve).
+        ``applied=False``: a firing whose steps all failed changed nothing, so nothing needs
+        undoing: the target stops firing and may fire again once the cooldown has passed (an
+        API outage is retried at the rule's pace, never in a storm)."""
         st = self._states.get((firing.rule, firing.target))
-        if st is not None and firing.kind == "firing":
-            st.busy = False
+        if st is None:
+            return
+        st.busy = False
+        if firing.kind == "firing":
             st.last_acted = at
+            if not applied:
+                st.firing = False
+        self._save()
 
     def dropped(self, firing: Firing) -> None:
         """The remediator could not take the firing (queue full): free the target so the rule
@@ -262,14 +355,32 @@ class RuleEngine:
         st = self._states.get((firing.rule, firing.target))
         if st is None:
             return
+        st.busy = False
         if firing.kind == "resolved":
             st.firing = True  # still to undo: the next sample emits the resolve again
         else:
-            st.busy, st.firing, st.last_acted = False, False, None
+            st.firing, st.last_acted = False, None
             times = self._fired.get(firing.rule)
             if times:
                 times.pop()
         self._save()
+
+    def release(self, *, rule: str, target: str) -> None:
+        """Clear "under way" on a target whose runbook is not in the journal (nothing will
+        report back)."""
+        st = self._states.get((rule, target))
+        if st is not None and st.busy:
+            st.busy = False
+            self._save()
+
+    def busy_targets(self) -> list[tuple[str, str]]:
+        """``(rule, target)`` pairs whose steps are under way (for a restart's check that each
+        has a journal entry)."""
+        return [k for k, st in self._states.items() if st.busy]
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _fmt(value: float | None) -> str:

@@ -35,12 +35,13 @@ from pydantic import (
     ConfigDict,
     Field,
     PositiveInt,
-    ValidationError,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
 
-from nodeguard.rules.actions import ACTION_ARGS
+from nodeguard.actions.registry import ACTIONS, ArgumentError
+from nodeguard.firing import Step
 from nodeguard.rules.signals import SIGNALS, Scope
 
 __all__ = [
@@ -121,33 +122,33 @@ class Condition(_Strict):
 
 
 class ActionSpec(_Strict):
-    """One runbook step: an action by name and its arguments, checked against the action's own
-    argument schema (:mod:`nodeguard.rules.actions`)."""
+    """One runbook step: an action by its registered name and its arguments, parsed at load
+    time by the action's own argument model (:mod:`nodeguard.actions.registry`): an unknown
+    action or a bad argument is a load error."""
 
     action: str
     args: dict[str, Any] = Field(default_factory=dict)
+    _step: Step | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_args(self) -> ActionSpec:
-        model = ACTION_ARGS.get(self.action)
-        if model is None:
+        action = ACTIONS.get(self.action)
+        if action is None:
             raise ValueError(
-                f"unknown action {self.action!r} (known: {', '.join(sorted(ACTION_ARGS))})"
+                f"unknown action {self.action!r} (known: {', '.join(sorted(ACTIONS))})"
             )
         try:
-            model.model_validate(self.args)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"args.{'.'.join(str(p) for p in e['loc'])}: "
-                + e["msg"].removeprefix("Value error, ")
-                for e in exc.errors()
-            )
-            raise ValueError(f"{self.action}: {problems}") from None
+            parsed = action.parse(self.args)
+        except ArgumentError as exc:
+            raise ValueError(str(exc)) from None
+        self._step = Step(action=self.action, args=parsed)
         return self
 
-    def parsed_args(self) -> BaseModel:
-        """The arguments as the action's argument model."""
-        return ACTION_ARGS[self.action].model_validate(self.args)
+    @property
+    def step(self) -> Step:
+        """The step to run: the action and its arguments, parsed when the file was loaded."""
+        assert self._step is not None  # set by the validator of every instance
+        return self._step
 
 
 class RateLimit(_Strict):

@@ -56,7 +56,10 @@ log = logging.getLogger(__name__)
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 APISERVER_MODULE = GO_DIR / "kube-apiserver"
+CONTROLLER_MANAGER_MODULE = GO_DIR / "kube-controller-manager"
 ETCD_MODULE = GO_DIR / "etcd"
+KATIB_MODULE = GO_DIR / "katib-experiment-controller"
+MODULES = (APISERVER_MODULE, CONTROLLER_MANAGER_MODULE, ETCD_MODULE, KATIB_MODULE)
 CACHE_ENV = "NODEGUARD_CONTROLPLANE_CACHE"
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "nodeguard" / "controlplane"
 
@@ -83,6 +86,9 @@ class ControlPlaneBinaries:
     kubernetes_version: str
     etcd_version: str
     version_key: str
+    kube_controller_manager: Path
+    katib_controller: Path
+    katib_version: str
 
 
 # --------------------------------------------------------------------------- build
@@ -98,7 +104,7 @@ def _module_version(go_mod: Path, module: str) -> str:
 def version_key() -> str:
     """Return the cache key for the current Go sources (versions plus a content hash)."""
     digest = hashlib.sha256(f"{sys.platform}-{platform.machine()}".encode())
-    for module in (APISERVER_MODULE, ETCD_MODULE):
+    for module in MODULES:
         for name in ("go.mod", "go.sum", "main.go"):
             digest.update(name.encode() + b"\0" + (module / name).read_bytes() + b"\0")
     k8s = _module_version(APISERVER_MODULE / "go.mod", "k8s.io/kubernetes")
@@ -166,10 +172,19 @@ def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
         kubernetes_version=_module_version(APISERVER_MODULE / "go.mod", "k8s.io/kubernetes"),
         etcd_version=_module_version(ETCD_MODULE / "go.mod", "go.etcd.io/etcd/server/v3"),
         version_key=key,
+        kube_controller_manager=target / "kube-controller-manager",
+        katib_controller=target / "katib-experiment-controller",
+        katib_version=_module_version(KATIB_MODULE / "go.mod", "github.com/kubeflow/katib"),
+    )
+    paths = (
+        binaries.kube_apiserver,
+        binaries.etcd,
+        binaries.kube_controller_manager,
+        binaries.katib_controller,
     )
 
     def complete() -> bool:
-        return all(os.access(p, os.X_OK) for p in (binaries.kube_apiserver, binaries.etcd))
+        return all(os.access(p, os.X_OK) for p in paths)
 
     if complete():
         return binaries
@@ -180,27 +195,29 @@ def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
             return binaries
         go = _find_go()
         log.warning(
-            "building kube-apiserver %s and etcd %s into %s (first run takes minutes)",
+            "building kube-apiserver and kube-controller-manager %s, etcd %s and Katib's "
+            "experiment controller %s into %s (first run takes minutes)",
             binaries.kubernetes_version,
             binaries.etcd_version,
+            binaries.katib_version,
             target,
         )
         staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
         try:
             k8s = binaries.kubernetes_version
             major, minor = k8s.lstrip("v").split(".")[:2]
-            _go_build(go, ETCD_MODULE, staging / "etcd", "-s -w")
-            _go_build(
-                go,
-                APISERVER_MODULE,
-                staging / "kube-apiserver",
+            k8s_flags = (
                 "-s -w"
                 f" -X k8s.io/component-base/version.gitVersion={k8s}"
                 f" -X k8s.io/component-base/version.gitMajor={major}"
                 f" -X k8s.io/component-base/version.gitMinor={minor}"
                 " -X k8s.io/component-base/version.gitTreeState=clean"
-                f" -X k8s.io/client-go/pkg/version.gitVersion={k8s}",
+                f" -X k8s.io/client-go/pkg/version.gitVersion={k8s}"
             )
+            _go_build(go, ETCD_MODULE, staging / "etcd", "-s -w")
+            _go_build(go, APISERVER_MODULE, staging / "kube-apiserver", k8s_flags)
+            _go_build(go, CONTROLLER_MANAGER_MODULE, staging / "kube-controller-manager", k8s_flags)
+            _go_build(go, KATIB_MODULE, staging / "katib-experiment-controller", "-s -w")
             shutil.rmtree(target, ignore_errors=True)
             staging.chmod(0o755)
             staging.rename(target)
@@ -452,6 +469,7 @@ class TestCluster:
         self._pki: _Pki | None = None
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
+        self._controller_manager: subprocess.Popen[bytes] | None = None
         self._etcd_port = 0
         self._apiserver_port = 0
         self.startup_seconds: float | None = None
@@ -495,6 +513,11 @@ class TestCluster:
     def apiserver_log_path(self) -> Path:
         """kube-apiserver's stdout and stderr (appended to across restarts)."""
         return self._require_dir() / "kube-apiserver.log"
+
+    @property
+    def controller_manager_log_path(self) -> Path:
+        """Log of kube-controller-manager (the ResourceQuota controller only)."""
+        return self._require_dir() / "kube-controller-manager.log"
 
     @property
     def etcd_log_path(self) -> Path:
@@ -581,15 +604,29 @@ class TestCluster:
             self.apiserver_log_path,
             "namespace default to be created",
         )
+        # Only the ResourceQuota controller: it computes status.used, which quota admission
+        # checks. Not the garbage collector: test pods name owners that do not exist.
+        self._controller_manager = _spawn(
+            [
+                str(binaries.kube_controller_manager),
+                f"--kubeconfig={self.kubeconfig_path}",
+                "--controllers=resourcequota",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--v=1",
+            ],
+            self.controller_manager_log_path,
+        )
 
     def stop(self) -> None:
         """Stop both processes (SIGTERM, then SIGKILL) and remove the temporary directory.
 
         Safe to call more than once, and on a cluster that failed to start.
         """
+        terminate(self._controller_manager, timeout=self._stop_timeout)
         terminate(self._apiserver, timeout=self._stop_timeout)
         terminate(self._etcd, timeout=self._stop_timeout)
-        self._apiserver = self._etcd = None
+        self._apiserver = self._etcd = self._controller_manager = None
         if self._dir is not None and not self._keep_dir:
             shutil.rmtree(self._dir, ignore_errors=True)
         self._dir = None

@@ -1,0 +1,105 @@
+"""What an action is given: the decision (:class:`Call`) and the agent's means (:class:`Env`).
+
+The same :class:`Env` serves a real run and a dry run. A dry run gets :meth:`Env.limits` as
+scratch copies of the eviction limiter and backoff: it spends the per-node limit and backs off
+from a PodDisruptionBudget exactly as the real run would, and forgets it when it is done, so the
+plan a dry run reports is the one a real run carries out (issue: the dry run is the real plan).
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeguard.actions.audit import Auditor
+from nodeguard.actions.cordon import CordonConfig
+from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
+from nodeguard.firing import Firing
+from nodeguard.kube.client import KubeClient
+
+__all__ = ["Call", "Env"]
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(slots=True, kw_only=True)
+class Env:
+    """The agent's (or ``nodeguard act``'s) means to act.
+
+    - ``kube``: the API, ``None`` without a cluster; ``auditor``: where results are audited.
+    - ``node``: the agent's own node (Event source); ``identity``: unique per process (holds
+      the cordon budget's Lease: two agents, or a restarted one whose old Lease is still live,
+      never both believe they hold it).
+    - ``cordon``: cordon mode and budget; ``limiter``/``backoff``: the per-node eviction limit
+      and the PodDisruptionBudget backoff, kept in the state file by the agent.
+    - ``usage``: pod UID -> working set bytes for nodes whose snapshot this process does not
+      have (``nodeguard act --agent-url``).
+    """
+
+    kube: KubeClient | None
+    auditor: Auditor
+    node: str
+    cordon: CordonConfig = field(default_factory=CordonConfig)
+    limiter: EvictionLimiter = field(default_factory=EvictionLimiter)
+    backoff: EvictionBackoff = field(default_factory=EvictionBackoff)
+    identity: str = field(default_factory=_identity)
+    usage: Mapping[str, int] = field(default_factory=dict)
+
+    def limits(self, *, dry_run: bool) -> tuple[EvictionLimiter, EvictionBackoff]:
+        """The limiter and backoff a run spends: the real ones, or in dry run copies that
+        start from the same state and are then dropped."""
+        if dry_run:
+            return self.limiter.scratch(), self.backoff.scratch()
+        return self.limiter, self.backoff
+
+
+def _no_checkpoint() -> None:
+    return None
+
+
+@dataclass(slots=True, kw_only=True)
+class Call:
+    """One run of one firing's steps.
+
+    - ``firing``: the decision (rule, scope, target, node to act on, evidence).
+    - ``dry_run``: the effective dry run (the global one wins over a rule's).
+    - ``note``: what Events and annotations say about why (the incident id and summary).
+    - ``progress``: this step's journal record, which an action may fill as it goes (what it
+      has already done) and read when the step is resumed after a restart; ``checkpoint()``
+      writes it to the state file now (an action calls it after each irreversible write).
+    """
+
+    env: Env
+    firing: Firing
+    dry_run: bool
+    note: str
+    progress: MutableMapping[str, Any] = field(default_factory=dict)
+    checkpoint: Callable[[], None] = _no_checkpoint
+    _limits: tuple[EvictionLimiter, EvictionBackoff] | None = None
+
+    @property
+    def kube(self) -> KubeClient | None:
+        return self.env.kube
+
+    @property
+    def node(self) -> str:
+        """The node acted on."""
+        return self.firing.node
+
+    def limits(self) -> tuple[EvictionLimiter, EvictionBackoff]:
+        """The limiter and backoff of this call: one pair for all its steps (in dry run, one
+        scratch pair, so two evict steps of one firing see each other's spending)."""
+        if self._limits is None:
+            self._limits = self.env.limits(dry_run=self.dry_run)
+        return self._limits
+
+    def api(self) -> KubeClient:
+        """The API; the dispatcher refuses an action that needs one before calling it."""
+        if self.env.kube is None:
+            raise RuntimeError("no Kubernetes API: dispatch() should have refused this action")
+        return self.env.kube
