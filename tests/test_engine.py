@@ -10,6 +10,7 @@ from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.schema import Rule
 from nodeguard.rules.signals import SIGNALS, History, Target, signal
 from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
+from nodeguard.statefile import StateFile
 from tests.conftest import cgroup_memory
 
 # Stand-in signals: the node's value and each container's value come from these dicts, set by
@@ -116,9 +117,7 @@ def test_hysteresis_and_resolve_actions() -> None:
     assert step(engine, 10, 0.4) == []  # below 0.5 but not below 0.3: still firing
     assert engine.state() == {"r": (0, 1)}
     resolved = step(engine, 20, 0.2)
-    assert [(f.kind, [a.action for a in f.actions]) for f in resolved] == [
-        ("resolved", ["uncordon"])
-    ]
+    assert [(f.kind, [a.action for a in f.steps]) for f in resolved] == [("resolved", ["uncordon"])]
     assert "cleared: test_node_value < 0.3 (is 0.2)" in resolved[0].summary
     assert engine.state() == {"r": (0, 0)}
     assert step(engine, 30, 0.25) == []
@@ -160,9 +159,12 @@ def test_vanished_targets_are_forgotten() -> None:
     engine = RuleEngine(rules=[r])
     CONTAINERS.clear()
     CONTAINERS.update({"poda/a": 0.99})
-    engine.evaluate(snap(0, ("a",)), global_dry_run=False)
+    (f,) = engine.evaluate(snap(0, ("a",)), global_dry_run=False)
     assert engine.state() == {"r": (0, 1)}
     engine.evaluate(snap(5, ()), global_dry_run=False)
+    assert engine.state() == {"r": (0, 1)}  # its runbook is still under way: it reports back
+    engine.finished(f, at=6)
+    engine.evaluate(snap(7, ()), global_dry_run=False)
     assert engine.state() == {"r": (0, 0)}
 
 
@@ -219,14 +221,103 @@ def test_a_dropped_resolve_is_emitted_again() -> None:
 
 
 def test_a_restarted_agent_still_resolves(tmp_path: Any) -> None:
-    state = tmp_path / "rules-state.json"
+    path = tmp_path / "state.json"
     r = rule(resolve=[{"action": "uncordon"}])
-    first = RuleEngine(rules=[r], state_file=state)
+    first = RuleEngine(rules=[r], state=StateFile(path=path, node="node-a"))
     first.finished(step(first, 0, 0.9)[0], at=0)
-    restarted = RuleEngine(rules=[r], state_file=state)
+    restarted = RuleEngine(rules=[r], state=StateFile(path=path, node="node-a"))
     assert restarted.state() == {"r": (0, 1)}
-    assert [f.kind for f in step(restarted, 60, 0.1)] == ["resolved"]
-    assert RuleEngine(rules=[r], state_file=state).state() == {"r": (0, 0)}
+    (resolved,) = step(restarted, 60, 0.1)
+    assert resolved.kind == "resolved"
+    restarted.finished(resolved, at=61)
+    assert RuleEngine(rules=[r], state=StateFile(path=path, node="node-a")).state() == {"r": (0, 0)}
+
+
+def test_cooldown_and_cap_survive_a_restart(tmp_path: Any) -> None:
+    # The fault: cooldown 5m and maxFirings 1/1h, one firing, a restart, a second firing 7 s
+    # later. Both the cooldown and the cap are in the state file.
+    path = tmp_path / "state.json"
+    r = rule(cooldown="5m", maxFirings={"count": 1, "window": "1h"})
+    first = RuleEngine(rules=[r], state=StateFile(path=path, node="node-a"))
+    first.finished(step(first, 0, 0.9)[0], at=1)
+    step(first, 2, 0.1)  # cleared
+    again = RuleEngine(rules=[r], state=StateFile(path=path, node="node-a"))
+    assert step(again, 8, 0.9) == []
+    assert again.counts[("r", "suppressed_cooldown")] == 1
+    assert step(again, 400, 0.9) == []  # the cooldown is over; the cap (1 per hour) is not
+    assert again.counts[("r", "suppressed_cap")] == 1
+    assert [f.kind for f in step(again, 3700, 0.9)] == ["firing"]
+
+
+def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
+    path = tmp_path / "state.json"
+    clock = {"now": 1000.0}
+    r = rule(**{"for": "30s"})
+
+    def engine() -> RuleEngine:
+        return RuleEngine(
+            rules=[r],
+            state=StateFile(path=path, node="node-a", clock=lambda: clock["now"], lazy_seconds=0),
+        )
+
+    first = engine()
+    step(first, 1000, 0.9)  # crossed at 1000
+    clock["now"] = 1010
+    assert step(engine(), 1010, 0.9) == []  # a 10 s restart: the window goes on
+    clock["now"] = 1031
+    assert [f.kind for f in step(engine(), 1031, 0.9)] == ["firing"]
+    second = RuleEngine(
+        rules=[rule(name="s", **{"for": "30s"})],
+        state=StateFile(
+            path=tmp_path / "b.json", node="n", clock=lambda: clock["now"], lazy_seconds=0
+        ),
+    )
+    step(second, 1031, 0.9)
+    clock["now"] = 1031 + 600  # ten minutes down: nobody saw whether it dipped
+    later = RuleEngine(
+        rules=[rule(name="s", **{"for": "30s"})],
+        state=StateFile(path=tmp_path / "b.json", node="n", clock=lambda: clock["now"]),
+    )
+    assert step(later, clock["now"], 0.9) == []
+    assert step(later, clock["now"] + 31, 0.9) != []
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"\xff\xfe garbage",
+        b'{"kind": "something-else"}',
+        b'{"kind": "nodeguard-remediation-state", "format": 99, "node": "node-a", "sections": {}}',
+        b'{"kind": "nodeguard-remediation-state", "format": 1, "node": "node-b", "sections": {}}',
+        b'{"kind": "nodeguard-remediation-state", "format": 1, "node": "node-a", "sections": []}',
+    ],
+    ids=["corrupt", "binary", "foreign", "newer", "other-node", "bad-sections"],
+)
+def test_an_unusable_state_file_means_acting_less(tmp_path: Any, content: bytes) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(content)
+    state = StateFile(path=path, node="node-a", clock=lambda: 1000.0)
+    assert state.recovered is not None
+    assert not path.exists() and list(tmp_path.glob("state.json.bad-*"))  # set aside, kept
+    r = rule(cooldown="5m", maxFirings={"count": 2, "window": "1h"})
+    engine = RuleEngine(rules=[r], state=state)
+    engine.assume_recent(now=1000)
+    assert step(engine, 1010, 0.9) == []  # waits a cooldown, as if it had just acted
+    (f,) = step(engine, 1301, 0.9)  # then acts, once more of its two an hour
+    engine.finished(f, at=1301)
+    assert step(engine, 1700, 0.1) == []
+    assert step(engine, 1701, 0.9) == [] and engine.counts[("r", "suppressed_cap")] == 1
+    state.save()
+    assert StateFile(path=path, node="node-a").recovered is None  # a good file again
+
+
+def test_a_failed_firing_that_changed_nothing_fires_again_after_its_cooldown() -> None:
+    engine = RuleEngine(rules=[rule(cooldown="1m", resolve=[{"action": "uncordon"}])])
+    (f,) = step(engine, 0, 0.9)
+    engine.finished(f, at=1, applied=False)  # the API was down: nothing to undo
+    assert step(engine, 30, 0.9) == []  # cooldown
+    assert [x.kind for x in step(engine, 62, 0.9)] == ["firing"]  # tried again, at its pace
 
 
 def test_a_reload_that_changes_a_firing_rule_keeps_its_undo() -> None:

@@ -598,7 +598,6 @@ async def test_a_cordon_made_while_waiting_is_left_alone(
 
 async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) -> None:
     node = cluster.node()
-    aud = auditor_for(kube, node)
     taint = CordonConfig(mode="taint")
     assert (
         await cordon(
@@ -748,7 +747,6 @@ async def test_a_podgroup_is_evicted_across_nodes(cluster: Cluster, kube: KubeCl
 
 async def test_a_rules_undo_leaves_another_rules_cordon(cluster: Cluster, kube: KubeClient) -> None:
     node = cluster.node()
-    aud = auditor_for(kube, node)
     assert (
         await cordon(
             kube=kube,

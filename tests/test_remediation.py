@@ -4,6 +4,7 @@ reload, end to end on a fixture host."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -11,14 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodeguard.actions.audit import Auditor
+import tests.standin_actions as standin
 from nodeguard.actions.base import ActionResult
+from nodeguard.firing import Firing
 from nodeguard.remediation.incidents import IncidentStore
-from nodeguard.remediation.runbook import Runbook
 from nodeguard.remediation.worker import Remediator
-from nodeguard.rules.engine import Firing
 from nodeguard.rules.schema import ActionSpec
 from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.statefile import StateFile
+from tests.acting import env_for
 from tests.agent import get, running_agent
 from tests.conftest import host_flags, host_paths
 
@@ -36,7 +38,7 @@ def firing(rule: str = "r", *, actions: tuple[str, ...] = ("record",), **kw: Any
         target="node-a",
         node="node-a",
         time=kw.pop("time", 1_700_000_000.0),
-        actions=tuple(ActionSpec(action=a) for a in actions),
+        steps=tuple(ActionSpec(action=a).step for a in actions),
         dry_run=False,
         values={"node_slab_unreclaimable_ratio": 0.3125},
         summary=f"{rule} on node node-a",
@@ -45,82 +47,62 @@ def firing(rule: str = "r", *, actions: tuple[str, ...] = ("record",), **kw: Any
     )
 
 
-class SlowRunbook(Runbook):
-    """A stand-in whose every action waits for the test to release it."""
-
-    def __init__(self, gate: asyncio.Event) -> None:
-        super().__init__(
-            kube=None, auditor=Auditor(kube=None, node_name="node-a", metrics=None), node="node-a"
-        )
-        self.gate = gate
-        self.ran: list[str] = []
-
-    async def run(
-        self, spec: ActionSpec, *, firing: Firing, dry_run: bool, note: str
-    ) -> list[ActionResult]:
-        self.ran.append(firing.rule)
-        await self.gate.wait()
-        return [
-            ActionResult(
-                action=spec.action,
-                node="node-a",
-                dry_run=dry_run,
-                outcome="done",
-                message="stand-in",
-            )
-        ]
+def remediator(tmp_path: Path, **kw: Any) -> Remediator:
+    state = kw.pop("state", None) or StateFile(path=tmp_path / "state.json", node="node-a")
+    return Remediator(
+        env=env_for(None, "node-a"),
+        incidents=IncidentStore(directory=tmp_path / "incidents"),
+        state=state,
+        global_dry_run=kw.pop("global_dry_run", True),
+        **kw,
+    )
 
 
 async def test_slow_actions_never_block_submit_and_a_full_queue_refuses(tmp_path: Path) -> None:
-    gate = asyncio.Event()
-    runbook = SlowRunbook(gate)
+    gate = standin.new_gate()
     done: list[str] = []
-    rem = Remediator(
-        runbook=runbook,
-        incidents=IncidentStore(directory=tmp_path),
-        queue_size=1,
-        concurrency=1,
-        global_dry_run=True,
-        on_done=lambda f, _r: done.append(f.rule),
+    rem = remediator(
+        tmp_path, queue_size=1, concurrency=1, on_done=lambda f, _r, _a: done.append(f.rule)
     )
     stop = asyncio.Event()
     task = asyncio.create_task(rem.run(stop=stop))
     started = time.perf_counter()
-    assert rem.submit(firing("first"))
+    assert rem.submit(firing("first", actions=("test_gate",)))
     await asyncio.sleep(0.05)  # the worker took it and waits on the gate
     assert rem.in_flight == 1
-    assert rem.submit(firing("second"))  # queued
-    assert not rem.submit(firing("third"))  # the queue (size 1) is full: refused at once
+    assert rem.submit(firing("second", actions=("test_gate",)))  # queued
+    assert not rem.submit(firing("third", actions=("test_gate",)))  # full: refused at once
     assert time.perf_counter() - started < 0.5
     gate.set()
-    await asyncio.wait_for(rem.queue.join(), 5)
-    await asyncio.sleep(0)
-    assert runbook.ran == ["first", "second"]
-    assert done == ["first", "second"]
+    await _until(lambda: done == ["first", "second"])
     stop.set()
     await task
-    records = IncidentStore(directory=tmp_path).list()
+    records = IncidentStore(directory=tmp_path / "incidents").list()
     assert [r["rule"] for r in records] == ["second", "first"]  # same time: ids sort by rule
     assert all(r["dry_run"] for r in records)  # the global dry run, not the firing's own
+    assert rem.journal == {}  # every runbook done: nothing left under way
+
+
+async def _until(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
 
 
 async def test_without_a_cluster_actions_say_so_and_evidence_is_recorded(tmp_path: Path) -> None:
-    store = IncidentStore(directory=tmp_path)
-    rem = Remediator(
-        runbook=Runbook(
-            kube=None, auditor=Auditor(kube=None, node_name="node-a", metrics=None), node="node-a"
-        ),
-        incidents=store,
-        global_dry_run=True,
-    )
-    results = await rem.handle(firing(actions=("record", "cordon", "evict")))
-    assert [(r.action, r.outcome) for r in results] == [
+    rem = remediator(tmp_path)
+    assert rem.submit(firing(actions=("record", "cordon", "evict")))
+    (key,) = rem.journal
+    results = await rem.handle(key)
+    assert results is not None
+    assert [(r["action"], r["outcome"]) for r in results] == [
         ("record", "done"),
         ("cordon", "refused"),
         ("evict", "refused"),
     ]
-    assert "no Kubernetes API configured" in results[1].message
-    (record,) = store.list()
+    assert "no Kubernetes API configured" in results[1]["message"]
+    (record,) = rem.incidents.list()
     ev = record["evidence"]
     assert ev["memory"]["total_bytes"] == 32 * GiB
     assert ev["memory"]["available_bytes"] == 6 * GiB
@@ -133,6 +115,142 @@ async def test_without_a_cluster_actions_say_so_and_evidence_is_recorded(tmp_pat
     assert ev["top_processes"][0]["rss_bytes"] == 9 * GiB
     assert record["values"] == {"node_slab_unreclaimable_ratio": 0.3125}
     assert [a["outcome"] for a in record["actions"]] == ["done", "refused", "refused"]
+
+
+async def test_the_journal_resumes_a_runbook_at_the_step_it_was_in(tmp_path: Path) -> None:
+    # A runbook of three steps; the agent dies while the second runs (the gate never opens).
+    standin.new_gate()
+    standin.RUNS.clear()
+    first = remediator(tmp_path)
+    stop = asyncio.Event()
+    task = asyncio.create_task(first.run(stop=stop))
+    assert first.submit(firing("rb", actions=("test_count", "test_gate", "test_count")))
+    await _until(lambda: standin.RUNS[("test_gate", "rb")] == 1)
+    (key,) = first.journal
+    assert first.journal[key]["next"] == 1  # on disk: step 1 done, step 2 under way
+    task.cancel()  # as good as kill -9: nothing after this point runs
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+    # The next process finds it in the state file and resumes it at step 2, not step 1.
+    standin.new_gate().set()
+    done: list[tuple[str, bool]] = []
+    second = remediator(tmp_path, on_done=lambda f, _r, applied: done.append((f.rule, applied)))
+    assert second.restore() == [key]
+    (decision,) = second.resume(snapshot=None, check=lambda f, s: None)
+    assert decision.resumed
+    stop2 = asyncio.Event()
+    task2 = asyncio.create_task(second.run(stop=stop2))
+    await _until(lambda: done == [("rb", True)])
+    stop2.set()
+    await task2
+    assert standin.RUNS[("test_count", "rb")] == 2  # steps 1 and 3, each once
+    assert standin.RUNS[("test_gate", "rb")] == 2  # step 2 again: it never finished
+    (record,) = second.incidents.list()
+    assert record["resumed"] == 1
+    assert [a["action"] for a in record["actions"]] == ["test_count", "test_gate", "test_count"]
+
+
+async def test_a_runbook_whose_rule_no_longer_applies_is_abandoned_with_why(
+    tmp_path: Path,
+) -> None:
+    first = remediator(tmp_path)
+    assert first.submit(firing("gone", actions=("test_count", "test_count")))
+    (key,) = first.journal
+    first.journal[key]["next"] = 1  # the first step was done when the agent died
+    first.journal[key]["results"] = [{"action": "test_count", "outcome": "done"}]
+    first.state.save()
+    done: list[tuple[str, bool]] = []
+    second = remediator(tmp_path, on_done=lambda f, _r, applied: done.append((f.rule, applied)))
+    second.restore()
+    (decision,) = second.resume(snapshot=None, check=lambda f, s: "its condition no longer holds")
+    assert not decision.resumed and decision.why == "its condition no longer holds"
+    assert second.journal == {} and done == [("gone", True)]
+    (record,) = second.incidents.list()
+    assert record["abandoned"] == "its condition no longer holds"
+    assert record["steps_not_run"] == ["test_count"]
+    assert [a["outcome"] for a in record["actions"]] == ["done"]
+
+
+async def test_a_transient_failure_is_retried_with_backoff_and_later_steps_wait(
+    tmp_path: Path,
+) -> None:
+    standin.RUNS.clear()
+    standin.FLAKY["left"] = 3
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    done: list[str] = []
+    rem = remediator(
+        tmp_path,
+        retry_base=5,
+        retry_cap=15,
+        sleep=sleep,
+        on_done=lambda f, _r, _a: done.append(f.rule),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(rem.run(stop=stop))
+    rem.submit(firing("flaky", actions=("test_flaky", "test_count")))
+    await _until(lambda: done == ["flaky"])
+    stop.set()
+    await task
+    assert slept == [5, 10, 15]  # capped exponential backoff
+    assert standin.RUNS[("test_flaky", "flaky")] == 4
+    assert standin.RUNS[("test_count", "flaky")] == 1  # waited for the step before it
+    (record,) = rem.incidents.list()
+    assert [a["outcome"] for a in record["actions"]] == ["done", "done"]
+    assert len(record["retried"]) == 3
+
+
+async def test_after_the_resume_window_a_failure_is_final_and_the_runbook_goes_on(
+    tmp_path: Path,
+) -> None:
+    standin.RUNS.clear()
+    standin.FLAKY["left"] = 100
+    now = {"t": 1000.0}
+    done: list[bool] = []
+    rem = remediator(
+        tmp_path,
+        clock=lambda: now["t"],
+        resume_window=600,
+        on_done=lambda f, _r, applied: done.append(applied),
+    )
+    rem.submit(firing("late", actions=("test_flaky", "test_count")))
+    (key,) = rem.journal
+    now["t"] += 601
+    results = await rem.handle(key)
+    assert results is not None
+    assert [(r["action"], r["outcome"]) for r in results] == [
+        ("test_flaky", "failed"),
+        ("test_count", "done"),
+    ]
+    assert done == [True]
+
+
+async def test_a_delivery_claimed_by_another_agent_runs_nothing(tmp_path: Path) -> None:
+    standin.RUNS.clear()
+    outcomes = iter(["unavailable", "duplicate"])
+
+    async def claim(_f: Firing) -> str:
+        return next(outcomes)
+
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    rem = remediator(tmp_path, claim=claim, sleep=sleep)
+    stop = asyncio.Event()
+    task = asyncio.create_task(rem.run(stop=stop))
+    rem.submit(firing("am", actions=("test_count",), key="fp:1:firing", source="alertmanager"))
+    await _until(lambda: rem.journal == {})
+    stop.set()
+    await task
+    assert slept == [5.0]  # the API was away once: the claim waited for it
+    assert standin.RUNS[("test_count", "am")] == 0
+    assert rem.incidents.list() == []
 
 
 def test_incident_directory_is_bounded(tmp_path: Path) -> None:
@@ -191,9 +309,10 @@ def test_agent_acts_on_rules_and_reload_keeps_the_last_good(tmp_path: Path) -> N
         metrics = get(f"{base}/metrics")[1]
         assert _metric(metrics, "nodeguard_rules_loaded") == 1
         assert 'nodeguard_rule_firings_total{kind="firing",rule="slab-high"} 1.0' in metrics
+        # Every result is counted, record's too (it writes no Event without a cluster).
         assert (
-            'nodeguard_actions_total{action="record",dry_run="true",outcome="done"}' not in metrics
-        )  # record writes no Event and is not a cluster action
+            'nodeguard_actions_total{action="record",dry_run="true",outcome="done"} 1.0' in metrics
+        )
 
         rules.write_text(RULES.replace("value: 0.3}", "value: [}"))  # broken YAML
         _wait(
@@ -220,7 +339,7 @@ def test_incidents_command_lists_and_shows(tmp_path: Path) -> None:
         results=[
             ActionResult(
                 action="cordon", node="node-a", dry_run=True, outcome="done", message="would cordon"
-            )
+            ).to_record()
         ],
     )
     env = {"COLUMNS": "200", "PATH": ""}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,8 +11,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
-from nodeguard.rules.engine import Firing
+from nodeguard.alerts.claims import ANNOTATION, AlertClaims
+from nodeguard.alerts.webhook import AlertDedupe, WebhookAlert, WebhookReceiver, delivery_key
+from nodeguard.firing import Firing
+from nodeguard.kube.client import KubeClient
 from nodeguard.rules.schema import AlertRule
 
 RULES = (
@@ -163,7 +166,7 @@ async def test_unknown_fields_are_ignored_and_a_batch_mixes_statuses(setup: Any)
     assert status == 200
     assert [a["outcome"] for a in body["alerts"]] == ["queued", "queued", "queued", "unmatched"]
     kinds = [
-        (f.rule, f.kind, [a.action for a in f.actions], f.node, f.scope, f.pod_ref)
+        (f.rule, f.kind, [a.action for a in f.steps], f.node, f.scope, f.pod_ref)
         for f in queue.items
     ]
     assert kinds == [
@@ -182,9 +185,11 @@ async def test_repeated_delivery_acts_once_and_stale_firing_is_ignored(setup: An
     assert [a["outcome"] for a in (await post(client, first))[1]["alerts"]] == ["duplicate"]
     resolved = payload(alert(status="resolved", fingerprint="x"))
     assert [a["outcome"] for a in (await post(client, resolved))[1]["alerts"]] == ["queued"]
-    # The firing of the same instance arrives late (from the HA peer): ignored.
-    late = payload(alert(fingerprint="x", starts="2026-11-30T06:00:00.123456789Z"))
-    late["alerts"][0]["startsAt"] = "2026-11-30T06:00:00.123456Z"  # same instant, other format
+    # The firing of the same instance again, written another way: the same delivery.
+    same = payload(alert(fingerprint="x", starts="2026-11-30T06:00:00.123456Z"))
+    assert [a["outcome"] for a in (await post(client, same))[1]["alerts"]] == ["duplicate"]
+    # An older instance's firing arrives after the resolution (from the HA peer): ignored.
+    late = payload(alert(fingerprint="x", starts="2026-11-30T05:59:00Z"))
     assert [a["outcome"] for a in (await post(client, late))[1]["alerts"]] == ["stale"]
     # A new instance of the alert (later startsAt) acts again.
     again = payload(alert(fingerprint="x", starts="2026-11-30T07:00:00Z"))
@@ -217,78 +222,105 @@ async def test_full_queue_answers_503_and_the_retry_is_deduplicated(setup: Any) 
 def test_dedupe_expires() -> None:
     now = [0.0]
     d = AlertDedupe(ttl=60, clock=lambda: now[0])
-    from nodeguard.alerts.webhook import WebhookAlert
-
     a = WebhookAlert.model_validate(alert())
-    d.handled(a)
-    assert d.check(a) == "duplicate"
+    assert d.take(a) is None
+    assert d.take(a) == "duplicate"
     now[0] = 61
-    assert d.check(a) is None
+    assert d.take(a) is None
 
 
 def test_a_still_firing_alert_stays_deduplicated() -> None:
-    from nodeguard.alerts.webhook import WebhookAlert
-
     now = [0.0]
     d = AlertDedupe(ttl=24 * 3600, clock=lambda: now[0])
     a = WebhookAlert.model_validate(alert())
-    d.handled(a)
+    assert d.take(a) is None
     for hours in (4, 20, 40, 60):  # re-sent every repeat_interval while it fires
         now[0] = hours * 3600
-        assert d.check(a) == "duplicate"
+        assert d.take(a) == "duplicate"
+
+
+def test_one_instant_written_three_ways_is_one_alert() -> None:
+    # Alertmanager writes startsAt as Go's RFC 3339 with nanoseconds; relays and other senders
+    # write the same instant as Z, .000Z or with an offset.
+    d = AlertDedupe()
+    forms = ["2026-11-30T10:00:00Z", "2026-11-30T10:00:00.000Z", "2026-11-30T11:00:00+01:00"]
+    outcomes = [d.take(WebhookAlert.model_validate(alert(starts=f))) for f in forms]
+    assert outcomes == [None, "duplicate", "duplicate"]
+    assert len({delivery_key(WebhookAlert.model_validate(alert(starts=f))) for f in forms}) == 1
+
+
+def test_dedupe_memory_is_bounded_in_bytes() -> None:
+    # 900 KB fingerprints once cost 87 MB in 100 alerts: keys are fixed-size digests now.
+    store: dict[str, Any] = {}
+    d = AlertDedupe(limit=50, store=store)
+    for i in range(200):
+        d.take(WebhookAlert.model_validate(alert(fingerprint=f"{i}" + "x" * 900_000)))
+    assert len(store["seen"]) == 50
+    assert len(json.dumps(store)) < 50 * 120
+
+
+async def test_fifty_identical_deliveries_at_once_queue_one(setup: Any) -> None:
+    client, _, queue = setup
+    body = payload(alert(fingerprint="storm"))
+    answers = await asyncio.gather(*(post(client, body) for _ in range(50)))
+    outcomes = sorted(a[1]["alerts"][0]["outcome"] for a in answers)
+    assert outcomes == ["duplicate"] * 49 + ["queued"]
+    assert len(queue.items) == 1
 
 
 async def test_starts_at_must_be_a_time(setup: Any) -> None:
     client, _, queue = setup
-    status, body = await post(client, payload(alert(starts="yesterday")))
-    assert status == 400 and "RFC 3339" in body["error"]
+    for bad in ("yesterday", "2026-11-30T10:00:00"):  # no zone: which instant is it?
+        status, body = await post(client, payload(alert(starts=bad)))
+        assert status == 400 and "RFC 3339" in body["error"], body
     assert queue.items == []
 
 
-async def test_two_agents_act_once_through_claims_on_the_node(
-    cluster: Any, control_plane: Any
-) -> None:
-    from nodeguard.alerts.claims import ANNOTATION, AlertClaims
-    from nodeguard.kube.client import KubeClient
-
+async def test_claims_on_the_node_let_one_agent_act(cluster: Any, control_plane: Any) -> None:
+    # Five agents claim the same delivery at once (an HA pair's two copies and retries, spread
+    # by the Service): exactly one wins, whatever the interleaving, and conflicts are never
+    # taken for a win. The winner, restarted, finds its own claim.
     node = cluster.node()
-    queues, clients, kubes = [], [], []
-    for _ in range(2):  # two agents behind one Service, each with its own memory
-        kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-        queue = Queue()
-        receiver = WebhookReceiver(
-            node_name="agent",
-            rules=lambda: RULES,
-            submit=queue.submit,
-            latest=lambda: None,
-            global_dry_run=True,
-            token="s3cret",
-            claims=AlertClaims(kube=kube),
-        )
-        app = web.Application()
-        app.router.add_post("/webhook/alertmanager", receiver.handle)
-        client = TestClient(TestServer(app))
-        await client.start_server()
-        queues.append(queue)
-        clients.append(client)
-        kubes.append(kube)
-    a, b = clients
+    kubes = [KubeClient.load(kubeconfig=control_plane.kubeconfig_path) for _ in range(5)]
     try:
-        firing = payload(alert(fingerprint="ha", node=node))
-        assert (await post(a, firing))[1]["alerts"][0]["outcome"] == "queued"
-        assert (await post(b, firing))[1]["alerts"][0]["outcome"] == "duplicate"
-        resolved = payload(alert(status="resolved", fingerprint="ha", node=node))
-        assert (await post(b, resolved))[1]["alerts"][0]["outcome"] == "queued"
-        assert (await post(a, firing))[1]["alerts"][0]["outcome"] == "duplicate"  # memory
-        late = payload(alert(fingerprint="ha", node=node, starts="2026-11-30T06:00:00.123456Z"))
-        late["alerts"][0]["startsAt"] = "2026-11-30T05:59:00Z"  # an older instance
-        assert (await post(a, late))[1]["alerts"][0]["outcome"] == "stale"
-        assert [f.kind for f in queues[0].items] == ["firing"]
-        assert [f.kind for f in queues[1].items] == ["resolved"]
+        claims = [AlertClaims(kube=k, claimant=f"agent-{i}") for i, k in enumerate(kubes)]
+        key = delivery_key(WebhookAlert.model_validate(alert(fingerprint="ha")))
+        outcomes = await asyncio.gather(
+            *(c.claim(node=node, key=key) for c in claims for _ in range(4))
+        )
+        # One claim wins; the winner's own other copies find it theirs; the rest duplicates.
+        assert sorted(outcomes) == ["claimed"] + ["duplicate"] * 16 + ["ours"] * 3
+        winner = claims[outcomes.index("claimed") // 4]
+        restarted = AlertClaims(kube=kubes[0], claimant=winner._claimant)
+        assert await restarted.claim(node=node, key=key) == "ours"
+        # The resolution, then a late firing of an older instance: stale for everyone.
+        resolved = delivery_key(
+            WebhookAlert.model_validate(alert("X", "resolved", fingerprint="ha"))
+        )
+        assert await claims[1].claim(node=node, key=resolved) == "claimed"
+        older = delivery_key(
+            WebhookAlert.model_validate(alert(fingerprint="ha", starts="2026-11-30T05:00:00Z"))
+        )
+        assert await claims[2].claim(node=node, key=older) == "stale"
         annotations = cluster.core.read_node(node).metadata.annotations
-        assert '"ha"' in annotations[ANNOTATION]
+        assert len(annotations[ANNOTATION]) < 2000  # digests, not fingerprints
     finally:
-        for client in clients:
-            await client.close()
-        for kube in kubes:
-            kube.close()
+        for k in kubes:
+            k.close()
+
+
+async def test_claims_wait_for_an_api_server_that_is_down(cluster: Any, control_plane: Any) -> None:
+    node = cluster.node()
+    kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    try:
+        key = delivery_key(WebhookAlert.model_validate(alert(fingerprint="down")))
+        await asyncio.to_thread(control_plane.stop_apiserver)
+        try:
+            assert await AlertClaims(kube=kube, claimant="a").claim(node=node, key=key) == (
+                "unavailable"
+            )
+        finally:
+            await asyncio.to_thread(control_plane.start_apiserver)
+        assert await AlertClaims(kube=kube, claimant="b").claim(node=node, key=key) == "claimed"
+    finally:
+        kube.close()

@@ -36,7 +36,15 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 from nodeguard.alerts.claims import AlertClaims
 from nodeguard.firing import Firing
@@ -69,6 +77,15 @@ class WebhookAlert(_Loose):
     starts_at: AwareDatetime = Field(alias="startsAt")
     ends_at: str = Field(default="", alias="endsAt")
     fingerprint: str = Field(min_length=1)
+
+    @field_validator("starts_at", mode="wrap")
+    @classmethod
+    def _rfc3339(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> dt.datetime:
+        try:
+            parsed: dt.datetime = handler(value)
+        except ValidationError:
+            raise ValueError(f"not an RFC 3339 time with a zone: {str(value)[:64]!r}") from None
+        return parsed
 
     @property
     def instant(self) -> int:
@@ -151,6 +168,7 @@ class AlertDedupe:
             if int(self._resolved.get(fp, alert.instant)) <= alert.instant:
                 self._resolved.pop(fp, None)
                 self._resolved[fp] = alert.instant
+        self._prune()
         self._changed()
         return None
 
