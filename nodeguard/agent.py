@@ -72,6 +72,7 @@ class AgentConfig:
     concurrency: int = 2
     queue_size: int = 64
     webhook_token: str | None = None
+    webhook_unauthenticated: bool = False
     webhook_node_label: str = "node"
     webhook_max_body: int = 1 << 20
 
@@ -140,6 +141,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         token=cfg.webhook_token,
         node_label=cfg.webhook_node_label,
         dedupe=dedupe,
+        unauthenticated=cfg.webhook_unauthenticated,
     )
     claims = AlertClaims(kube=kube, claimant=node) if kube is not None else None
     remediator = Remediator(
@@ -208,11 +210,15 @@ async def run_agent(cfg: AgentConfig) -> int:
         log.info("SIGHUP: rules reload at the next sample")
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
-    if cfg.webhook_token is None:
+    if cfg.webhook_token is None and cfg.webhook_unauthenticated:
         log.warning(
             "the Alertmanager webhook takes deliveries without a token: anyone who "
             "reaches port %d can make nodeguard act (set --webhook.token-file)",
             cfg.port,
+        )
+    elif cfg.webhook_token is None and source is not None and source.current.alerts:
+        log.warning(
+            "alert rules are loaded but the webhook is off: no --webhook.token-file",
         )
     rules = engine.rules
     alerts = source.current.alerts if source else ()

@@ -210,7 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
         dest="webhook_token_file",
         type=Path,
         default=None,
-        help="file holding the bearer token Alertmanager must send (default: none)",
+        help="file holding the bearer token Alertmanager must send, at least 32 bytes "
+        "(`openssl rand -hex 32`; default: none, and the webhook is off)",
+    )
+    w.add_argument(
+        "--webhook.allow-unauthenticated",
+        dest="webhook_unauthenticated",
+        action="store_true",
+        help="take deliveries without a token (only for a test on loopback; default: without "
+        "--webhook.token-file the webhook is off and answers 403)",
     )
     w.add_argument(
         "--webhook.node-label",
@@ -382,6 +390,7 @@ def _run(args: argparse.Namespace) -> int:
         evictions_per_window=args.evict_max,
         eviction_window=args.evict_window,
         webhook_token=read_token(args.webhook_token_file),
+        webhook_unauthenticated=args.webhook_unauthenticated,
         webhook_node_label=args.webhook_node_label,
         webhook_max_body=args.webhook_max_body,
     )

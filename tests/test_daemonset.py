@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -44,15 +43,18 @@ from kubernetes.client.exceptions import ApiException
 
 from nodeguard.actions.audit import Auditor
 from nodeguard.actions.base import ActionResult
-from nodeguard.actions.cordon import LABEL, CordonConfig, cordon, uncordon
-from nodeguard.actions.evict import EvictionBackoff, EvictionLimiter, evict
-from nodeguard.actions.katib import ANNOTATION, pause_katib, resume_katib
+from nodeguard.actions.context import Env
+from nodeguard.actions.cordon import LABEL, CordonConfig, cordon
+from nodeguard.actions.evict import evict
+from nodeguard.actions.katib import quota_name
+from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.actions.ranking import EvictFilter, plan_eviction
 from nodeguard.cli import build_parser
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import PodWatcher
+from tests.acting import run_action
 from tests.conftest import HOSTS
 from tests.controlplane.cluster import TestCluster
 from tests.deploy import generate, kustomize
@@ -91,7 +93,12 @@ CLUSTER_ROLE: set[Triple] = {
     ("", "pods/eviction", "create"),
     ("", "events", "create"),
     ("kubeflow.org", "experiments", "get"),
+    ("kubeflow.org", "experiments", "list"),
     ("kubeflow.org", "experiments", "patch"),
+    ("kubeflow.org", "trials", "list"),
+    ("", "resourcequotas", "list"),
+    ("", "resourcequotas", "create"),
+    ("", "resourcequotas", "delete"),
 }
 ROLE: set[Triple] = {
     ("coordination.k8s.io", "leases", "create"),
@@ -220,7 +227,6 @@ def test_the_base_has_every_object_and_no_wildcard(manifests: list[Obj]) -> None
             "Role",
             "RoleBinding",
             "ConfigMap",
-            "Secret",
             "Service",
             "DaemonSet",
             "ServiceMonitor",
@@ -301,9 +307,9 @@ def test_the_daemonset(manifests: list[Obj]) -> None:
     assert "subPath" not in rules
     assert volumes[rules["name"]]["configMap"]["name"] == "nodeguard-rules"
     assert "--rules=/etc/nodeguard/rules" in c["args"]
-    token = mounts["/etc/nodeguard/webhook"]
-    assert volumes[token["name"]]["secret"]["secretName"] == "nodeguard-webhook-token"
-    assert "--webhook.token-file=/etc/nodeguard/webhook/token" in c["args"]
+    # No webhook token is shipped (one known to all is none): the webhook is off in the base.
+    assert "/etc/nodeguard/webhook" not in mounts
+    assert not any(a.startswith("--webhook.token-file") for a in c["args"])
     # Dry run by default; the lease in the pod's own namespace, where the Role is.
     assert "--dry-run" in c["args"] and "--no-dry-run" not in c["args"]
     assert "--cordon.lease-namespace=$(POD_NAMESPACE)" in c["args"]
@@ -327,8 +333,7 @@ def test_monitoring_objects_and_config(manifests: list[Obj]) -> None:
 
     cm = find(manifests, "ConfigMap", "nodeguard-rules")
     assert cm["data"] == {"default.yaml": (REPO / "rules/default.yaml").read_text()}
-    secret = find(manifests, "Secret", "nodeguard-webhook-token")
-    assert set(secret["data"]) == {"token"}
+    assert not [o for o in manifests if o["kind"] == "Secret"]
 
 
 def _with(objs: list[Obj]) -> dict[str, Any]:
@@ -486,22 +491,14 @@ async def test_action_suite_as_the_daemonset_service_account(
         node, other = cluster.node(), cluster.node()
         ns = cluster.namespace("ds-suite")
         aud = Auditor(kube=kube, node_name=node, metrics=None)
+        env = Env(kube=kube, auditor=aud, node=node, cordon=cfg)
 
         # cordon/uncordon under the budget's Lease (created, then taken over: get and update).
         for n in (node, other):
-            res = await cordon(
-                kube=kube,
-                auditor=aud,
-                node=n,
-                rule="node-memory-low",
-                reason="MemAvailable 3% < 5% for 60s",
-                identity=f"{n}/suite",
-                dry_run=False,
-                config=cfg,
-            )
+            (res,) = await run_action(env=env, node=n, action="cordon", rule="node-memory-low")
             assert res.outcome == "done", res.message
             assert cluster.core.read_node(n).spec.unschedulable is True
-            res = await uncordon(kube=kube, auditor=aud, node=n, rule="r", dry_run=False)
+            (res,) = await run_action(env=env, node=n, action="uncordon")
             assert res.outcome == "done", res.message
         lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(
             cfg.lease_name, cfg.lease_namespace
@@ -509,7 +506,8 @@ async def test_action_suite_as_the_daemonset_service_account(
         assert lease.spec.holder_identity is None and lease.spec.lease_transitions >= 1
 
         # evict: a pod and a two-pod Katib trial (a gang: its members listed in the namespace,
-        # checked with dry-run evictions, then evicted), ranked from the pod list of the node.
+        # checked with dry-run evictions, recorded on the node, then evicted), ranked from the
+        # pod list of the node.
         trial = {
             "katib.kubeflow.org/experiment": "random",
             "katib.kubeflow.org/trial": "random-trial-1",
@@ -526,19 +524,8 @@ async def test_action_suite_as_the_daemonset_service_account(
                 labels=trial,
             )
         items, _ = await kube.list_pods(node_name=node)
-        metas = {m.uid: m for m in (pod_meta(p) for p in items)}
-        usage = dict.fromkeys(metas, 3 * GiB)
-        res = await evict(
-            kube=kube,
-            auditor=aud,
-            node=node,
-            plan=plan_eviction(pods=metas, usage=usage, flt=EvictFilter()),
-            target_bytes=100 * GiB,
-            rule="r",
-            dry_run=False,
-            limiter=EvictionLimiter(),
-            backoff=EvictionBackoff(),
-        )
+        env.usage = {p["metadata"]["uid"]: 3 * GiB for p in items}
+        (res,) = await run_action(env=env, node=node, action="evict", args={"free": "100Gi"})
         assert res.outcome == "done", res.message
         evicted = sorted(p for u in res.details["evicted"] for p in u["pods"])
         assert evicted == [f"{ns}/prep", f"{ns}/trial-1-master", f"{ns}/trial-1-worker"]
@@ -546,20 +533,19 @@ async def test_action_suite_as_the_daemonset_service_account(
             pod = cluster.pod_json(ns, name)
             assert pod is None or pod["metadata"].get("deletionTimestamp"), name
 
-        # pause/resume Katib.
+        # pause/resume Katib: the pause quota made and deleted, the experiment annotated.
         cluster.katib_experiment(ns)
-        (paused,) = await pause_katib(
-            kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-        )
+        experiments = {"experiments": [f"{ns}/random"]}
+        (paused,) = await run_action(env=env, node=node, action="pause_katib", args=experiments)
         assert paused.outcome == "done", paused.message
-        (resumed,) = await resume_katib(
-            kube=kube, auditor=aud, node=node, experiments=[(ns, "random")], dry_run=False
-        )
+        assert cluster.core.read_namespaced_resource_quota(quota_name("random"), ns)
+        (resumed,) = await run_action(env=env, node=node, action="resume_katib")
         assert resumed.outcome == "done", resumed.message
+        assert cluster.core.list_namespaced_resource_quota(ns).items == []
         exp = cluster.custom.get_namespaced_custom_object(
             "kubeflow.org", "v1beta1", ns, "experiments", "random"
         )
-        assert ANNOTATION not in (exp["metadata"].get("annotations") or {})
+        assert "nodeguard.io/paused-by" not in (exp["metadata"].get("annotations") or {})
 
         # The pod watch: list, then a pod created afterwards arrives by the watch.
         watcher = PodWatcher(kube=kube, node_name=node, watch_timeout=5)
@@ -583,7 +569,7 @@ async def test_action_suite_as_the_daemonset_service_account(
         assert cluster.events(ns, name="prep", reason="NodeguardEvicted")
         assert cluster.events(ns, name="random", reason="NodeguardKatibPaused")
         assert cluster.events(ns, name="random", reason="NodeguardKatibResumed")
-        assert aud.events_written >= 9
+        assert aud.events_written >= 9 and aud.pending == 0
         assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     finally:
         kube.close()
@@ -644,16 +630,20 @@ class Probe:
         _, resource, verb = self.missing
         return f'cannot {verb} resource "{resource}"'
 
-    def auditor(self, node: str) -> Auditor:
-        return Auditor(kube=self.kube, node_name=node, metrics=None)
+    def env(self, node: str) -> Env:
+        return Env(
+            kube=self.kube,
+            auditor=Auditor(kube=self.kube, node_name=node, metrics=None),
+            node=node,
+            cordon=CordonConfig(lease_namespace=self.namespace),
+        )
 
     async def cordon(self, *, budget: bool = False, auditor: Auditor | None = None) -> ActionResult:
         node = self.cluster.node()
         # The Lease is taken with or without a budget; only a budget counts nodes.
         cfg = CordonConfig(budget_nodes=1000 if budget else None, lease_namespace=self.namespace)
-        return await cordon(
+        res = await cordon(
             kube=self.kube,
-            auditor=auditor or self.auditor(node),
             node=node,
             rule="r",
             reason="x",
@@ -661,6 +651,9 @@ class Probe:
             dry_run=False,
             config=cfg,
         )
+        aud = auditor or Auditor(kube=self.kube, node_name=node, metrics=None)
+        await aud.record(result=res, default_reason="NodeguardCordonProbe")
+        return res
 
     def failed(self, res: ActionResult) -> None:
         assert res.outcome == "failed", res.message
@@ -716,7 +709,6 @@ async def _needs_evictions(p: Probe) -> None:
     meta = pod_meta(pod)
     res = await evict(
         kube=p.kube,
-        auditor=p.auditor(node),
         node=node,
         plan=plan_eviction(pods={meta.uid: meta}, usage={meta.uid: GiB}, flt=EvictFilter()),
         target_bytes=0,
@@ -732,7 +724,7 @@ async def _needs_evictions(p: Probe) -> None:
 
 async def _needs_events(p: Probe) -> None:
     # An Event that cannot be written never fails the action: it is logged, and missing.
-    aud = p.auditor("probe")
+    aud = Auditor(kube=p.kube, node_name="probe", metrics=None)
     res = await p.cordon(auditor=aud)
     assert res.outcome == "done", res.message
     assert aud.events_written == 0 and p.logged("nodeguard.audit")
@@ -748,16 +740,18 @@ async def _needs_events(p: Probe) -> None:
     p.forbidden(info.value)
 
 
-async def _needs_experiments(p: Probe) -> None:
+async def _needs_katib(p: Probe) -> None:
+    """pause_katib reads the experiment, its trials, the namespace's experiments and pause
+    quotas, makes a quota and annotates the experiment; resume_katib deletes the quota."""
     p.cluster.katib_experiment(p.namespace)
     node = p.cluster.node()
-    (res,) = await pause_katib(
-        kube=p.kube,
-        auditor=p.auditor(node),
-        node=node,
-        experiments=[(p.namespace, "random")],
-        dry_run=False,
-    )
+    args = {"experiments": [f"{p.namespace}/random"]}
+    if p.missing[1:] == ("resourcequotas", "delete"):
+        (paused,) = await run_action(env=p.env(node), node=node, action="pause_katib", args=args)
+        assert paused.outcome == "done", paused.message
+        (res,) = await run_action(env=p.env(node), node=node, action="resume_katib", args=args)
+    else:
+        (res,) = await run_action(env=p.env(node), node=node, action="pause_katib", args=args)
     p.failed(res)
 
 
@@ -782,8 +776,13 @@ PROBES: dict[Triple, Callable[[Probe], Awaitable[None]]] = {
     ("", "pods", "watch"): _needs_pods_watch,
     ("", "pods/eviction", "create"): _needs_evictions,
     ("", "events", "create"): _needs_events,
-    ("kubeflow.org", "experiments", "get"): _needs_experiments,
-    ("kubeflow.org", "experiments", "patch"): _needs_experiments,
+    ("kubeflow.org", "experiments", "get"): _needs_katib,
+    ("kubeflow.org", "experiments", "list"): _needs_katib,
+    ("kubeflow.org", "experiments", "patch"): _needs_katib,
+    ("kubeflow.org", "trials", "list"): _needs_katib,
+    ("", "resourcequotas", "list"): _needs_katib,
+    ("", "resourcequotas", "create"): _needs_katib,
+    ("", "resourcequotas", "delete"): _needs_katib,
     ("coordination.k8s.io", "leases", "create"): _needs_lease,
     ("coordination.k8s.io", "leases", "get"): _needs_lease,
     ("coordination.k8s.io", "leases", "update"): _needs_lease,
@@ -871,12 +870,20 @@ class Container:
     read_only: list[Path]
 
 
-def lay_out(objs: list[Obj], root: Path, *, host: Path, node: str) -> Container:
+def lay_out(
+    objs: list[Obj],
+    root: Path,
+    *,
+    host: Path,
+    node: str,
+    secrets: dict[str, dict[str, str]] | None = None,
+) -> Container:
     """Every volume of the pod at its mount path under ``root`` as the kubelet provides it:
     hostPaths from the host tree ``host`` (its proc, sys and kmsg), ConfigMaps and Secrets with
     the atomic writer's ``..data`` links, emptyDirs empty. The container's arguments with
     ``$(VAR)`` expanded and every absolute path moved under ``root``; a path outside every mount
     fails the test (it would not exist in the container)."""
+    secrets = secrets or {}
     ds = find(objs, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     c = container(objs)
@@ -901,8 +908,9 @@ def lay_out(objs: list[Obj], root: Path, *, host: Path, node: str) -> Container:
         elif "configMap" in v:
             write_projected(target, find(objs, "ConfigMap", v["configMap"]["name"])["data"])
         elif "secret" in v:
-            data = find(objs, "Secret", v["secret"]["secretName"])["data"]
-            write_projected(target, {k: base64.b64decode(x).decode() for k, x in data.items()})
+            # The Secret the user creates (the alert-driven component's webhook token).
+            data = secrets[v["secret"]["secretName"]]
+            write_projected(target, dict(data))
         elif "emptyDir" in v:
             target.mkdir()
         else:
@@ -998,7 +1006,6 @@ def test_the_daemonset_arguments_run_the_agent(
     assert args.node_name == "gpu-1"  # from $NODE_NAME (the downward API)
     assert args.lease_namespace == "nodeguard"  # $(POD_NAMESPACE), expanded by the kubelet
     before = _tree(box.read_only)
-    token = (box.root / "etc/nodeguard/webhook/token").read_text().strip()
     rules_dir = box.root / "etc/nodeguard/rules"
     with running(box) as url:
         status, metrics = _http(f"{url}/metrics")
@@ -1013,11 +1020,10 @@ def test_the_daemonset_arguments_run_the_agent(
         assert _metric(metrics, "nodeguard_node_oom_kills_total")
         shipped = yaml.safe_load((REPO / "rules/default.yaml").read_text())
         assert _metric(metrics, "nodeguard_rules_loaded") == [float(len(shipped["spec"]["rules"]))]
-        # The webhook takes the Secret's token, and nothing else.
+        # No token in the base: the webhook is off.
         empty = json.dumps({"version": "4", "alerts": []}).encode()
-        assert _http(f"{url}/webhook/alertmanager", data=empty)[0] == 401
-        assert _http(f"{url}/webhook/alertmanager", data=empty, token="wrong")[0] == 401
-        assert _http(f"{url}/webhook/alertmanager", data=empty, token=token)[0] == 200
+        status, body = _http(f"{url}/webhook/alertmanager", data=empty)
+        assert status == 403 and "--webhook.token-file" in body
         # The kubelet updates the ConfigMap's files in place: the rules reload, no restart.
         shipped["spec"]["rules"] = shipped["spec"]["rules"][:1]
         write_projected(rules_dir, {"default.yaml": yaml.safe_dump(shipped)})
@@ -1150,3 +1156,50 @@ def test_the_image_matches_the_daemonset(manifests: list[Obj]) -> None:
     lines = (REPO / ".dockerignore").read_text().splitlines()
     kept = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     assert kept[:1] == ["*"] and {"!pyproject.toml", "!README.md", "!nodeguard/"} <= set(kept)
+
+
+def test_the_alert_driven_component_needs_the_users_token(
+    kustomize_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = compose(tmp_path / "ad", components=["alert-driven"], binary=kustomize_bin)
+    c = container(objs)
+    assert "--webhook.token-file=/etc/nodeguard/webhook/token" in c["args"]
+    volume = next(
+        v
+        for v in find(objs, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "webhook-token"
+    )
+    # Not optional: without the Secret the pod waits for it rather than acting without a token.
+    assert volume["secret"] == {"secretName": "nodeguard-webhook-token", "defaultMode": 0o400}
+    assert not [o for o in objs if o["kind"] == "Secret"]
+    token = "f" * 64
+    box = lay_out(
+        objs,
+        tmp_path / "container",
+        host=HOSTS / "v2-systemd-containerd",
+        node="gpu-1",
+        secrets={"nodeguard-webhook-token": {"token": token + "\n"}},
+    )
+    for name, value in box.env.items():
+        monkeypatch.setenv(name, value)
+    with running(box) as url:
+        empty = json.dumps({"version": "4", "alerts": []}).encode()
+        assert _http(f"{url}/webhook/alertmanager", data=empty)[0] == 401
+        assert _http(f"{url}/webhook/alertmanager", data=empty, token="wrong")[0] == 401
+        assert _http(f"{url}/webhook/alertmanager", data=empty, token=token)[0] == 200
+    # The placeholder of old, or a short token, is refused at start with one line.
+    for bad, why in (
+        ("replace-me-with-the-output-of-openssl-rand-hex-32", "placeholder"),
+        ("short", "at least 32 are needed"),
+    ):
+        write_projected(box.root / "etc/nodeguard/webhook", {"token": bad})
+        done = subprocess.run(
+            [sys.executable, "-m", "nodeguard", *box.args],
+            env={**os.environ, **box.env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1 and why in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -10,14 +10,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from nodeguard.actions.audit import ActionMetrics, Auditor
+from nodeguard.firing import Firing
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
 from nodeguard.remediation.incidents import evidence
-from nodeguard.remediation.runbook import Runbook
-from nodeguard.rules.engine import Firing, RuleEngine
+from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import load_rules
-from nodeguard.rules.schema import ActionSpec, Rule
+from nodeguard.rules.schema import Rule
 from nodeguard.rules.signals import SIGNALS, History, targets
 from nodeguard.snapshot import (
     GpuDevice,
@@ -28,6 +27,7 @@ from nodeguard.snapshot import (
     PodMemory,
     PodMeta,
 )
+from tests.acting import env_for, run_action
 from tests.conftest import cgroup_memory
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster
@@ -237,26 +237,21 @@ async def test_a_gpu_rule_evicts_only_pods_on_that_gpu(
     )
     kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
     try:
-        runbook = Runbook(
-            kube=kube,
-            auditor=Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=None)),
-            node=node,
-        )
+        env = env_for(kube, node)
 
         async def evict(free: str | None, dry: bool) -> Any:
-            spec = ActionSpec(action="evict", args={"free": free} if free else {})
-            firing = Firing(
+            (result,) = await run_action(
+                env=env,
+                node=node,
+                action="evict",
+                args={"free": free} if free else {},
+                dry_run=dry,
                 rule="gpu-full",
-                kind="firing",
+                source="local",
                 scope="gpu",
                 target=UUID0,
-                node=node,
-                time=100.0,
-                actions=(spec,),
-                dry_run=dry,
                 snapshot=snap,
             )
-            (result,) = await runbook.run(spec, firing=firing, dry_run=dry, note="GPU 0 full")
             return result
 
         # 25 GiB of GPU 0: the low-priority pods, the larger first; never the pod on GPU 1,

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ALERT_RULES = ROOT / "rules" / "prometheus" / "nodeguard-alerts.yml"
 DASHBOARDS = sorted((ROOT / "grafana").glob("*.json"))
 GiB = 1 << 30
-TOKEN = "e2e-webhook-token"
+TOKEN = "e2e-webhook-token-" + "0123456789abcdef" * 2  # 50 bytes
 
 LOCAL_RULES = """\
 apiVersion: nodeguard.io/v1alpha1

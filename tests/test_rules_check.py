@@ -48,7 +48,7 @@ def test_shipped_rules_load_together() -> None:
         "container-near-limit",
         "node-memory-low",
         "slab-unreclaimable-high",
-        "memory-pressure-katib",
+        "memory-pressure-high",
     }
 
 

@@ -387,12 +387,10 @@ async def pause_experiment(
             body = _quota_body(target, by=by, reason=reason)
             try:
                 await kube.create_resource_quota(namespace=namespace, body=body, dry_run=dry_run)
-            except Conflict:  # made meanwhile (another agent): read it and carry on
-                target.quota = await kube.get_resource_quota(
-                    name=quota_name(name), namespace=namespace
-                )
+            except Conflict:  # made meanwhile by another agent: its pause stands
+                held = True
         marked = target.annotations.get(ANN_QUOTA) == quota_name(name)
-        paused_by = target.paused_by() if held else by
+        paused_by = (target.paused_by() or by) if held else by
         if not marked:
             # The quota first, then the mark: killed between the two, the next pause (or any
             # resume) finds the quota and finishes the job.

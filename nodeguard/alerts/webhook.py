@@ -18,7 +18,9 @@ the alert's own ``status`` (a batch can mix firing and resolved):
   (:mod:`nodeguard.alerts.claims`), so of all the agents behind the Service exactly one acts,
   also when the API server was down when the deliveries came (the claim waits for it).
 
-Answers: 401 without the configured bearer token, 413 over the body limit, 400 for malformed
+Answers: 403 when no token is configured (the webhook is off unless started with
+``--webhook.allow-unauthenticated``), 401 without the configured bearer token, 413 over the body
+limit, 400 for malformed
 JSON or a payload without the v4 fields (unknown fields are ignored), 503 when the queue is
 full (Alertmanager retries; what was queued is deduplicated), 200 once every alert is queued
 or deliberately skipped, with the outcome of each in the body.
@@ -181,6 +183,7 @@ class AlertDedupe:
 class WebhookReceiver:
     """The aiohttp handler. ``rules()`` gives the alert rules in force, ``submit(firing)`` queues
     (False when full), ``latest()`` the agent's latest snapshot (evidence for its own node).
+    Without a ``token`` the webhook is off (403) unless ``unauthenticated``.
     ``counts`` holds ``(status, outcome)`` counters for the exporter; ``requests`` by code."""
 
     def __init__(
@@ -194,9 +197,11 @@ class WebhookReceiver:
         token: str | None = None,
         node_label: str = "node",
         dedupe: AlertDedupe | None = None,
+        unauthenticated: bool = False,
     ) -> None:
         self._node, self._rules, self._submit, self._latest = node_name, rules, submit, latest
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
+        self._open = unauthenticated
         self.dedupe = dedupe or AlertDedupe()
         self.counts: dict[tuple[str, str], int] = {}
         self.requests: dict[int, int] = {}
@@ -229,6 +234,14 @@ class WebhookReceiver:
 
     async def handle(self, request: web.Request) -> web.Response:
         """``POST /webhook/alertmanager``."""
+        if not self._token and not self._open:
+            return self._answer(
+                403,
+                {
+                    "error": "the webhook is off: start nodeguard with --webhook.token-file "
+                    "(or --webhook.allow-unauthenticated, for a test on loopback)"
+                },
+            )
         if not self._authorized(request):
             return self._answer(401, {"error": "missing or wrong bearer token"})
         try:

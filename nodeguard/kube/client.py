@@ -278,10 +278,6 @@ class KubeClient:
         items: list[JSON] = body.get("items", [])
         return items
 
-    async def get_resource_quota(self, *, name: str, namespace: str) -> JSON:
-        """GET a ResourceQuota; :class:`NotFound` when there is none."""
-        return await self.read(self.core.read_namespaced_resource_quota, name, namespace)
-
     async def create_resource_quota(self, *, namespace: str, body: JSON, dry_run: bool) -> JSON:
         """POST a ResourceQuota; :class:`Conflict` when one of that name exists."""
         return await self.write(

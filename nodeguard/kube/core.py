@@ -120,10 +120,6 @@ class CoreV1(_Raw):
         path = "/api/v1/namespaces/{namespace}/resourcequotas"
         return self._call("POST", path, {"namespace": namespace}, body, kw)
 
-    def read_namespaced_resource_quota(self, name: str, namespace: str, **kw: Any) -> Any:
-        path = "/api/v1/namespaces/{namespace}/resourcequotas/{name}"
-        return self._call("GET", path, {"name": name, "namespace": namespace}, None, kw)
-
     def delete_namespaced_resource_quota(
         self, name: str, namespace: str, body: JSON, **kw: Any
     ) -> Any:
