@@ -240,24 +240,24 @@ def _print_results(results: list[ActionResult], console: Console) -> int:
     return exit_status(results)
 
 
-async def _act(args: argparse.Namespace, console: Console) -> int:
+async def _act(args: argparse.Namespace, console: Console, errors: Console) -> int:
     name = args.action.replace("-", "_")
     try:
         step = Step(action=name, args=registry.get(name).parse(_action_args(args)))
     except registry.ArgumentError as exc:
-        console.print(f"[red]error[/red]: {exc}")
+        errors.print(f"nodeguard act: error: {exc}", soft_wrap=True)
         return 2
     try:
         usage = _usage_from_agent(args.agent_url) if args.action == "evict" else {}
     except (OSError, ValueError) as exc:
-        console.print(f"[red]error[/red]: cannot read {args.agent_url}/snapshot: {exc}")
+        errors.print(f"nodeguard act: cannot read {args.agent_url}/snapshot: {exc}")
         return EXIT_FAILED
     kube = KubeClient.load(kubeconfig=args.kubeconfig)
     try:
         try:
             await kube.get_node(name=args.node)
         except NotFound:
-            console.print(f"[red]error[/red]: no node {args.node!r} in the cluster")
+            errors.print(f"nodeguard act: no node {args.node!r} in the cluster")
             return EXIT_NOT_FOUND
         env = Env(
             kube=kube,
@@ -295,9 +295,9 @@ async def _act(args: argparse.Namespace, console: Console) -> int:
 
 def run_act(args: argparse.Namespace) -> int:
     """Run ``nodeguard act``; the exit status (see the module docstring)."""
-    console = Console()
+    errors = Console(stderr=True)
     try:
-        return asyncio.run(_act(args, console))
+        return asyncio.run(_act(args, Console(), errors))
     except KubeError as exc:
-        console.print(f"[red]error[/red]: {type(exc).__name__}: {exc}")
+        errors.print(f"nodeguard act: {type(exc).__name__}: {exc}", soft_wrap=True)
         return EXIT_FAILED

@@ -186,15 +186,22 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
         assert out.returncode == 0, out.stderr
         return out.stdout
 
-    # No agent to say how much each pod uses: a memory target cannot be measured.
-    blind = act("--target", "1Gi")
-    assert "DRY RUN evict noop: would evict 0 unit(s)" in blind
-    assert "2 skipped: working set unknown" in blind
-    text = act()  # target 0: the first unit only
+    # No agent to say how much each pod uses: a memory target cannot be measured (the default
+    # target, as a rule's: 5 % of the node's memory capacity).
+    for blind in (act("--free", "1Gi"), act()):
+        assert "DRY RUN evict noop: would evict 0 unit(s)" in blind
+        assert blind.count("(working set unknown)") == 1
+    text = act("--free", "0")  # the first unit only
     plan = text[text.index("Eviction plan") : text.index("Never evicted here")]
-    assert plan.index("pandas-prep") < plan.index("trainer")
+    assert "pandas-prep" in plan and "trainer" not in plan
     assert "usage unknown; priority 100" in plan
-    assert "system-critical" in text[text.index("Never evicted here") :]
+    never = text[text.index("Never evicted here") :]
+    assert "system-critical" in never
+    # As the runbook: priority above 999 is left alone unless --max-priority says otherwise.
+    assert "above the rule's maximum 999" in never
+    everyone = act("--free", "0", "--max-priority", "1000000")
+    plan = everyone[everyone.index("Eviction plan") : everyone.index("Never evicted here")]
+    assert plan.index("pandas-prep") < plan.index("trainer")
     assert f"DRY RUN evict done: would evict 1 unit(s) (pod/{ns}/pandas-prep)" in text
     assert "No working sets known" in text
     assert cluster.pod_json(ns, "pandas-prep")["metadata"].get("deletionTimestamp") is None
@@ -242,10 +249,10 @@ def test_act_exit_codes(cluster: Cluster, control_plane: TestCluster) -> None:
         )
 
     typo = act("evict", "--node", "no-such-node", "--dry-run")
-    assert typo.returncode == 1 and "no node 'no-such-node'" in typo.stdout
+    assert typo.returncode == 4 and "no node 'no-such-node'" in typo.stderr
     bad = act("evict", "--node", node, "--selector", "oops")
     assert bad.returncode == 2 and "not KEY=VALUE" in bad.stderr and "Traceback" not in bad.stderr
-    bad = act("evict", "--node", node, "--target", "lots")
+    bad = act("evict", "--node", node, "--free", "lots")
     assert bad.returncode == 2 and "not a memory quantity" in bad.stderr
     refused = act(
         "cordon", "--node", node, "--budget-nodes", "0", "--dry-run", "--lease-namespace", "default"

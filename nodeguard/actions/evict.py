@@ -212,20 +212,38 @@ async def _evict_one(kube: KubeClient, m: _Member, *, dry_run: bool) -> bool:
     return True
 
 
-async def _evict_all(kube: KubeClient, members: list[_Member], *, dry_run: bool) -> list[str]:
-    """Evict each member in order; the ones evicted. Raises :class:`_Refused` or
-    :class:`_Failed` carrying the members evicted before it."""
+async def _evict_all(
+    kube: KubeClient,
+    members: list[_Member],
+    *,
+    dry_run: bool,
+    each: Callable[[str], None] = lambda _ref: None,
+) -> list[str]:
+    """Evict each member in order; the ones evicted (``each(ref)`` after each). Raises
+    :class:`_Refused` or :class:`_Failed` carrying the members evicted before it."""
     done: list[str] = []
     for m in members:
         try:
             if await _evict_one(kube, m, dry_run=dry_run):
                 done.append(m.ref)
+                each(m.ref)
         except _Refused as refused:
             refused.evicted = done
             raise
         except KubeError as exc:
             raise _Failed(exc, done) from exc
     return done
+
+
+async def _live(kube: KubeClient, members: list[_Member]) -> list[_Member]:
+    """The members still running: not deleted, not terminating, not replaced (same UID)."""
+    alive: set[str] = set()
+    for namespace in sorted({m.namespace for m in members}):
+        items, _ = await kube.list_pods(namespace=namespace)
+        alive |= {
+            str(p["metadata"]["uid"]) for p in items if not p["metadata"].get("deletionTimestamp")
+        }
+    return [m for m in members if m.uid in alive]
 
 
 # -- gangs recorded on the Node ----------------------------------------------------------------
@@ -308,7 +326,49 @@ class _Walk:
         self.outcomes.append(outcome)
         self.progress["freed"] = self.freed + outcome.counted
         self.progress["units"] = [*self.progress.get("units", []), outcome.unit]
+        self.progress.pop("inflight", None)
         self.checkpoint()
+
+    async def finish_inflight(self) -> None:
+        """A unit whose evictions were under way when the process died (written ahead in
+        ``progress``): evict its members again (a member already evicted is terminating or
+        gone: that changes nothing) and count it, once, instead of starting another unit."""
+        inflight = self.progress.get("inflight")
+        if not inflight:
+            return
+        members = _members_of(inflight)
+        try:
+            live = await _live(self.kube, members)
+            evicted = await self._evict(live)
+        except _Refused as refused:  # a budget changed its mind meanwhile: "later"
+            evicted = refused.evicted
+        # Reported now: what this run evicted, and what an earlier one evicted but did not
+        # live to report (its request went through; it died before the answer).
+        reported = set(inflight.get("done", []))
+        gone = [m.ref for m in members if m not in live and m.ref not in reported]
+        self.limiter.record(self.node)
+        if len(members) > 1 and not self.dry_run:
+            await _write_gangs(self.kube, self.node, _forget(str(inflight["unit"])), dry_run=False)
+        self._done(
+            Evicted(
+                unit=str(inflight["unit"]),
+                pods=tuple(gone + evicted),
+                counted=int(inflight.get("counted", 0)),
+                why=f"{inflight.get('why', '')} (under way when it was cut short; completed)",
+            )
+        )
+
+    async def _evict(self, members: list[_Member]) -> list[str]:
+        """Evict members for real (or dry run), noting each one done in the written-ahead
+        ``inflight`` record (saved at once), so a retry never reports it twice."""
+
+        def each(ref: str) -> None:
+            inflight = self.progress.get("inflight")
+            if inflight is not None and not self.dry_run:
+                inflight["done"] = [*inflight.get("done", []), ref]
+                self.checkpoint()
+
+        return await _evict_all(self.kube, members, dry_run=self.dry_run, each=each)
 
     async def finish_gangs(self, usage: Mapping[str, int]) -> None:
         """Evict what is left of gangs an earlier run started on this node."""
@@ -316,7 +376,10 @@ class _Walk:
         for key, record in sorted(gangs.items()):
             members = _members_of(record)
             try:
-                evicted = await _evict_all(self.kube, members, dry_run=self.dry_run)
+                # Only what still runs: a member already evicted was reported by its run.
+                evicted = await _evict_all(
+                    self.kube, await _live(self.kube, members), dry_run=self.dry_run
+                )
             except _Refused as refused:
                 retry_in = self.backoff.refused(key, retry_after=refused.retry_after)
                 self.outcomes.append(
@@ -404,9 +467,20 @@ class _Walk:
                     lambda g: self._record(g, unit, members),
                     dry_run=self.dry_run,
                 )
-            evicted = await _evict_all(self.kube, members, dry_run=self.dry_run)
+            if not self.dry_run:
+                # Written ahead: killed during the evictions, the resumed step completes this
+                # unit rather than choosing another one.
+                self.progress["inflight"] = {
+                    "unit": unit.key,
+                    "members": [[m.namespace, m.name, m.uid, m.node] for m in members],
+                    "counted": unit.usage_bytes,
+                    "why": why,
+                }
+                self.checkpoint()
+            evicted = await self._evict(members)
         except _Refused as refused:
             partial = tuple(refused.evicted)
+            self.progress.pop("inflight", None)
             retry_in = self.backoff.refused(unit.key, retry_after=refused.retry_after)
             if partial:
                 self.limiter.record(self.node)
@@ -444,8 +518,9 @@ class _Walk:
     async def run(self, plan: EvictionPlan, target: int, usage: Mapping[str, int]) -> None:
         """Finish started gangs, then evict units in order until ``target`` bytes are freed
         (0: one unit), the limit is spent or the API fails."""
-        already = set(self.progress.get("units", []))
         try:
+            await self.finish_inflight()
+            already = set(self.progress.get("units", []))
             await self.finish_gangs(usage)
             for unit, why in plan.ranked:
                 if self.progress.get("units") and self.freed >= target:
@@ -593,7 +668,14 @@ async def evict(
         outcome = "noop"
     verb = "would evict" if dry_run else "evicted"
     partial = [p for b in blocked for p in b.partial] + list(stop.partial if stop else ())
-    names = ", ".join(o.unit for o in evicted) or "nothing"
+    names = (
+        "; ".join(
+            f"{o.unit}: {', '.join(o.pods) or 'already gone'}"
+            + (" — finishing a gang started earlier" if o.finished else "")
+            for o in evicted
+        )
+        or "nothing"
+    )
     message = (
         f"{verb} {len(evicted)} unit(s) ({names}), {walk.freed} B of working set "
         f"(target {target_bytes} B)"

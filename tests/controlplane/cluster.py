@@ -737,6 +737,22 @@ class TestCluster:
         status, _ = self._http_get(f"{self.server_url}/api/v1/namespaces/default", tls=True)
         return status == 200
 
+    @property
+    def pki(self) -> _Pki:
+        """The certificates and keys (a proxy in front of the API server serves with the
+        serving pair and authenticates upstream with the admin pair)."""
+        if self._pki is None:
+            raise ControlPlaneError("the test cluster is not started")
+        return self._pki
+
+    def write_kubeconfig(self, path: Path, *, server: str) -> Path:
+        """An admin kubeconfig like :attr:`kubeconfig_path` for another server URL (a proxy
+        in front of the API server, with the same certificates)."""
+        text = self.kubeconfig_path.read_text().replace(self.server_url, server)
+        path.write_text(text)
+        path.chmod(0o600)
+        return path
+
     def _write_kubeconfig(self) -> None:
         assert self._pki is not None
 

@@ -1,0 +1,417 @@
+"""Remediation that survives the real world: a real agent process killed with SIGKILL at the worst
+moment, the API server stopped mid-action, deliveries arriving together while it is down.
+Nothing may be done twice, nothing lost, nothing left half-done without a record.
+
+The agent reads a fixture host (its unreclaimable slab is 31 % of RAM: the node rules below
+hold) and acts on Nodes and Pods of the test control plane, through a fault-injecting proxy
+(tests/apiproxy.py) where a test must stop it inside one API call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeguard.actions.evict import GANGS_ANNOTATION
+from tests.agent import get, running_agent
+from tests.apiproxy import api_proxy
+from tests.conftest import host_flags
+from tests.controlplane.cluster import TestCluster
+from tests.kube_helpers import Cluster
+
+RULES = """\
+apiVersion: nodeguard.io/v1alpha1
+kind: RuleSet
+spec:
+  rules:
+    - name: slab-high
+      scope: node
+      when:
+        - {{signal: node_slab_unreclaimable_ratio, op: ">", value: 0.3}}
+      cooldown: {cooldown}
+      maxFirings: {{count: 1, window: 1h}}
+      actions: {actions}
+      resolve: [{{action: uncordon}}]
+"""
+
+
+def _rules(tmp_path: Path, *, actions: str, cooldown: str = "5m") -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES.format(actions=actions, cooldown=cooldown))
+    return path
+
+
+def _agent_args(
+    tmp_path: Path, *, node: str, kubeconfig: Path, rules: Path, extra: tuple[str, ...] = ()
+) -> list[str]:
+    return [
+        *host_flags("v2-systemd-containerd"),
+        f"--kubeconfig={kubeconfig}",
+        f"--rules={rules}",
+        f"--node-name={node}",
+        "--interval=100ms",
+        "--no-dry-run",
+        f"--path.state={tmp_path / 'state'}",
+        "--cordon.lease-namespace=default",
+        *extra,
+    ]
+
+
+def _gone(cluster: Cluster, ns: str, name: str) -> bool:
+    pod = cluster.pod_json(ns, name)
+    return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _evicted(cluster: Cluster, ns: str, names: list[str]) -> list[str]:
+    return [n for n in names if _gone(cluster, ns, n)]
+
+
+def _until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    _until("the agent to die", lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), 10)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def _metric(base: str, name: str, **labels: str) -> float:
+    for line in get(f"{base}/metrics")[1].splitlines():
+        head, _, value = line.rpartition(" ")
+        if head.split("{")[0] == name and all(f'{k}="{v}"' in head for k, v in labels.items()):
+            return float(value)
+    return 0.0
+
+
+def _pods(cluster: Cluster, ns: str, node: str, n: int) -> list[str]:
+    names = [f"batch-{i}" for i in range(n)]
+    for name in names:
+        cluster.pod(
+            namespace=ns, node=node, name=name, request="1Gi", priority_class="nodeguard-test-low"
+        )
+    return names
+
+
+@pytest.fixture
+def proxied(control_plane: TestCluster, tmp_path: Path) -> Iterator[Any]:
+    with api_proxy(control_plane=control_plane, workdir=tmp_path) as proxy:
+        yield proxy
+
+
+def test_cooldown_cap_and_eviction_limit_survive_kill_9(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path
+) -> None:
+    # The fault: cooldown 5m and maxFirings 1/1h evicted one pod; the agent was restarted and
+    # evicted another 7 s later.
+    ns, node = cluster.namespace("restart"), cluster.node()
+    names = _pods(cluster, ns, node, 3)
+    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    args = _agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
+    with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
+        _until("one eviction", lambda: len(_evicted(cluster, ns, names)) == 1)
+        _until("the runbook to finish", lambda: json.loads(get(f"{base}/incidents")[1]))
+        _kill(base.pid)
+    state = json.loads((tmp_path / "state" / "remediation-state.json").read_text())
+    assert state["sections"]["rules"]["slab-high"]["fired"]
+    assert len(state["sections"]["evictions"][node]) == 1
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
+        _until(
+            "the restarted agent to hold back",
+            lambda: _metric(base, "nodeguard_rule_suppressed_total", reason="cooldown") >= 10,
+        )
+        assert len(_evicted(cluster, ns, names)) == 1
+        assert json.loads(get(f"{base}/incidents")[1])  # the incident of the first run is kept
+
+
+def test_killed_right_after_the_cordon_the_eviction_still_runs_once(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    ns, node = cluster.namespace("after-cordon"), cluster.node()
+    names = _pods(cluster, ns, node, 3)
+    rules = _rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "0"}}]')
+    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    held = proxied.hold("POST", r"/pods/[^/]+/eviction")
+    with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
+        held.wait_hit()  # the cordon is done, the eviction is on the wire
+        assert cluster.core.read_node(node).spec.unschedulable is True
+        _kill(base.pid)
+    proxied.clear()  # the eviction reaches the API server after the agent died
+    _until("the in-flight eviction", lambda: len(_evicted(cluster, ns, names)) == 1)
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
+        (incident,) = _until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
+    assert full["resumed"] == 1
+    assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
+        ("cordon", "done"),
+        ("evict", "done"),
+    ]
+    # The unit under way was completed, not a second one chosen: one pod evicted, and cordoned.
+    assert len(_evicted(cluster, ns, names)) == 1
+    assert "completed" in full["actions"][1]["details"]["evicted"][0]["why"]
+    assert cluster.core.read_node(node).spec.unschedulable is True
+
+
+def test_killed_while_the_cordon_waits_on_the_api_the_runbook_resumes(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    ns, node = cluster.namespace("in-cordon"), cluster.node()
+    names = _pods(cluster, ns, node, 2)
+    rules = _rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "0"}}]')
+    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    held = proxied.hold("PATCH", rf"/api/v1/nodes/{node}\b")
+    with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
+        held.wait_hit()
+        _kill(base.pid)
+    held.drop()  # that PATCH is lost with the agent
+    time.sleep(0.5)
+    assert not cluster.core.read_node(node).spec.unschedulable
+    proxied.clear()
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log", ready_timeout=40) as base:
+        (incident,) = _until(
+            "the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
+        )
+        full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
+    assert full["resumed"] == 1
+    assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
+        ("cordon", "done"),
+        ("evict", "done"),
+    ]
+    assert cluster.core.read_node(node).spec.unschedulable is True
+    assert len(_evicted(cluster, ns, names)) == 1
+
+
+def _gang(cluster: Cluster, ns: str, here: str, there: str) -> list[str]:
+    trial = {"katib.kubeflow.org/experiment": "e", "katib.kubeflow.org/trial": "e-t1"}
+    cluster.pod(
+        namespace=ns,
+        node=here,
+        name="t1-master",
+        request="1Gi",
+        labels=trial,
+        priority_class="nodeguard-test-low",
+    )
+    cluster.pod(
+        namespace=ns,
+        node=there,
+        name="t1-worker",
+        request="1Gi",
+        labels=trial,
+        priority_class="nodeguard-test-low",
+    )
+    cluster.pod(
+        namespace=ns,
+        node=here,
+        name="bystander",
+        request="1Gi",
+        priority_class="nodeguard-test-mid",
+    )
+    return ["t1-master", "t1-worker", "bystander"]
+
+
+def test_a_gang_cut_short_by_the_api_server_is_finished_and_every_pod_recorded(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    ns, node, other = cluster.namespace("gang-outage"), cluster.node(), cluster.node()
+    names = _gang(cluster, ns, node, other)
+    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    # Let the dry-run checks and the first member's eviction through; stop at the second.
+    held = proxied.hold("POST", r"/pods/t1-\w+/eviction(?!.*dryRun)", skip=1)
+    with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
+        held.wait_hit()
+        (first,) = _evicted(cluster, ns, names)
+        assert first in ("t1-master", "t1-worker")
+        annotations = cluster.core.read_node(node).metadata.annotations
+        assert "t1-worker" in annotations[GANGS_ANNOTATION]  # the gang, written ahead
+        control_plane.stop_apiserver()
+        held.release()  # the held request now finds no API server: 502
+        try:
+            time.sleep(2)
+        finally:
+            control_plane.start_apiserver()
+        (incident,) = _until(
+            "the retried runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
+        )
+        full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
+    assert full["retried"] and full["actions"][0]["outcome"] == "done"
+    assert _evicted(cluster, ns, names) == ["t1-master", "t1-worker"]  # not the bystander
+    assert GANGS_ANNOTATION not in (cluster.core.read_node(node).metadata.annotations or {})
+    for name in ("t1-master", "t1-worker"):  # every pod evicted has its Event, once
+        assert len(cluster.events(ns, name=name, reason="NodeguardEvicted")) == 1, name
+
+
+def test_act_evict_rerun_finishes_a_half_evicted_gang(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    ns, node, other = cluster.namespace("gang-act"), cluster.node(), cluster.node()
+    names = _gang(cluster, ns, node, other)
+
+    def act(kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nodeguard",
+                "act",
+                "evict",
+                f"--node={node}",
+                "--free=0",
+                f"--kubeconfig={kubeconfig}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+
+    proxied.fail("POST", r"/pods/t1-\w+/eviction(?!.*dryRun)", status=503, skip=1)
+    first = act(proxied.kubeconfig)
+    assert first.returncode == 1, first.stdout + first.stderr
+    (evicted,) = _evicted(cluster, ns, names)
+    assert evicted in first.stdout and "ServerError" in first.stdout
+    # The rerun (no fault now) finishes the gang first, and evicts nothing else for it.
+    second = act(control_plane.kubeconfig_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "finishing a gang" in second.stdout
+    assert _evicted(cluster, ns, names) == ["t1-master", "t1-worker"]
+    for name in ("t1-master", "t1-worker"):
+        assert len(cluster.events(ns, name=name, reason="NodeguardEvicted")) == 1, name
+
+
+ALERT_RULES = """\
+apiVersion: nodeguard.io/v1alpha1
+kind: RuleSet
+spec:
+  alerts:
+    - name: am-node-memory-low
+      alertname: NodeguardNodeMemoryLow
+      actions: [{action: evict, args: {free: "0"}}]
+"""
+
+
+def _delivery(node: str, starts: str) -> bytes:
+    return json.dumps(
+        {
+            "version": "4",
+            "status": "firing",
+            "alerts": [
+                {
+                    "status": "firing",
+                    "labels": {"alertname": "NodeguardNodeMemoryLow", "node": node},
+                    "annotations": {},
+                    "startsAt": starts,
+                    "endsAt": "0001-01-01T00:00:00Z",
+                    "fingerprint": "f00d",
+                }
+            ],
+        }
+    ).encode()
+
+
+async def _post(url: str, body: bytes, token: str) -> int:
+    import aiohttp
+
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(url, data=body, headers={"Authorization": f"Bearer {token}"}) as resp,
+    ):
+        return resp.status
+
+
+def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_down(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path
+) -> None:
+    # The fault: with a cluster, 50 identical deliveries at once were queued 41 times, and 20
+    # identical alerts ran 13 times. Two agents behind one Service; the API server down while
+    # the deliveries arrive (startsAt written three ways: one alert).
+    ns, target = cluster.namespace("storm"), cluster.node()
+    names = _pods(cluster, ns, target, 4)
+    (tmp_path / "rules.yaml").write_text(ALERT_RULES)
+    token = "t" * 40
+    (tmp_path / "token").write_text(token)
+    agents = []
+    with contextlib_exit() as stack:
+        for name in ("agent-a", "agent-b"):
+            cluster.node(name=f"{name}-{ns}")
+            args = [
+                *host_flags("v2-systemd-containerd"),
+                f"--kubeconfig={control_plane.kubeconfig_path}",
+                f"--rules={tmp_path / 'rules.yaml'}",
+                f"--node-name={name}-{ns}",
+                "--interval=1s",
+                "--no-dry-run",
+                f"--path.state={tmp_path / name}",
+                f"--webhook.token-file={tmp_path / 'token'}",
+            ]
+            agents.append(
+                stack.enter_context(running_agent(args=args, log_path=tmp_path / f"{name}.log"))
+            )
+        control_plane.stop_apiserver()
+        try:
+            forms = [
+                "2026-11-30T10:00:00Z",
+                "2026-11-30T10:00:00.000Z",
+                "2026-11-30T11:00:00+01:00",
+            ]
+
+            async def storm() -> list[int]:
+                return await asyncio.gather(
+                    *(
+                        _post(f"{a}/webhook/alertmanager", _delivery(target, forms[i % 3]), token)
+                        for i in range(25)
+                        for a in agents
+                    )
+                )
+
+            assert set(asyncio.run(storm())) == {200}
+            queued = [
+                _metric(a, "nodeguard_webhook_alerts_total", status="firing", outcome="queued")
+                for a in agents
+            ]
+            assert queued == [1.0, 1.0]  # one each: the rest were duplicates, at once
+        finally:
+            control_plane.start_apiserver()
+        _until(
+            "one agent to claim and act",
+            lambda: (
+                sum(_metric(a, "nodeguard_webhook_claims_total", outcome="claimed") for a in agents)
+                == 1
+                and sum(
+                    _metric(a, "nodeguard_webhook_claims_total", outcome="duplicate")
+                    for a in agents
+                )
+                == 1
+            ),
+            timeout=90,
+        )
+        time.sleep(2)
+        assert len(_evicted(cluster, ns, names)) == 1
+
+
+def contextlib_exit() -> Any:
+    import contextlib
+
+    return contextlib.ExitStack()
