@@ -181,13 +181,22 @@ class PodMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OomKill:
-    """One OOM kill from the kernel log (mm/oom_kill.c's ``oom-kill:`` and ``Killed process``
-    records, read from ``/dev/kmsg``).
+    """One victim of an OOM kill, from the kernel log (``/dev/kmsg``; the formats of every
+    supported kernel are listed in :mod:`nodeguard.sources.oom_events`).
 
-    ``sequence`` is the kmsg record number (unique per boot), ``time`` the wall-clock estimate in
-    Unix seconds, ``constraint`` the kernel's (``CONSTRAINT_MEMCG`` for a cgroup limit,
-    ``CONSTRAINT_NONE`` for the whole node). ``pod_uid``/``container_id`` are parsed from
-    ``task_memcg`` where it is a kubepods container.
+    - ``sequence``: the kmsg record number of the kill record (unique per boot); ``time``: the
+      wall-clock estimate in Unix seconds.
+    - ``constraint``: the kernel's (``CONSTRAINT_MEMCG`` for a cgroup limit, ``CONSTRAINT_NONE``
+      for the whole node), from the ``oom-kill:`` line or, where the kernel prints none, from the
+      ``Memory cgroup out of memory`` / ``Out of memory`` prefix; ``None`` when neither is there.
+    - ``task_memcg``: the memory cgroup the victim is counted in: the log's ``task_memcg`` (or,
+      before 4.19, the cgroup of ``Task in <cgroup> killed``); for the other victims of a
+      ``memory.oom.group`` kill, that group's cgroup. ``pod_uid``/``container_id`` are parsed
+      from it where it is a kubepods pod or container.
+    - ``oom_memcg``: the cgroup whose limit was reached (``None`` for a node OOM or where the log
+      does not say); ``oom_group``: the cgroup whose ``memory.oom.group`` made the kernel kill
+      all of it (``None`` for a single kill).
+    - ``anon_rss_bytes`` etc.: the victim's RSS at the kill, from the kill record (kB x 1024).
     """
 
     sequence: int
@@ -201,23 +210,30 @@ class OomKill:
     shmem_rss_bytes: int | None
     pod_uid: str | None
     container_id: str | None
+    oom_memcg: str | None = None
+    oom_group: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OomLog:
-    """OOM kills seen in the kernel log in this boot, each counted once, also across agent
-    restarts (the last record read is kept in the state directory).
+    """OOM kills seen in the kernel log in this boot, each victim counted once per OOM event,
+    also across agent restarts (the last record read is kept in the state directory).
 
-    ``total`` counts every kill; ``by_constraint`` splits it by constraint (the known
-    constraints start at 0, so the first kill of a boot is an increase); ``by_container`` counts
-    kills by ``"<pod uid>/<container id>"`` (kept 24 h after a container's last kill);
-    ``recent`` holds the newest kills (bounded), for evidence.
+    ``total`` counts every victim; ``by_constraint`` splits it by constraint (the known
+    constraints start at 0, so the first kill of a boot is an increase; ``unknown`` where the
+    log gives none); ``by_container`` counts victims by ``"<pod uid>/<container id>"``
+    (``"<pod uid>/"`` for a victim known only by its pod; kept 24 h after a container's last
+    kill); ``repeats_by_container`` counts, by the same keys, kill records of a victim the event
+    had already killed (the kernel kills the first victim of a ``memory.oom.group`` kill again
+    and counts that in ``memory.events`` ``oom_kill`` too, so victims plus repeats equal the
+    cgroup's counter); ``recent`` holds the newest victims (bounded), for evidence.
     """
 
     total: int
     by_constraint: Mapping[str, int]
     by_container: Mapping[str, int]
     recent: tuple[OomKill, ...]
+    repeats_by_container: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
