@@ -192,23 +192,25 @@ class SnapshotCollector(Collector):
             )
             alloc.add_metric([], snap.node_meta.allocatable_memory_bytes)
             yield alloc
-        if snap.pod_meta is None:
+        totals = snap.pod_memory_totals()
+        if totals is None:
             return
-        live = [m for m in snap.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
         req = _gauge(
-            "node_memory_requests_bytes", "sum of the memory requests of this node's running pods"
+            "node_memory_requests_bytes",
+            "sum of the memory requests of this node's running pods, as the scheduler counts "
+            "them (PodRequests)",
         )
-        req.add_metric([], sum(m.memory_request_bytes for m in live))
+        req.add_metric([], totals.requests_bytes)
         lim = _gauge(
             "node_memory_limits_bytes",
-            "sum of the memory limits of this node's running pods that have one",
+            "sum of the memory limits of this node's running pods that have one (PodLimits)",
         )
-        lim.add_metric([], sum(m.memory_limit_bytes or 0 for m in live))
+        lim.add_metric([], totals.limits_bytes)
         unlimited = _gauge(
             "node_pods_without_memory_limit",
             "running pods of this node without a memory limit (unbounded)",
         )
-        unlimited.add_metric([], sum(1 for m in live if m.memory_limit_bytes is None))
+        unlimited.add_metric([], totals.pods_without_limit)
         yield from (req, lim, unlimited)
 
     def _self_metrics(self, snap: NodeSnapshot) -> Iterator[Metric]:

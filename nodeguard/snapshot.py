@@ -32,6 +32,7 @@ __all__ = [
     "OomLog",
     "OwnerRef",
     "PodMemory",
+    "PodMemoryTotals",
     "PodMeta",
     "Pressure",
     "PressureLine",
@@ -380,13 +381,14 @@ class PodMeta:
     - ``priority``: ``spec.priority`` (set by the Priority admission plugin from the
       PriorityClass), ``priority_class``: ``spec.priorityClassName``.
     - ``qos_class``: ``status.qosClass`` lower-cased.
-    - ``memory_request_bytes`` / ``memory_limit_bytes``: the pod's effective values as the
-      scheduler computes them: max(sum over containers, largest init container), ``None`` when
-      a container has no limit (then the pod has none).
+    - ``memory_request_bytes`` / ``memory_limit_bytes``: the pod's values as the scheduler and
+      the kubelet compute them (component-helpers ``PodRequests`` / ``PodLimits``: sidecars,
+      pod-level resources, overhead, in-place resize; :mod:`nodeguard.kube.resources`);
+      the limit is ``None`` when the pod cgroup gets none (a container without one).
     - ``containers``: container ID (runtime prefix stripped) -> container name, from
       ``status.containerStatuses``, init and ephemeral ones included.
-    - ``container_requests``: container name -> ``resources.requests.memory`` in bytes (app and
-      init containers that have one).
+    - ``container_requests``: container name -> its memory request in bytes (app, sidecar and
+      init containers that have one; an app container's or sidecar's as resized in place).
     - ``mirror``: a static pod's mirror (annotation ``kubernetes.io/config.mirror``);
       ``daemonset``: controlled by a DaemonSet; ``terminating``: ``metadata.deletionTimestamp``.
     """
@@ -420,6 +422,17 @@ class NodeMeta:
     allocatable_memory_bytes: int | None
     capacity_memory_bytes: int | None
     unschedulable: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodMemoryTotals:
+    """The memory requests and limits of this node's pods that hold resources (phase neither
+    ``Succeeded`` nor ``Failed``), in bytes: ``requests`` summed, ``limits`` summed over the
+    pods that have one, and ``pods_without_limit``."""
+
+    requests_bytes: int
+    limits_bytes: int
+    pods_without_limit: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -494,6 +507,18 @@ class NodeSnapshot:
                     )
                 )
         return out
+
+    def pod_memory_totals(self) -> PodMemoryTotals | None:
+        """Requests and limits of the pods that hold resources on the node (for overcommit
+        against allocatable); ``None`` without the pod list."""
+        if self.pod_meta is None:
+            return None
+        live = [m for m in self.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
+        return PodMemoryTotals(
+            requests_bytes=sum(m.memory_request_bytes for m in live),
+            limits_bytes=sum(m.memory_limit_bytes or 0 for m in live),
+            pods_without_limit=sum(1 for m in live if m.memory_limit_bytes is None),
+        )
 
     def collector(self, name: str) -> CollectorStatus | None:
         """The status of the named collector, ``None`` if it did not run."""
