@@ -88,17 +88,21 @@ async def test_watch_feeds_labels_and_overcommit(
             f'namespace="{ns}",pod="trainer"}} 1.073741824e+09'
         ) in body
         assert (
-            f'nodeguard_pod_memory_request_bytes{{namespace="{ns}",pod="prep"}} 4.294967296e+09'
-            in body
+            f'nodeguard_pod_memory_request_bytes{{container="",namespace="{ns}",pod="prep"}} '
+            "4.294967296e+09" in body
         )
         assert (
             f'priority_class="nodeguard-test-high",qos_class="burstable",uid="{a["metadata"]["uid"]}"'
             in body
         )
-        assert "nodeguard_node_memory_allocatable_bytes 6.8719476736e+10" in body
-        assert "nodeguard_node_memory_requests_bytes 1.2884901888e+10" in body  # 8 + 4 GiB
-        assert "nodeguard_node_memory_limits_bytes 1.7179869184e+10" in body  # 16 GiB
-        assert "nodeguard_node_pods_without_memory_limit 1.0" in body
+        no_workload = '{container="",namespace="",pod=""}'
+        for name, value in (
+            ("node_memory_allocatable_bytes", "6.8719476736e+10"),
+            ("node_memory_requests_bytes", "1.2884901888e+10"),  # 8 + 4 GiB
+            ("node_memory_limits_bytes", "1.7179869184e+10"),  # 16 GiB
+            ("node_pods_without_memory_limit", "1.0"),
+        ):
+            assert f"nodeguard_{name}{no_workload} {value}" in body
 
         # Changes arrive through the watch, not a new list.
         lists = watcher.relists
