@@ -376,7 +376,7 @@ class OwnerRef:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodMeta:
     """What the API says about a pod of this node (from the pod list with field selector
-    ``spec.nodeName``); the cgroup side is :class:`PodMemory`, joined by ``uid``.
+    ``spec.nodeName``); the cgroup side is :class:`PodMemory`, joined by :attr:`cgroup_uid`.
 
     - ``priority``: ``spec.priority`` (set by the Priority admission plugin from the
       PriorityClass), ``priority_class``: ``spec.priorityClassName``.
@@ -391,6 +391,9 @@ class PodMeta:
       init containers that have one; an app container's or sidecar's as resized in place).
     - ``mirror``: a static pod's mirror (annotation ``kubernetes.io/config.mirror``);
       ``daemonset``: controlled by a DaemonSet; ``terminating``: ``metadata.deletionTimestamp``.
+    - ``config_hash``: a mirror pod's ``kubernetes.io/config.hash`` annotation, the UID the
+      kubelet gave the static pod (pkg/kubelet/config/common.go ``applyDefaults``), which its
+      cgroup carries; ``None`` for other pods.
     """
 
     uid: str
@@ -411,6 +414,13 @@ class PodMeta:
     mirror: bool
     daemonset: bool
     terminating: bool
+    config_hash: str | None = None
+
+    @property
+    def cgroup_uid(self) -> str:
+        """The UID in the pod's cgroup name (``pod<uid>``): the kubelet's config hash for a
+        static pod, ``uid`` for any other."""
+        return self.config_hash or self.uid
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -449,7 +459,8 @@ class NodeSnapshot:
     """One sample of the node. ``timestamp`` is Unix seconds at the start of the sample.
 
     Sources that are off or had no data leave their part ``None`` (or empty); ``collectors``
-    says which ran and how each fared. ``pod_meta`` (pod UID -> :class:`PodMeta`) and
+    says which ran and how each fared. ``pod_meta`` (the UID a pod's cgroup carries ->
+    :class:`PodMeta`; :attr:`PodMeta.cgroup_uid`: a static pod's config hash) and
     ``node_meta`` come from the Kubernetes API and are ``None`` without a cluster. ``gpu`` is
     ``None`` without an NVIDIA driver or GPU.
     """

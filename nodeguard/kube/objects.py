@@ -20,6 +20,7 @@ __all__ = ["node_meta", "parse_bytes", "pod_meta", "strip_container_id"]
 
 JSON = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+CONFIG_HASH_ANNOTATION = "kubernetes.io/config.hash"
 
 
 def parse_bytes(text: str) -> int:
@@ -49,6 +50,11 @@ def pod_meta(pod: JSON) -> PodMeta:
     )
     annotations = meta.get("annotations") or {}
     mirror = MIRROR_ANNOTATION in annotations
+    # The kubelet writes the static pod's UID (its config hash) into both annotations of the
+    # mirror (pkg/kubelet/pod/mirror_client.go CreateMirrorPod); other pods carry neither.
+    config_hash = None
+    if mirror:
+        config_hash = annotations.get(CONFIG_HASH_ANNOTATION) or annotations[MIRROR_ANNOTATION]
     return PodMeta(
         uid=meta.get("uid", ""),
         name=meta.get("name", ""),
@@ -68,6 +74,7 @@ def pod_meta(pod: JSON) -> PodMeta:
         mirror=mirror,
         daemonset=any(o.kind == "DaemonSet" and o.controller for o in owners),
         terminating=bool(meta.get("deletionTimestamp")),
+        config_hash=str(config_hash) if config_hash else None,
     )
 
 
