@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import pytest
 
-from nodeguard.sources.cgroup_paths import identify_cgroup, parse_kubepods_path
+from nodeguard.sources.cgroup_paths import CgroupIdentity, identify_cgroup, parse_kubepods_path
 
 CID = "a" * 64
 UID = "2a2b2c2d-3e3f-4041-9293-949596979899"
 UID_ = UID.replace("-", "_")
+
+
+def _fields(ident: CgroupIdentity | None) -> tuple[str | None, str, str | None, str]:
+    assert ident is not None
+    return (ident.qos_class, ident.pod_uid, ident.container_id, ident.runtime)
 
 
 @pytest.mark.parametrize(
@@ -138,14 +143,7 @@ UID_ = UID.replace("-", "_")
     ],
 )
 def test_identity(path: str, qos: str | None, uid: str, cid: str | None, runtime: str) -> None:
-    ident = parse_kubepods_path(path)
-    assert ident is not None
-    assert (ident.qos_class, ident.pod_uid, ident.container_id, ident.runtime) == (
-        qos,
-        uid,
-        cid,
-        runtime,
-    )
+    assert _fields(parse_kubepods_path(path)) == (qos, uid, cid, runtime)
 
 
 @pytest.mark.parametrize(
@@ -183,14 +181,7 @@ def test_own_pod_from_the_walk() -> None:
         (f"/../crio-{CID}", "cri-o"),
         (f"/../{CID}", ""),
     ):
-        ident = identify_cgroup(path, containers=walk)
-        assert ident is not None
-        assert (ident.qos_class, ident.pod_uid, ident.container_id, ident.runtime) == (
-            None,
-            UID,
-            CID,
-            runtime,
-        )
+        assert _fields(identify_cgroup(path, containers=walk)) == (None, UID, CID, runtime)
     # not in the walk, not a container, or not namespaced: nothing
     assert identify_cgroup(f"/../cri-containerd-{'c' * 64}.scope", containers=walk) is None
     assert identify_cgroup("/../init.scope", containers=walk) is None

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import host_flags
+from nodeguard.sampler import Sampler, SamplerConfig
+from tests.conftest import exposition, host_flags, host_paths
 from tests.fixtures.make_hosts import CID, UID_B, UID_BE, UID_G
 
 
@@ -115,16 +116,8 @@ def test_ubuntu_415_log_agrees_with_the_cgroup_counter() -> None:
 @pytest.mark.parametrize("host", ["v2-oom-group", "v1-rhel7-3.10", "v1-ubuntu-4.15"])
 def test_metrics_count_victims(host: str) -> None:
     # The exporter's per-container counter is the victims' count, labelled by the container.
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from nodeguard.exporter import SnapshotCollector
-    from nodeguard.sampler import Sampler, SamplerConfig
-    from tests.conftest import host_paths
-
     snap = Sampler(config=SamplerConfig(paths=host_paths(host), node_name="n")).sample_once()
-    registry = CollectorRegistry()
-    registry.register(SnapshotCollector(latest=lambda: snap))
-    body = generate_latest(registry).decode()
+    body = exposition(snap)
     assert snap.oom is not None
     for key, n in snap.oom.by_container.items():
         uid, _, cid = key.partition("/")

@@ -12,18 +12,12 @@ Here the mirror Pod is created as the kubelet would, the agent's sampler joins o
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
-
 from nodeguard.actions.ranking import EvictFilter, never_evicted, plan_eviction
-from nodeguard.exporter import SnapshotCollector
-from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
-from nodeguard.kube.watch import PodWatcher
 from nodeguard.sampler import Sampler, SamplerConfig
-from tests.conftest import host_paths
+from tests.conftest import exposition, host_paths, synced_watcher
 from tests.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import CID, UID_STATIC
 from tests.kube_helpers import Cluster
@@ -104,12 +98,7 @@ async def test_static_pod_named_in_series_and_evidence(
 ) -> None:
     ns, node = cluster.namespace("static"), cluster.node()
     mirror_pod(cluster, namespace=ns, node=node)
-    kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    watcher = PodWatcher(kube=kube, node_name=node)
-    stop = asyncio.Event()
-    task = asyncio.create_task(watcher.run(stop=stop))
-    try:
-        await asyncio.wait_for(watcher.synced.wait(), 15)
+    async with synced_watcher(kubeconfig=control_plane.kubeconfig_path, node=node) as watcher:
         sampler = Sampler(
             config=SamplerConfig(
                 paths=host_paths("v2-cgroupns"),
@@ -130,9 +119,7 @@ async def test_static_pod_named_in_series_and_evidence(
         assert proc.pod_uid == UID_STATIC
         assert snap.labels_for(proc.pod_uid, proc.container_id).pod == f"kube-apiserver-{node}"
 
-        registry = CollectorRegistry()
-        registry.register(SnapshotCollector(latest=lambda: snap))
-        body = generate_latest(registry).decode()
+        body = exposition(snap)
         assert (
             f'nodeguard_container_memory_working_set_bytes{{container="kube-apiserver",'
             f'namespace="{ns}",pod="kube-apiserver-{node}"}} 2.68435456e+08'
@@ -148,7 +135,3 @@ async def test_static_pod_named_in_series_and_evidence(
         assert [e.pod.name for e in plan.excluded] == [f"kube-apiserver-{node}"]
         assert "static pod" in plan.excluded[0].reason
         assert not plan.ranked
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 40)
-        kube.close()
