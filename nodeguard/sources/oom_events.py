@@ -21,8 +21,8 @@ every version              ``<comm> invoked oom-killer: gfp_mask=...`` opens the
                            child of the one chosen, with another PID
 5.1 and later              ``<prefix>: Killed process <pid> (<comm>) total-vm:...kB, anon-rss:
                            ...kB, file-rss:...kB, shmem-rss:...kB[, UID:<uid> pgtables:...kB
-                           oom_score_adj:<n>]`` (the child heuristic removed, the prefix moved
-                           to the kill record)
+                           oom_score_adj:<n>]`` (commit bbbe48029720, "mm, oom: remove 'prefer
+                           children over parent' heuristic", moved the prefix to the kill record)
 2.6.32 (RHEL 6)            ``Killed process <pid>, UID <uid>, (<comm>) total-vm:...``
 4.19 and later, group      after the first kill, ``Tasks in <cgroup> are going to be killed due
                            to memory.oom.group set``, then a kill record for every process of
@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from nodeguard.snapshot import OomKill
 from nodeguard.sources.cgroup_paths import parse_kubepods_path
@@ -130,12 +130,15 @@ class ParsedKill(NamedTuple):
     repeat: bool
 
 
+_LineKind = Literal["context", "task_in", "group"]
+
+
 @dataclass(slots=True)
 class _Line:
-    """A header line being assembled from its pieces; ``kind`` is ``context`` (``oom-kill:``),
-    ``task_in`` or ``group``."""
+    """A header line being assembled from its pieces: ``context`` (``oom-kill:``), ``task_in``
+    (``Task in``) or ``group`` (``Tasks in``)."""
 
-    kind: str
+    kind: _LineKind
     text: str
 
     def complete(self) -> bool:
@@ -236,11 +239,12 @@ class OomEventParser:
         if _INVOKED_RE.search(text):
             self._event = _Event()
             return
-        for kind, start in (
+        starts: tuple[tuple[_LineKind, str], ...] = (
             ("context", _CONTEXT_START),
             ("task_in", _TASK_IN_START),
             ("group", _GROUP_START),
-        ):
+        )
+        for kind, start in starts:
             if text.startswith(start):
                 self._line = _Line(kind=kind, text=text)
                 if self._line.complete():
