@@ -9,6 +9,19 @@ Names follow Prometheus conventions: ``nodeguard_`` prefix, base units (bytes, s
 0..1), ``_total`` for counters. Workload series carry ``namespace``, ``pod`` and ``container``;
 until pod metadata is known (no cluster), ``pod`` holds the pod UID, ``container`` the container
 ID and ``namespace`` is empty. Absent data is absent, never exported as 0.
+
+Target labels. Scraped with ``honor_labels: true``, a series gets every label of its target
+that it does not have itself (Prometheus scrape/scrape.go ``mutateSampleLabels``: a target label
+is added where the series lacks the name; a label whose value is empty is then no label). A
+ServiceMonitor gives the agent's target ``namespace``, ``pod``, ``container`` (the agent's own
+pod), ``service``, ``endpoint``, ``job`` and ``instance`` (prometheus-operator
+pkg/prometheus/promcfg.go). So every series about the node, a GPU or a whole pod carries the
+workload labels it has no value for, empty (:data:`WORKLOAD_LABELS`), as the kubelet's cAdvisor
+endpoint does (pkg/kubelet/server/server.go ``containerPrometheusLabelsFunc``: "we arrange to
+supply blank strings for missing labels"); stored, they have none of them. ``service``,
+``endpoint``, ``job`` and ``instance`` name the scrape and apply to every series: they are left to
+the target, as cAdvisor leaves them. The agent's own series (build info, collectors, rules,
+actions) are the agent pod's, and keep its target labels too.
 """
 
 from __future__ import annotations
@@ -22,10 +35,14 @@ from prometheus_client.registry import Collector
 from nodeguard import __version__
 from nodeguard.snapshot import CgroupMemory, GpuMemory, NodeSnapshot, Pressure
 
-__all__ = ["OpenFilesCollector", "SnapshotCollector"]
+__all__ = ["WORKLOAD_LABELS", "OpenFilesCollector", "SnapshotCollector"]
 
 _P = "nodeguard_"
 _STALE_NOTE = " (from the latest snapshot)"
+#: The labels that name a workload, on every series about the node, its pods and its GPUs;
+#: empty where they do not apply (see the module docstring).
+WORKLOAD_LABELS = ("namespace", "pod", "container")
+_NO_WORKLOAD = ("", "", "")
 
 
 def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
@@ -34,6 +51,15 @@ def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily
 
 def _counter(name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
     return CounterMetricFamily(_P + name, doc + _STALE_NOTE, labels=list(labels))
+
+
+def _node_gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    """A gauge about the node: the workload labels first, filled with :data:`_NO_WORKLOAD`."""
+    return _gauge(name, doc, [*WORKLOAD_LABELS, *labels])
+
+
+def _node_counter(name: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
+    return _counter(name, doc, [*WORKLOAD_LABELS, *labels])
 
 
 class _Families:
@@ -187,28 +213,30 @@ class SnapshotCollector(Collector):
     def _overcommit(self, snap: NodeSnapshot) -> Iterator[Metric]:
         """Requests and limits of this node's pods summed, against allocatable."""
         if snap.node_meta is not None and snap.node_meta.allocatable_memory_bytes is not None:
-            alloc = _gauge(
+            alloc = _node_gauge(
                 "node_memory_allocatable_bytes", "node status.allocatable memory (from the API)"
             )
-            alloc.add_metric([], snap.node_meta.allocatable_memory_bytes)
+            alloc.add_metric([*_NO_WORKLOAD], snap.node_meta.allocatable_memory_bytes)
             yield alloc
-        if snap.pod_meta is None:
+        totals = snap.pod_memory_totals()
+        if totals is None:
             return
-        live = [m for m in snap.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
-        req = _gauge(
-            "node_memory_requests_bytes", "sum of the memory requests of this node's running pods"
+        req = _node_gauge(
+            "node_memory_requests_bytes",
+            "sum of the memory requests of this node's running pods, as the scheduler counts "
+            "them (PodRequests)",
         )
-        req.add_metric([], sum(m.memory_request_bytes for m in live))
-        lim = _gauge(
+        req.add_metric([*_NO_WORKLOAD], totals.requests_bytes)
+        lim = _node_gauge(
             "node_memory_limits_bytes",
-            "sum of the memory limits of this node's running pods that have one",
+            "sum of the memory limits of this node's running pods that have one (PodLimits)",
         )
-        lim.add_metric([], sum(m.memory_limit_bytes or 0 for m in live))
-        unlimited = _gauge(
+        lim.add_metric([*_NO_WORKLOAD], totals.limits_bytes)
+        unlimited = _node_gauge(
             "node_pods_without_memory_limit",
             "running pods of this node without a memory limit (unbounded)",
         )
-        unlimited.add_metric([], sum(1 for m in live if m.memory_limit_bytes is None))
+        unlimited.add_metric([*_NO_WORKLOAD], totals.pods_without_limit)
         yield from (req, lim, unlimited)
 
     def _self_metrics(self, snap: NodeSnapshot) -> Iterator[Metric]:
@@ -231,12 +259,12 @@ class SnapshotCollector(Collector):
     def _node(self, snap: NodeSnapshot) -> Iterator[Metric]:
         mem = snap.meminfo
         if mem is not None:
-            raw = _gauge("node_meminfo_bytes", "every kB field of /proc/meminfo", ["field"])
+            raw = _node_gauge("node_meminfo_bytes", "every kB field of /proc/meminfo", ["field"])
             for name, value in mem.fields.items():
-                raw.add_metric([name], value)
-            pages = _gauge("node_meminfo_pages", "unit-less /proc/meminfo fields", ["field"])
+                raw.add_metric([*_NO_WORKLOAD, name], value)
+            pages = _node_gauge("node_meminfo_pages", "unit-less /proc/meminfo fields", ["field"])
             for name, value in mem.page_counts.items():
-                pages.add_metric([name], value)
+                pages.add_metric([*_NO_WORKLOAD, name], value)
             yield from (raw, pages)
             derived = (
                 ("total_bytes", "MemTotal", mem.total_bytes),
@@ -275,27 +303,27 @@ class SnapshotCollector(Collector):
             )
             for suffix, doc, amount in derived:
                 if amount is not None:
-                    g = _gauge(f"node_memory_{suffix}", f"node memory: {doc}")
-                    g.add_metric([], amount)
+                    g = _node_gauge(f"node_memory_{suffix}", f"node memory: {doc}")
+                    g.add_metric([*_NO_WORKLOAD], amount)
                     yield g
-            est = _gauge(
+            est = _node_gauge(
                 "node_memory_available_estimated",
                 "1 if available is estimated (MemAvailable absent or 0)",
             )
-            est.add_metric([], 1 if mem.available_estimated else 0)
+            est.add_metric([*_NO_WORKLOAD], 1 if mem.available_estimated else 0)
             yield est
         if snap.pressure is not None:
-            stall = _counter(
+            stall = _node_counter(
                 "node_memory_pressure_stall_seconds",
                 "node memory PSI total stall time (/proc/pressure/memory)",
                 ["kind"],
             )
-            ratio = _gauge(
+            ratio = _node_gauge(
                 "node_memory_pressure_ratio",
                 "node memory PSI running average share of time stalled",
                 ["kind", "window"],
             )
-            _add_stall(stall, [], snap.pressure)
+            _add_stall(stall, [*_NO_WORKLOAD], snap.pressure)
             for kind, line in (("some", snap.pressure.some), ("full", snap.pressure.full)):
                 if line is None:
                     continue
@@ -304,43 +332,43 @@ class SnapshotCollector(Collector):
                     ("60s", line.avg60),
                     ("300s", line.avg300),
                 ):
-                    ratio.add_metric([kind, window], share)
+                    ratio.add_metric([*_NO_WORKLOAD, kind, window], share)
             yield from (stall, ratio)
         if snap.oom is not None:
-            kills = _counter(
+            kills = _node_counter(
                 "node_oom_kills",
                 "OOM kills in the kernel log this boot, by constraint "
                 "(CONSTRAINT_MEMCG: a cgroup limit; CONSTRAINT_NONE: the whole node)",
                 ["constraint"],
             )
             for constraint, count in sorted(snap.oom.by_constraint.items()):
-                kills.add_metric([constraint], count)
+                kills.add_metric([*_NO_WORKLOAD, constraint], count)
             yield kills
 
     def _workloads(self, snap: NodeSnapshot) -> Iterator[Metric]:
-        names = ["namespace", "pod", "container"]
-        pod_f = _Families(level="pod", labels=["namespace", "pod"])
+        names = list(WORKLOAD_LABELS)
+        pod_f = _Families(level="pod", labels=names)  # container empty: the pod as a whole
         ctr_f = _Families(level="container", labels=names)
         pod_info = _gauge(
             "pod_info",
             "pods with a memory cgroup on this node; priority from the pod list where known",
-            ["namespace", "pod", "uid", "qos_class", "priority_class"],
+            [*names, "uid", "qos_class", "priority_class"],
         )
         requests = _gauge(
             "pod_memory_request_bytes",
             "pod memory request as the scheduler counts it (from the pod list)",
-            ["namespace", "pod"],
+            names,
         )
         for pod in snap.pods:
             pl = snap.labels_for(pod.uid, None)
             meta = snap.pod_meta.get(pod.uid) if snap.pod_meta else None
+            pod_values = [pl.namespace, pl.pod, ""]
             pod_info.add_metric(
-                [pl.namespace, pl.pod, pod.uid, pod.qos_class, meta.priority_class if meta else ""],
-                1,
+                [*pod_values, pod.uid, pod.qos_class, meta.priority_class if meta else ""], 1
             )
             if meta is not None:
-                requests.add_metric([pl.namespace, pl.pod], meta.memory_request_bytes)
-            pod_f.add(values=[pl.namespace, pl.pod], mem=pod.memory)
+                requests.add_metric(pod_values, meta.memory_request_bytes)
+            pod_f.add(values=pod_values, mem=pod.memory)
             for c in pod.containers:
                 cl = snap.labels_for(pod.uid, c.container_id)
                 ctr_f.add(values=[cl.namespace, cl.pod, cl.container], mem=c.memory)
@@ -365,9 +393,9 @@ class SnapshotCollector(Collector):
         """Per GPU, per MIG instance and per container (never per PID), from NVML."""
         if snap.gpu is None:
             return
-        dev_labels = ["gpu", "uuid", "model"]
-        driver = _gauge("gpu_driver_info", "NVIDIA driver version (NVML)", ["driver_version"])
-        driver.add_metric([snap.gpu.driver_version or ""], 1)
+        dev_labels = [*WORKLOAD_LABELS, "gpu", "uuid", "model"]
+        driver = _node_gauge("gpu_driver_info", "NVIDIA driver version (NVML)", ["driver_version"])
+        driver.add_metric([*_NO_WORKLOAD, snap.gpu.driver_version or ""], 1)
         memory = _GpuMemoryFamilies(prefix="gpu", what="per GPU", labels=dev_labels)
         mig_memory = _GpuMemoryFamilies(
             prefix="gpu_mig",
@@ -381,7 +409,7 @@ class SnapshotCollector(Collector):
             "gpu_lost", "1 if NVML reports the GPU lost (fallen off the bus), else 0", dev_labels
         )
         for dev in snap.gpu.devices:
-            values = [str(dev.index), dev.uuid or "", dev.name or ""]
+            values = [*_NO_WORKLOAD, str(dev.index), dev.uuid or "", dev.name or ""]
             memory.add(values, dev.memory)
             lost.add_metric(values, 1 if dev.lost else 0)
             if dev.mig_enabled is not None:

@@ -140,13 +140,20 @@ class Sampler:
             name=cgroups.NAME, read=lambda: self._cgroups.read(mem_total=total), statuses=statuses
         )
         version, pods = cg if cg is not None else (None, ())
+        # Where a process's cgroup path shows only its container (a cgroup namespace), the walk
+        # knows the pod: container ID -> pod UID.
+        containers = {c.container_id: p.uid for p in pods for c in p.containers}
         oom = self._collect(name=kmsg.NAME, read=lambda: self._oom_log().read(), statuses=statuses)
         procs = self._collect(
             name=processes.NAME,
-            read=lambda: processes.read_top_processes(paths=paths, limit=cfg.top_processes),
+            read=lambda: processes.read_top_processes(
+                paths=paths, limit=cfg.top_processes, containers=containers
+            ),
             statuses=statuses,
         )
-        gpus = self._collect(name=gpu.NAME, read=lambda: self._gpus().read(), statuses=statuses)
+        gpus = self._collect(
+            name=gpu.NAME, read=lambda: self._gpus().read(containers=containers), statuses=statuses
+        )
 
         snapshot = NodeSnapshot(
             timestamp=started,

@@ -32,6 +32,7 @@ __all__ = [
     "OomLog",
     "OwnerRef",
     "PodMemory",
+    "PodMemoryTotals",
     "PodMeta",
     "Pressure",
     "PressureLine",
@@ -181,13 +182,22 @@ class PodMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OomKill:
-    """One OOM kill from the kernel log (mm/oom_kill.c's ``oom-kill:`` and ``Killed process``
-    records, read from ``/dev/kmsg``).
+    """One victim of an OOM kill, from the kernel log (``/dev/kmsg``; the formats of every
+    supported kernel are listed in :mod:`nodeguard.sources.oom_events`).
 
-    ``sequence`` is the kmsg record number (unique per boot), ``time`` the wall-clock estimate in
-    Unix seconds, ``constraint`` the kernel's (``CONSTRAINT_MEMCG`` for a cgroup limit,
-    ``CONSTRAINT_NONE`` for the whole node). ``pod_uid``/``container_id`` are parsed from
-    ``task_memcg`` where it is a kubepods container.
+    - ``sequence``: the kmsg record number of the kill record (unique per boot); ``time``: the
+      wall-clock estimate in Unix seconds.
+    - ``constraint``: the kernel's (``CONSTRAINT_MEMCG`` for a cgroup limit, ``CONSTRAINT_NONE``
+      for the whole node), from the ``oom-kill:`` line or, where the kernel prints none, from the
+      ``Memory cgroup out of memory`` / ``Out of memory`` prefix; ``None`` when neither is there.
+    - ``task_memcg``: the memory cgroup the victim is counted in: the log's ``task_memcg`` (or,
+      before 4.19, the cgroup of ``Task in <cgroup> killed``); for the other victims of a
+      ``memory.oom.group`` kill, that group's cgroup. ``pod_uid``/``container_id`` are parsed
+      from it where it is a kubepods pod or container.
+    - ``oom_memcg``: the cgroup whose limit was reached (``None`` for a node OOM or where the log
+      does not say); ``oom_group``: the cgroup whose ``memory.oom.group`` made the kernel kill
+      all of it (``None`` for a single kill).
+    - ``anon_rss_bytes`` etc.: the victim's RSS at the kill, from the kill record (kB x 1024).
     """
 
     sequence: int
@@ -201,23 +211,30 @@ class OomKill:
     shmem_rss_bytes: int | None
     pod_uid: str | None
     container_id: str | None
+    oom_memcg: str | None = None
+    oom_group: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OomLog:
-    """OOM kills seen in the kernel log in this boot, each counted once, also across agent
-    restarts (the last record read is kept in the state directory).
+    """OOM kills seen in the kernel log in this boot, each victim counted once per OOM event,
+    also across agent restarts (the last record read is kept in the state directory).
 
-    ``total`` counts every kill; ``by_constraint`` splits it by constraint (the known
-    constraints start at 0, so the first kill of a boot is an increase); ``by_container`` counts
-    kills by ``"<pod uid>/<container id>"`` (kept 24 h after a container's last kill);
-    ``recent`` holds the newest kills (bounded), for evidence.
+    ``total`` counts every victim; ``by_constraint`` splits it by constraint (the known
+    constraints start at 0, so the first kill of a boot is an increase; ``unknown`` where the
+    log gives none); ``by_container`` counts victims by ``"<pod uid>/<container id>"``
+    (``"<pod uid>/"`` for a victim known only by its pod; kept 24 h after a container's last
+    kill); ``repeats_by_container`` counts, by the same keys, kill records of a victim the event
+    had already killed (the kernel kills the first victim of a ``memory.oom.group`` kill again
+    and counts that in ``memory.events`` ``oom_kill`` too, so victims plus repeats equal the
+    cgroup's counter); ``recent`` holds the newest victims (bounded), for evidence.
     """
 
     total: int
     by_constraint: Mapping[str, int]
     by_container: Mapping[str, int]
     recent: tuple[OomKill, ...]
+    repeats_by_container: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -359,20 +376,24 @@ class OwnerRef:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodMeta:
     """What the API says about a pod of this node (from the pod list with field selector
-    ``spec.nodeName``); the cgroup side is :class:`PodMemory`, joined by ``uid``.
+    ``spec.nodeName``); the cgroup side is :class:`PodMemory`, joined by :attr:`cgroup_uid`.
 
     - ``priority``: ``spec.priority`` (set by the Priority admission plugin from the
       PriorityClass), ``priority_class``: ``spec.priorityClassName``.
     - ``qos_class``: ``status.qosClass`` lower-cased.
-    - ``memory_request_bytes`` / ``memory_limit_bytes``: the pod's effective values as the
-      scheduler computes them: max(sum over containers, largest init container), ``None`` when
-      a container has no limit (then the pod has none).
+    - ``memory_request_bytes`` / ``memory_limit_bytes``: the pod's values as the scheduler and
+      the kubelet compute them (component-helpers ``PodRequests`` / ``PodLimits``: sidecars,
+      pod-level resources, overhead, in-place resize; :mod:`nodeguard.kube.resources`);
+      the limit is ``None`` when the pod cgroup gets none (a container without one).
     - ``containers``: container ID (runtime prefix stripped) -> container name, from
       ``status.containerStatuses``, init and ephemeral ones included.
-    - ``container_requests``: container name -> ``resources.requests.memory`` in bytes (app and
-      init containers that have one).
+    - ``container_requests``: container name -> its memory request in bytes (app, sidecar and
+      init containers that have one; an app container's or sidecar's as resized in place).
     - ``mirror``: a static pod's mirror (annotation ``kubernetes.io/config.mirror``);
       ``daemonset``: controlled by a DaemonSet; ``terminating``: ``metadata.deletionTimestamp``.
+    - ``config_hash``: a mirror pod's ``kubernetes.io/config.hash`` annotation, the UID the
+      kubelet gave the static pod (pkg/kubelet/config/common.go ``applyDefaults``), which its
+      cgroup carries; ``None`` for other pods.
     """
 
     uid: str
@@ -393,6 +414,13 @@ class PodMeta:
     mirror: bool
     daemonset: bool
     terminating: bool
+    config_hash: str | None = None
+
+    @property
+    def cgroup_uid(self) -> str:
+        """The UID in the pod's cgroup name (``pod<uid>``): the kubelet's config hash for a
+        static pod, ``uid`` for any other."""
+        return self.config_hash or self.uid
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -404,6 +432,17 @@ class NodeMeta:
     allocatable_memory_bytes: int | None
     capacity_memory_bytes: int | None
     unschedulable: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodMemoryTotals:
+    """The memory requests and limits of this node's pods that hold resources (phase neither
+    ``Succeeded`` nor ``Failed``), in bytes: ``requests`` summed, ``limits`` summed over the
+    pods that have one, and ``pods_without_limit``."""
+
+    requests_bytes: int
+    limits_bytes: int
+    pods_without_limit: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -420,7 +459,8 @@ class NodeSnapshot:
     """One sample of the node. ``timestamp`` is Unix seconds at the start of the sample.
 
     Sources that are off or had no data leave their part ``None`` (or empty); ``collectors``
-    says which ran and how each fared. ``pod_meta`` (pod UID -> :class:`PodMeta`) and
+    says which ran and how each fared. ``pod_meta`` (the UID a pod's cgroup carries ->
+    :class:`PodMeta`; :attr:`PodMeta.cgroup_uid`: a static pod's config hash) and
     ``node_meta`` come from the Kubernetes API and are ``None`` without a cluster. ``gpu`` is
     ``None`` without an NVIDIA driver or GPU.
     """
@@ -478,6 +518,18 @@ class NodeSnapshot:
                     )
                 )
         return out
+
+    def pod_memory_totals(self) -> PodMemoryTotals | None:
+        """Requests and limits of the pods that hold resources on the node (for overcommit
+        against allocatable); ``None`` without the pod list."""
+        if self.pod_meta is None:
+            return None
+        live = [m for m in self.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
+        return PodMemoryTotals(
+            requests_bytes=sum(m.memory_request_bytes for m in live),
+            limits_bytes=sum(m.memory_limit_bytes or 0 for m in live),
+            pods_without_limit=sum(1 for m in live if m.memory_limit_bytes is None),
+        )
 
     def collector(self, name: str) -> CollectorStatus | None:
         """The status of the named collector, ``None`` if it did not run."""

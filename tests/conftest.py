@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from nodeguard.kube.client import KubeClient
+from nodeguard.kube.watch import PodWatcher
 from nodeguard.paths import HostPaths
-from nodeguard.snapshot import CgroupMemory
+from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from tests.controlplane.cluster import TestCluster
 from tests.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
 from tests.kube_helpers import Cluster
@@ -99,3 +103,30 @@ def cgroup_memory(path: str, *, used: int) -> CgroupMemory:
         high_events=0,
         pressure=None,
     )
+
+
+def exposition(snap: NodeSnapshot) -> str:
+    """``/metrics`` of a snapshot, in the text format, as the exporter renders it."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from nodeguard.exporter import SnapshotCollector
+
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(latest=lambda: snap))
+    return generate_latest(registry).decode()
+
+
+@contextlib.asynccontextmanager
+async def synced_watcher(*, kubeconfig: Path, node: str) -> AsyncIterator[PodWatcher]:
+    """A :class:`PodWatcher` of ``node`` running until the block ends, after its first list."""
+    kube = KubeClient.load(kubeconfig=kubeconfig)
+    watcher = PodWatcher(kube=kube, node_name=node)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop=stop))
+    try:
+        await asyncio.wait_for(watcher.synced.wait(), 15)
+        yield watcher
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 40)
+        kube.close()

@@ -22,7 +22,7 @@ import pytest
 
 from tests.agent import Agent, get, running_agent
 from tests.conftest import HOSTS
-from tests.fixtures.make_hosts import CID, UID_B, UID_BE, UID_G
+from tests.fixtures.make_hosts import CID, CID_PAUSE, UID_AGENT, UID_B, UID_BE, UID_G
 from tests.gpu.stub import (
     DRIVER_NOT_LOADED,
     NOT_SUPPORTED,
@@ -569,3 +569,32 @@ def test_pod_mapping_on_cgroup_v1_fixture_procfs(make_stub: StubFactory, tmp_pat
     assert by_pid[3003]["cgroup"] == f"/kubepods/burstable/pod{UID_B}/{CID[3]}"
     assert (by_pid[7001]["pod_uid"], by_pid[7001]["container_id"]) == (UID_BE, CID[6])
     assert (by_pid[7002]["cgroup"], by_pid[7002]["pod_uid"]) == ("/user.slice", None)
+
+
+def test_pod_mapping_from_the_agents_cgroup_namespace(
+    make_stub: StubFactory, tmp_path: Path
+) -> None:
+    # The shipped DaemonSet reads /proc from its own cgroup namespace (cgroup v2, containerd):
+    # the host's PIDs that NVML gives have paths relative to the agent's container
+    # (tests/fixtures/make_hosts.py v2_cgroupns). Each still names its pod and container, so
+    # per-pod GPU memory and GPU-scoped evictions see them.
+    host = HOSTS / "v2-cgroupns"
+    scenario = (
+        Scenario()
+        .gpu(0, UUID0, total=80 * GiB, reserved=0, used=16 * GiB, name=H100)
+        .add(f"proc 0 -1 4242 {8 * GiB}")  # pod B, same QoS class as the agent
+        .add(f"proc 0 -1 5151 {6 * GiB}")  # pod G, guaranteed
+        .add(f"proc 0 -1 888 {1 * GiB}")  # the agent's own pod's sandbox: "/../<container>"
+        .add(f"proc 0 -1 777 {1 * GiB}")  # containerd, a host service
+    )
+    proc = procfs(tmp_path, host=host, extra={})
+    snap = snapshot_json(make_stub(scenario), flags(proc, host=host))
+    by_pid = {
+        p["pid"]: (p["pod_uid"], p["container_id"]) for p in snap["gpu"]["devices"][0]["processes"]
+    }
+    assert by_pid == {
+        4242: (UID_B, CID[3]),
+        5151: (UID_G, CID[1]),
+        888: (UID_AGENT, CID_PAUSE),
+        777: (None, None),
+    }

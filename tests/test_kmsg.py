@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import time
 from pathlib import Path
 
 from nodeguard.paths import HostPaths
-from nodeguard.sources.kmsg import OomKillParser, OomLogSource, parse_record
+from nodeguard.sources.kmsg import OomEventParser, OomLogSource, parse_record
+from nodeguard.sources.oom_events import ParsedKill
 from tests.conftest import HOSTS, host_paths
-from tests.fixtures.make_hosts import CID, UID_B, kmsg, oom_records
+from tests.fixtures.make_hosts import B_SLICE, CID, UID_B, kmsg, oom_records
 
 BOOT = 1_700_000_000.0
 
@@ -16,9 +19,26 @@ BOOT = 1_700_000_000.0
 def test_parse_record() -> None:
     r = parse_record("6,1234,5000000,-;hello world\n SUBSYSTEM=acpi\n")
     assert r is not None
-    assert (r.sequence, r.usec, r.message) == (1234, 5_000_000, "hello world")
+    assert (r.sequence, r.usec, r.message, r.flags) == (1234, 5_000_000, "hello world", "-")
     assert parse_record("garbage") is None
     assert parse_record("6,x,1,-;msg") is None
+    # A fragment of a line keeps its leading space and its flag (c: continued, +: continues).
+    frag = parse_record("6,9,1,+; as a result of limit of /kubepods")
+    assert frag is not None and (frag.flags, frag.message) == (
+        "+",
+        " as a result of limit of /kubepods",
+    )
+    assert parse_record("6,9,1;no flags field") == parse_record("6,9,1,-;no flags field")
+
+
+def _feed(records: list[str]) -> list[ParsedKill]:
+    parser = OomEventParser()
+    kills: list[ParsedKill] = []
+    for i, text in enumerate(records):
+        rec = parse_record(f"3,{10 + i},{2_000_000 + i},-;{text}")
+        assert rec is not None
+        kills += parser.feed(record=rec, boot_time=BOOT)
+    return kills + parser.flush()
 
 
 def test_pairs_context_and_kill() -> None:
@@ -26,18 +46,13 @@ def test_pairs_context_and_kill() -> None:
     records = oom_records(
         memcg=memcg, pid=99, comm="python3", anon_kb=65_000, constraint="CONSTRAINT_MEMCG"
     )
-    parser = OomKillParser()
-    kills = []
-    for i, text in enumerate(records):
-        rec = parse_record(f"3,{10 + i},{2_000_000 + i},-;{text}")
-        assert rec is not None
-        kill = parser.feed(record=rec, boot_time=BOOT)
-        if kill:
-            kills.append(kill)
+    kills = _feed(records)
     assert len(kills) == 1
-    k = kills[0]
+    k = kills[0].kill
+    assert not kills[0].repeat
     assert (k.pid, k.process, k.constraint) == (99, "python3", "CONSTRAINT_MEMCG")
     assert k.task_memcg == memcg
+    assert k.oom_memcg == f"/kubepods/burstable/pod{UID_B}"
     assert (k.pod_uid, k.container_id) == (UID_B, CID[3])
     assert k.anon_rss_bytes == 65_000 * 1024
     assert k.file_rss_bytes == 1200 * 1024
@@ -46,15 +61,17 @@ def test_pairs_context_and_kill() -> None:
 
 
 def test_kill_without_context_still_counts() -> None:
-    parser = OomKillParser()
-    rec = parse_record(
-        "3,5,100,-;Out of memory: Killed process 12 (dd) total-vm:1kB, "
-        "anon-rss:4kB, file-rss:0kB, shmem-rss:0kB, UID:0"
+    kills = _feed(
+        [
+            "Out of memory: Killed process 12 (dd) total-vm:1kB, "
+            "anon-rss:4kB, file-rss:0kB, shmem-rss:0kB, UID:0"
+        ]
     )
-    assert rec is not None
-    kill = parser.feed(record=rec, boot_time=BOOT)
-    assert kill is not None and kill.task_memcg is None and kill.pod_uid is None
+    assert len(kills) == 1
+    kill = kills[0].kill
+    assert kill.task_memcg is None and kill.pod_uid is None
     assert kill.anon_rss_bytes == 4096
+    assert kill.constraint == "CONSTRAINT_NONE"  # from the prefix: a node OOM
 
 
 def test_fixture_log_counts(v2_host: HostPaths) -> None:
@@ -178,3 +195,58 @@ def test_container_counts_never_go_down(tmp_path: Path) -> None:
     assert oom.by_container == {f"{UID_B}/{CID[3]}": 300, f"{UID_B}/{CID[4]}": 100}
     assert len(oom.recent) == 256
     assert OomLogSource(paths=paths).read().by_container[f"{UID_B}/{CID[3]}"] == 300
+
+
+def test_restart_in_the_middle_of_a_group_kill(tmp_path: Path) -> None:
+    # The agent reads the header, the first kill and the group line, restarts, then reads the
+    # other members: records already counted are read again to rebuild the event, so the
+    # members still belong to the container, and nothing is counted twice.
+    c3 = f"{B_SLICE}/cri-containerd-{CID[3]}.scope"
+    head = [
+        f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+        f"oom_memcg={c3},task_memcg={c3},task=python3,pid=10,uid=0",
+        "Memory cgroup out of memory: Killed process 10 (python3) total-vm:2kB, anon-rss:1kB, "
+        "file-rss:0kB, shmem-rss:0kB",
+        f"Tasks in {c3} are going to be killed due to memory.oom.group set",
+    ]
+    tail = [
+        "Memory cgroup out of memory: Killed process 10 (python3) total-vm:2kB, anon-rss:1kB, "
+        "file-rss:0kB, shmem-rss:0kB",
+        "Memory cgroup out of memory: Killed process 11 (w) total-vm:2kB, anon-rss:1kB, "
+        "file-rss:0kB, shmem-rss:0kB",
+    ]
+    paths = _log_with(tmp_path, head)
+    first = OomLogSource(paths=paths)
+    assert first.read().by_container == {f"{UID_B}/{CID[3]}": 1}
+    first.close()
+    paths.kmsg.write_text(kmsg([*head, *tail]))
+    oom = OomLogSource(paths=paths).read()
+    assert oom.by_container == {f"{UID_B}/{CID[3]}": 2}
+    assert oom.repeats_by_container == {f"{UID_B}/{CID[3]}": 1}
+    assert oom.total == 2
+
+
+def test_state_of_an_older_agent_is_read(tmp_path: Path) -> None:
+    # Before repeats were kept, a container's entry was [victims, last counted].
+    paths = _copy_host(tmp_path)
+    boot_id = (paths.procfs / "sys/kernel/random/boot_id").read_text().strip()
+    assert paths.state is not None
+    paths.state.mkdir()
+    (paths.state / "kmsg-oom.json").write_text(
+        json.dumps(
+            {
+                "boot_id": boot_id,
+                "last_sequence": 10_000,
+                "total": 7,
+                "by_constraint": {"CONSTRAINT_MEMCG": 7},
+                "by_container": {f"{UID_B}/{CID[3]}": [7, time.time()]},
+                "recent": [],
+            }
+        )
+    )
+    oom = OomLogSource(paths=paths).read()
+    assert (oom.total, oom.by_container, oom.repeats_by_container) == (
+        7,
+        {f"{UID_B}/{CID[3]}": 7},
+        {},
+    )

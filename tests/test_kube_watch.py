@@ -13,14 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
-from nodeguard.exporter import SnapshotCollector
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher, _Relist
 from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
-from tests.conftest import HOSTS
+from tests.conftest import HOSTS, exposition, synced_watcher
 from tests.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import v2_cgroup
 from tests.kube_helpers import Cluster
@@ -64,12 +62,7 @@ async def test_watch_feeds_labels_and_overcommit(
         priority_class="nodeguard-test-high",
     )
     b = cluster.pod(namespace=ns, node=node, name="prep", request="4Gi")
-    kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    watcher = PodWatcher(kube=kube, node_name=node)
-    stop = asyncio.Event()
-    task = asyncio.create_task(watcher.run(stop=stop))
-    try:
-        await asyncio.wait_for(watcher.synced.wait(), 15)
+    async with synced_watcher(kubeconfig=control_plane.kubeconfig_path, node=node) as watcher:
         assert {m.name for m in watcher.pods().values()} == {"trainer", "prep"}
         sampler = Sampler(
             config=SamplerConfig(
@@ -80,25 +73,27 @@ async def test_watch_feeds_labels_and_overcommit(
             cluster=watcher,
         )
         snap = sampler.sample_once()
-        registry = CollectorRegistry()
-        registry.register(SnapshotCollector(latest=lambda: snap))
-        body = generate_latest(registry).decode()
+        body = exposition(snap)
         assert (
             f'nodeguard_container_memory_working_set_bytes{{container="main",'
             f'namespace="{ns}",pod="trainer"}} 1.073741824e+09'
         ) in body
         assert (
-            f'nodeguard_pod_memory_request_bytes{{namespace="{ns}",pod="prep"}} 4.294967296e+09'
-            in body
+            f'nodeguard_pod_memory_request_bytes{{container="",namespace="{ns}",pod="prep"}} '
+            "4.294967296e+09" in body
         )
         assert (
             f'priority_class="nodeguard-test-high",qos_class="burstable",uid="{a["metadata"]["uid"]}"'
             in body
         )
-        assert "nodeguard_node_memory_allocatable_bytes 6.8719476736e+10" in body
-        assert "nodeguard_node_memory_requests_bytes 1.2884901888e+10" in body  # 8 + 4 GiB
-        assert "nodeguard_node_memory_limits_bytes 1.7179869184e+10" in body  # 16 GiB
-        assert "nodeguard_node_pods_without_memory_limit 1.0" in body
+        no_workload = '{container="",namespace="",pod=""}'
+        for name, value in (
+            ("node_memory_allocatable_bytes", "6.8719476736e+10"),
+            ("node_memory_requests_bytes", "1.2884901888e+10"),  # 8 + 4 GiB
+            ("node_memory_limits_bytes", "1.7179869184e+10"),  # 16 GiB
+            ("node_pods_without_memory_limit", "1.0"),
+        ):
+            assert f"nodeguard_{name}{no_workload} {value}" in body
 
         # Changes arrive through the watch, not a new list.
         lists = watcher.relists
@@ -107,10 +102,6 @@ async def test_watch_feeds_labels_and_overcommit(
         cluster.core.delete_namespaced_pod("prep", ns, grace_period_seconds=0)
         await wait_for(lambda: "prep" not in {m.name for m in watcher.pods().values()})
         assert watcher.relists == lists
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 40)
-        kube.close()
 
 
 def test_watch_error_event_means_relist() -> None:

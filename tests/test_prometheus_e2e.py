@@ -20,10 +20,18 @@ import pytest
 import yaml
 
 from tests.agent import get, running_agent
-from tests.conftest import HOSTS
+from tests.conftest import HOSTS, host_flags
 from tests.controlplane.cluster import TestCluster
+from tests.fixtures.make_hosts import CID, UID_B
 from tests.kube_helpers import Cluster
-from tests.promstack import alertmanager, prometheus, query
+from tests.promstack import (
+    alertmanager,
+    kubernetes_meta,
+    prometheus,
+    query,
+    servicemonitor_job,
+    with_file_sd,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERT_RULES = ROOT / "rules" / "prometheus" / "nodeguard-alerts.yml"
@@ -244,3 +252,94 @@ def _post(url: str, payload: dict[str, Any]) -> dict[str, Any]:
     with urllib.request.urlopen(req, timeout=10) as resp:
         body: dict[str, Any] = json.load(resp)
     return body
+
+
+# -- target labels under the shipped scrape configs -------------------------------------------
+AGENT_POD = "nodeguard-x7k2p"
+# Series about the agent itself: the target's namespace/pod/container (the agent's pod) are
+# theirs. Every other series is about the node, a GPU or a workload.
+AGENT_SERIES = re.compile(
+    r"nodeguard_(build_info|snapshot_timestamp_seconds|collector_\w+|cgroup_files_open|"
+    r"node_info|rules?_\w+|remediation_\w+|incidents_total|actions_total|webhook_\w+)$"
+)
+
+
+def _shipped_jobs(tmp_path: Path, agent: str) -> dict[str, dict[str, Any]]:
+    """The shipped ways to scrape the DaemonSet, rendered from daemonset/ by kustomize: the
+    ServiceMonitor as the Prometheus Operator turns it into a scrape job, and
+    docs/prometheus-scrape-kubernetes.yml as written; both discover the agent's pod through a
+    file that carries what Kubernetes discovery would say of it."""
+    from tests.deploy import kustomize
+    from tests.deploy.manifests import DAEMONSET, find, render
+
+    objs = render(DAEMONSET, binary=kustomize.ensure_built())
+    sd_file = tmp_path / "targets.json"
+    meta = kubernetes_meta(
+        address=agent.removeprefix("http://"),
+        service=find(objs, "Service", "nodeguard"),
+        daemonset=find(objs, "DaemonSet", "nodeguard"),
+        pod=AGENT_POD,
+    )
+    sd_file.write_text(json.dumps([{"targets": [meta.pop("__address__")], "labels": meta}]))
+    docs = yaml.safe_load((ROOT / "docs" / "prometheus-scrape-kubernetes.yml").read_text())
+    return {
+        "servicemonitor": servicemonitor_job(
+            find(objs, "ServiceMonitor", "nodeguard"), sd_file=sd_file
+        ),
+        "pod-discovery": with_file_sd(docs["scrape_configs"][0], sd_file=sd_file),
+    }
+
+
+@pytest.mark.parametrize("how", ["servicemonitor", "pod-discovery"])
+def test_no_series_takes_the_agents_pod_for_its_own(
+    how: str, tmp_path: Path, gpu_env: dict[str, str]
+) -> None:
+    # honor_labels keeps a label the series has, even empty, and gives it the target's where it
+    # has none (scrape.go mutateSampleLabels); stored, an empty label is no label. So a pod
+    # series (container ""), a node series and a GPU's (namespace, pod and container "") are
+    # stored without them, never with the agent's own pod, as the kubelet's cAdvisor series are.
+    args = [
+        *host_flags("v2-systemd-containerd"),
+        f"--path.state={tmp_path / 'state'}",
+        "--interval=1s",
+    ]
+    with running_agent(args=args, log_path=tmp_path / "agent.log", env=gpu_env) as agent:
+        job = _shipped_jobs(tmp_path, agent)[how]
+        with prometheus(workdir=tmp_path / "prom", scrape_configs=[job]) as prom:
+            _wait("a scrape", lambda: query(prom, 'nodeguard_gpu_memory_total_bytes{gpu="1"}'))
+            series = [r["metric"] for r in query(prom, '{__name__=~"nodeguard_.+"}')]
+
+    def only(name: str, **want: str) -> dict[str, str]:
+        found = [s for s in series if s["__name__"] == name and want.items() <= s.items()]
+        assert len(found) == 1, (name, want, found)
+        return found[0]
+
+    workload = {"namespace", "pod", "container"}
+    target = {"job", "instance"} | ({"service", "endpoint"} if how == "servicemonitor" else set())
+    node = only("nodeguard_node_memory_available_bytes")
+    assert set(node) == {"__name__"} | target  # no workload label at all
+    assert node["job"] == "nodeguard"
+    assert set(only("nodeguard_gpu_memory_total_bytes", gpu="0")) & workload == set()
+    assert (
+        set(only("nodeguard_node_oom_kills_total", constraint="CONSTRAINT_MEMCG")) & workload
+        == set()
+    )
+    # The pod as a whole: its pod (the UID, no cluster here), no container, no namespace.
+    pod = only("nodeguard_pod_memory_working_set_bytes", pod=UID_B)
+    assert set(pod) & workload == {"pod"}
+    ctr = only("nodeguard_container_memory_working_set_bytes", container=CID[3])
+    assert (ctr["pod"], "namespace" in ctr) == (UID_B, False)
+    assert only("nodeguard_gpu_container_memory_used_bytes", container=CID[3])["pod"] == UID_B
+    # Only the agent's own series carry its pod, and under the ServiceMonitor all of them do.
+    with_agent_pod = {s["__name__"] for s in series if s.get("pod") == AGENT_POD}
+    assert all(AGENT_SERIES.match(n) for n in with_agent_pod), with_agent_pod
+    if how == "servicemonitor":
+        build = only("nodeguard_build_info")
+        assert (build["namespace"], build["pod"], build["container"]) == (
+            "nodeguard",
+            AGENT_POD,
+            "nodeguard",
+        )
+        assert (build["service"], build["endpoint"]) == ("nodeguard", "metrics")
+    else:
+        assert with_agent_pod == set()  # this job adds no pod label to its target

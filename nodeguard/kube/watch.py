@@ -33,7 +33,7 @@ class _Relist(Exception):
 
 
 class PodWatcher:
-    """The pods of one node by UID, kept current; read with :meth:`pods` and :meth:`node`.
+    """The pods of one node, kept current; read with :meth:`pods` and :meth:`node`.
 
     ``run(stop=...)`` is the asyncio task. ``synced`` is set after the first successful list.
     """
@@ -61,9 +61,11 @@ class PodWatcher:
         self._resp: Any = None  # the open watch response, shut down to stop the thread
 
     def pods(self) -> Mapping[str, PodMeta]:
-        """A copy of the pods by UID (empty before the first list)."""
+        """A copy of the pods by the UID their cgroups carry (:attr:`PodMeta.cgroup_uid`: the
+        config hash of a static pod's mirror, ``metadata.uid`` of any other), which is how the
+        snapshot joins them to the cgroups; empty before the first list."""
         with self._lock:
-            return dict(self._pods)
+            return {m.cgroup_uid: m for m in self._pods.values()}
 
     def is_synced(self) -> bool:
         """Whether the first pod list has completed."""

@@ -22,6 +22,7 @@ from nodeguard.snapshot import (
     GpuDevice,
     NodeSnapshot,
     PodMemory,
+    PodMemoryTotals,
     PodMeta,
 )
 
@@ -214,13 +215,14 @@ for _kind in ("some", "full"):
         )(_psi(_kind, _window))
 
 
-def _overcommit(attr: str) -> Callable[[NodeSnapshot, History, Target], float | None]:
+def _overcommit(
+    total: Callable[[PodMemoryTotals], int],
+) -> Callable[[NodeSnapshot, History, Target], float | None]:
     def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
-        if snap.pod_meta is None or snap.node_meta is None:
+        totals = snap.pod_memory_totals()
+        if totals is None or snap.node_meta is None:
             return None
-        live = [m for m in snap.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
-        total = sum(getattr(m, attr) or 0 for m in live)
-        return _ratio(total, snap.node_meta.allocatable_memory_bytes)
+        return _ratio(total(totals), snap.node_meta.allocatable_memory_bytes)
 
     return fn
 
@@ -230,13 +232,13 @@ signal(
     scope="node",
     unit="ratio",
     help="sum of pod memory requests / node allocatable",
-)(_overcommit("memory_request_bytes"))
+)(_overcommit(lambda t: t.requests_bytes))
 signal(
     "node_memory_limits_allocatable_ratio",
     scope="node",
     unit="ratio",
     help="sum of pod memory limits / node allocatable (overcommit above 1)",
-)(_overcommit("memory_limit_bytes"))
+)(_overcommit(lambda t: t.limits_bytes))
 
 
 # -- pod and container ---------------------------------------------------------------------------

@@ -1,28 +1,45 @@
 """What a kubepods cgroup path says: QoS class, pod UID, container ID and runtime.
 
-The kubelet lays pods out under a ``kubepods`` cgroup (pkg/kubelet/cm/cgroup_manager_linux.go):
+The kubelet lays pods out under a ``kubepods`` cgroup (pkg/kubelet/cm/cgroup_manager_linux.go,
+``CgroupName.ToCgroupfs`` and ``ToSystemd``; pkg/kubelet/cm/pod_container_manager_linux.go):
 
 - cgroupfs driver: ``kubepods/[burstable|besteffort/]pod<uid>/<container>``
 - systemd driver: ``kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/
-  <container>.scope``, where systemd escapes ``-`` in the UID as ``_``.
+  <container>.scope``, where ``-`` in the UID is written ``_`` (``escapeSystemdCgroupName``).
 
 Guaranteed pods sit directly under the root. Container cgroups are named by the runtime:
 containerd ``cri-containerd-<id>.scope`` (systemd) or ``<id>`` (cgroupfs), CRI-O ``crio-<id>.scope``
-or ``crio-<id>``, docker ``docker-<id>.scope`` or ``<id>``. CRI-O's ``crio-conmon-<id>.scope`` is
+or ``crio-<id>``, docker ``docker-<id>.scope`` or ``<id>``; crun under CRI-O on cgroup v2 puts the
+processes one level lower, in ``crio-<id>.scope/container``. CRI-O's ``crio-conmon-<id>.scope`` is
 the monitor, not a container. A kubelet running inside a container (kind, docker-nested) puts the
 whole tree under another prefix, such as ``/docker/<id>/kubepods`` or
-``/system.slice/docker-<id>.scope/kubelet.slice/kubelet-kubepods.slice``.
+``/system.slice/docker-<id>.scope/kubelet.slice/kubelet-kubepods.slice``. A static pod's
+directory carries the UID the kubelet gave it, the config hash (32 hex digits, unless the manifest
+set a UID; pkg/kubelet/config/common.go ``applyDefaults``), not its mirror Pod's UID.
+
+Paths come in two forms. The kernel log and the cgroup filesystem give them from the root of the
+hierarchy. ``/proc/<pid>/cgroup`` gives them relative to the cgroup namespace of the process that
+reads it (cgroup_namespaces(7)): on cgroup v2, containerd and CRI-O give every unprivileged
+container a namespace rooted at its own cgroup, so the agent (the shipped DaemonSet is such a
+container) reads another pod's process as
+``/../../kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope``, with as many ``..`` as
+its own cgroup is deep below the common ancestor and that ancestor's part of the path cut off,
+and a process of its own pod as ``/../<container>``. :func:`parse_kubepods_path` reads both
+forms; :func:`identify_cgroup` also names the pod of a path that shows only the container, from
+the containers the cgroup walk found.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nodeguard.snapshot import QosClass
 
 __all__ = [
     "CgroupIdentity",
+    "identify_cgroup",
     "is_kubepods_root",
     "parse_container_dir",
     "parse_kubepods_path",
@@ -42,9 +59,11 @@ _RUNTIMES = {"cri-containerd": "containerd", "crio": "cri-o", "docker": "docker"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CgroupIdentity:
-    """What a cgroup path inside kubepods names; ``container_id`` is ``None`` for a pod cgroup."""
+    """What a cgroup path inside kubepods names; ``container_id`` is ``None`` for a pod cgroup,
+    ``qos_class`` is ``None`` where a cgroup namespace cut off the part of the path that says
+    it (a cgroupfs ``pod<uid>`` directory whose parent is not shown)."""
 
-    qos_class: QosClass
+    qos_class: QosClass | None
     pod_uid: str
     container_id: str | None
     runtime: str
@@ -87,16 +106,70 @@ def parse_container_dir(name: str) -> tuple[str, str] | None:
 
 
 def parse_kubepods_path(path: str) -> CgroupIdentity | None:
-    """Identify a full cgroup path (as in ``/proc/<pid>/cgroup`` or the kernel's ``task_memcg``)
-    that lies inside a kubepods hierarchy at pod level or below; ``None`` otherwise."""
+    """Identify a cgroup path (``/proc/<pid>/cgroup``, the kernel's ``task_memcg``, a directory
+    of the walk) that lies inside a kubepods hierarchy at pod level or below: from the root of
+    the hierarchy, or relative to a cgroup namespace (leading ``..``, see the module docstring).
+    ``None`` for anything else, and for a namespaced path that shows no pod directory."""
     parts = [p for p in path.split("/") if p]
+    namespaced = bool(parts) and parts[0] == ".."
+    while parts and parts[0] == "..":
+        parts = parts[1:]
     for i, part in enumerate(parts):
         if is_kubepods_root(part):
-            rest = parts[i + 1 :]
-            break
-    else:
+            return _identity(parts[i + 1 :], qos="guaranteed")
+    if not namespaced:
         return None
-    qos: QosClass = "guaranteed"
+    # The kubepods root was cut off: the pod directory is the first that names a pod.
+    for i, part in enumerate(parts):
+        if parse_pod_dir(part) is not None:
+            qos = _qos_of_pod_dir(part) or (parse_qos_dir(parts[i - 1]) if i else None)
+            return _identity(parts[i:], qos=qos)
+    return None
+
+
+def identify_cgroup(
+    path: str, *, containers: Mapping[str, str] | None = None
+) -> CgroupIdentity | None:
+    """:func:`parse_kubepods_path`, and for a namespaced path that shows only a container
+    directory (``/../cri-containerd-<id>.scope``: a container of the reader's own pod) the pod
+    that ``containers`` (container ID -> pod UID, from the cgroup walk) puts it in. ``None``
+    when the path names no pod container that can be found."""
+    ident = parse_kubepods_path(path)
+    if ident is not None or not containers:
+        return ident
+    parts = [p for p in path.split("/") if p]
+    if not parts or parts[0] != "..":
+        return None
+    for part in parts:
+        if part == "..":
+            continue
+        parsed = parse_container_dir(part)
+        if parsed is None or parsed[0] not in containers:
+            return None
+        return CgroupIdentity(
+            qos_class=None, pod_uid=containers[parsed[0]], container_id=parsed[0], runtime=parsed[1]
+        )
+    return None
+
+
+def _qos_of_pod_dir(name: str) -> QosClass | None:
+    """The QoS class a systemd pod slice's name carries (``kubepods-besteffort-pod<uid>.slice``:
+    besteffort; ``kubepods-pod<uid>.slice``: guaranteed); ``None`` for a cgroupfs ``pod<uid>``."""
+    prefix = name.rsplit("pod", 1)[0] if "pod" in name else ""
+    if not prefix:
+        return None
+    if prefix.endswith("-burstable-"):
+        return "burstable"
+    if prefix.endswith("-besteffort-"):
+        return "besteffort"
+    if prefix.endswith("kubepods-"):
+        return "guaranteed"
+    return None
+
+
+def _identity(rest: list[str], *, qos: QosClass | None) -> CgroupIdentity | None:
+    """The identity of the path below the kubepods root (``rest``: QoS directory, pod
+    directory, container directory, deeper ones ignored); ``qos`` when no QoS directory."""
     if rest and (q := parse_qos_dir(rest[0])) is not None:
         qos = q
         rest = rest[1:]

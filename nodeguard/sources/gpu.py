@@ -5,7 +5,9 @@ shut down by :meth:`NvmlSource.close` when the agent exits. Per sample, for ever
 (``nvmlDeviceGetCount_v2``, ``nvmlDeviceGetHandleByIndex_v2``): UUID, name, MIG mode, memory
 (``nvmlDeviceGetMemoryInfo_v2``, falling back to v1), the MIG devices where MIG is on, and the
 compute processes (``nvmlDeviceGetComputeRunningProcesses_v3``; on each MIG device when MIG is
-on). NVML gives host PIDs: each is mapped through ``<procfs>/<pid>/cgroup`` to its container.
+on). NVML gives host PIDs: each is mapped through ``<procfs>/<pid>/cgroup`` to its container
+(:func:`nodeguard.sources.processes.owner_of`, which reads the path in any form, cgroup
+namespaces included).
 
 What is missing stays missing:
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import pynvml
@@ -31,8 +33,7 @@ import pynvml
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import GpuDevice, GpuInfo, GpuMemory, GpuProcess, MigDevice
 from nodeguard.sources import NoDataError
-from nodeguard.sources.cgroup_paths import parse_kubepods_path
-from nodeguard.sources.processes import memory_cgroup_of
+from nodeguard.sources.processes import ProcessOwner, owner_of
 
 __all__ = ["NAME", "NvmlInitError", "NvmlSource"]
 
@@ -76,6 +77,7 @@ class NvmlSource:
         self._processes = True
         self._names: dict[int, tuple[str | None, str | None]] = {}
         self._logged: set[str] = set()
+        self._containers: Mapping[str, str] | None = None
 
     # -- life cycle ------------------------------------------------------------------------------
     def _init(self) -> None:
@@ -115,9 +117,12 @@ class NvmlSource:
             log.warning("nvmlShutdown: %s", exc)
 
     # -- one sample ------------------------------------------------------------------------------
-    def read(self) -> GpuInfo:
-        """Every device. Raises :class:`NoDataError` without a driver or without a GPU,
-        :class:`NvmlInitError` or ``RuntimeError`` when NVML cannot be used at all."""
+    def read(self, *, containers: Mapping[str, str] | None = None) -> GpuInfo:
+        """Every device. ``containers`` (container ID -> pod UID, from the cgroup walk) names the
+        pod of a process of the agent's own pod (:func:`~nodeguard.sources.processes.owner_of`).
+        Raises :class:`NoDataError` without a driver or without a GPU, :class:`NvmlInitError` or
+        ``RuntimeError`` when NVML cannot be used at all."""
+        self._containers = containers
         self._init()
         try:
             count = int(pynvml.nvmlDeviceGetCount())
@@ -308,16 +313,15 @@ class NvmlSource:
             gi = mig.gpu_instance_id if gi == _NA_UINT else gi
             ci = mig.compute_instance_id if ci == _NA_UINT else ci
         try:
-            cgroup = memory_cgroup_of(paths=self._paths, pid=pid)
+            owner = owner_of(paths=self._paths, pid=pid, containers=self._containers)
         except OSError:  # exiting while read (ESRCH), or not ours to read
-            cgroup = None
-        ident = parse_kubepods_path(cgroup) if cgroup else None
+            owner = ProcessOwner(cgroup=None, pod_uid=None, container_id=None)
         return GpuProcess(
             pid=pid,
             used_bytes=None if used is None else int(used),
             mig_gpu_instance_id=None if gi == _NA_UINT else gi,
             mig_compute_instance_id=None if ci == _NA_UINT else ci,
-            cgroup=cgroup,
-            pod_uid=ident.pod_uid if ident else None,
-            container_id=ident.container_id if ident else None,
+            cgroup=owner.cgroup,
+            pod_uid=owner.pod_uid,
+            container_id=owner.container_id,
         )

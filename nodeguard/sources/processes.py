@@ -5,21 +5,31 @@ pages, times the page size. It is read here for every process (psutil's per-proc
 costs ten times the read on a node with a thousand processes, docs/benchmarks.md); psutil,
 pointed at the host's procfs through ``psutil.PROCFS_PATH``, names only the processes kept. The
 memory cgroup comes from ``/proc/<pid>/cgroup`` (proc(5)): the ``memory`` controller's line on
-v1, the ``0::`` line on v2. Processes exit between listing and reading; those are skipped.
+v1, the ``0::`` line on v2, relative to the agent's cgroup namespace where it has one (see
+:mod:`nodeguard.sources.cgroup_paths`). Processes exit between listing and reading; those are
+skipped.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import psutil
 
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import ProcessRss
-from nodeguard.sources.cgroup_paths import parse_kubepods_path
+from nodeguard.sources.cgroup_paths import identify_cgroup
 from nodeguard.sources.files import read_optional
 
-__all__ = ["memory_cgroup_of", "parse_proc_cgroup", "read_top_processes"]
+__all__ = [
+    "ProcessOwner",
+    "memory_cgroup_of",
+    "owner_of",
+    "parse_proc_cgroup",
+    "read_top_processes",
+]
 
 NAME = "processes"
 
@@ -49,8 +59,36 @@ def memory_cgroup_of(*, paths: HostPaths, pid: int) -> str | None:
     return None if text is None else parse_proc_cgroup(text)
 
 
-def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss, ...]:
-    """The ``limit`` largest processes by RSS, largest first.
+class ProcessOwner(NamedTuple):
+    """A process's memory cgroup as ``/proc/<pid>/cgroup`` gives it, and the pod and container
+    it names (``None`` outside kubepods, or when the process has gone)."""
+
+    cgroup: str | None
+    pod_uid: str | None
+    container_id: str | None
+
+
+def owner_of(
+    *, paths: HostPaths, pid: int, containers: Mapping[str, str] | None = None
+) -> ProcessOwner:
+    """The cgroup, pod and container of a host PID, in any form the kernel prints the path
+    (:func:`~nodeguard.sources.cgroup_paths.identify_cgroup`; ``containers``: container ID ->
+    pod UID from the cgroup walk, for a container of the agent's own pod). Raises ``OSError``
+    when the file cannot be read for another reason than the process having gone."""
+    cgroup = memory_cgroup_of(paths=paths, pid=pid)
+    ident = identify_cgroup(cgroup, containers=containers) if cgroup else None
+    return ProcessOwner(
+        cgroup=cgroup,
+        pod_uid=ident.pod_uid if ident else None,
+        container_id=ident.container_id if ident else None,
+    )
+
+
+def read_top_processes(
+    *, paths: HostPaths, limit: int = 10, containers: Mapping[str, str] | None = None
+) -> tuple[ProcessRss, ...]:
+    """The ``limit`` largest processes by RSS, largest first, each with its container
+    (``containers``: see :func:`owner_of`).
 
     Raises ``ValueError`` when procfs has no readable process: every real procfs has at least
     this one, so that is a wrong ``--path.procfs``.
@@ -76,16 +114,15 @@ def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss
         name = _name(pid)
         if name is None:
             continue  # gone since its statm was read: as if it had gone before
-        cgroup = memory_cgroup_of(paths=paths, pid=pid)
-        ident = parse_kubepods_path(cgroup) if cgroup else None
+        owner = owner_of(paths=paths, pid=pid, containers=containers)
         top.append(
             ProcessRss(
                 pid=pid,
                 name=name,
                 rss_bytes=rss,
-                cgroup=cgroup,
-                pod_uid=ident.pod_uid if ident else None,
-                container_id=ident.container_id if ident else None,
+                cgroup=owner.cgroup,
+                pod_uid=owner.pod_uid,
+                container_id=owner.container_id,
             )
         )
     return tuple(top)
