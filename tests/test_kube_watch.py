@@ -193,7 +193,10 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
     everyone = act("--free", "0", "--max-priority", "1000000")
     plan = everyone[everyone.index("Eviction plan") : everyone.index("Never evicted here")]
     assert plan.index("pandas-prep") < plan.index("trainer")
-    assert f"DRY RUN evict done: would evict 1 unit(s) (pod/{ns}/pandas-prep)" in text
+    assert (
+        f"DRY RUN evict done: would evict 1 unit(s) (pod/{ns}/pandas-prep: {ns}/pandas-prep)"
+        in text
+    )
     assert "No working sets known" in text
     assert cluster.pod_json(ns, "pandas-prep")["metadata"].get("deletionTimestamp") is None
 

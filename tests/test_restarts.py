@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import pytest
 from nodeguard.actions.evict import GANGS_ANNOTATION
 from tests.agent import get, running_agent
 from tests.apiproxy import api_proxy
-from tests.conftest import host_flags
+from tests.conftest import HOSTS, host_flags
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster
 
@@ -415,3 +416,115 @@ def contextlib_exit() -> Any:
     import contextlib
 
     return contextlib.ExitStack()
+
+
+UNDO_RULES = """\
+apiVersion: nodeguard.io/v1alpha1
+kind: RuleSet
+spec:
+  rules:
+    - name: slab-high
+      scope: node
+      when:
+        - {signal: node_slab_unreclaimable_ratio, op: ">", value: 0.3}
+      clear:
+        - {signal: node_slab_unreclaimable_ratio, op: "<", value: 0.2}
+      cooldown: 0s
+      actions: [{action: cordon}]
+      resolve: [{action: uncordon}]
+"""
+
+
+@pytest.mark.parametrize("state", ["kept", "corrupted"])
+def test_an_undo_owed_before_kill_9_still_runs(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, state: str
+) -> None:
+    # Cordoned, killed; the slab leak is gone when the agent comes back: it must uncordon, from
+    # its state file, or (the state file corrupted) from the cordon's own mark on the Node.
+    node = cluster.node()
+    host = tmp_path / "host"
+    shutil.copytree(HOSTS / "v2-systemd-containerd", host, symlinks=True)
+    (tmp_path / "rules.yaml").write_text(UNDO_RULES)
+    args = [
+        f"--path.procfs={host / 'proc'}",
+        f"--path.sysfs={host / 'sys'}",
+        f"--path.kmsg={host / 'kmsg'}",
+        f"--kubeconfig={control_plane.kubeconfig_path}",
+        f"--rules={tmp_path / 'rules.yaml'}",
+        f"--node-name={node}",
+        "--interval=100ms",
+        "--no-dry-run",
+        f"--path.state={tmp_path / 'state'}",
+        "--cordon.lease-namespace=default",
+    ]
+    with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
+        _until("the cordon", lambda: cluster.core.read_node(node).spec.unschedulable)
+        _until("its runbook to end", lambda: json.loads(get(f"{base}/incidents")[1]))
+        _kill(base.pid)
+    meminfo = host / "proc" / "meminfo"
+    low = meminfo.read_text().replace("SUnreclaim:     10485760 kB", "SUnreclaim:      1048576 kB")
+    meminfo.write_text(low)  # 3 % of RAM: the rule clears
+    state_file = tmp_path / "state" / "remediation-state.json"
+    if state == "corrupted":
+        state_file.write_bytes(b"\x00" * 64)
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
+        _until("the uncordon", lambda: not cluster.core.read_node(node).spec.unschedulable)
+    log = (tmp_path / "agent-2.log").read_text()
+    if state == "corrupted":
+        assert "not used (corrupt" in log and "undos owed by rule(s) slab-high" in log
+        assert list((tmp_path / "state").glob("remediation-state.json.bad-*"))
+
+
+def test_a_pdb_backoff_survives_kill_9(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path
+) -> None:
+    ns, node = cluster.namespace("backoff"), cluster.node()
+    cluster.pod(
+        namespace=ns,
+        node=node,
+        name="serving",
+        request="1Gi",
+        labels={"app": "serving"},
+        priority_class="nodeguard-test-low",
+    )
+    cluster.policy.create_namespaced_pod_disruption_budget(
+        ns,
+        {
+            "metadata": {"name": "serving"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serving"}}},
+        },
+    )
+    gen = cluster.policy.read_namespaced_pod_disruption_budget("serving", ns).metadata.generation
+    cluster.policy.patch_namespaced_pod_disruption_budget_status(
+        "serving",
+        ns,
+        {
+            "status": {
+                "observedGeneration": gen,
+                "disruptionsAllowed": 0,
+                "currentHealthy": 1,
+                "desiredHealthy": 1,
+                "expectedPods": 1,
+            }
+        },
+    )
+    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]', cooldown="1s")
+    rules.write_text(rules.read_text().replace("count: 1", "count: 100"))
+    args = _agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
+
+    def blocked() -> int:
+        return len(cluster.events(ns, name="serving", reason="NodeguardEvictionBlocked"))
+
+    with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
+        _until("the budget's refusal", lambda: blocked() == 1)
+        _kill(base.pid)
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
+        # It fires every second (cooldown 1s); within the 10 s backoff it never asks again.
+        _until(
+            "firings after the restart",
+            lambda: (
+                _metric(base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing") >= 3
+            ),
+        )
+        assert blocked() == 1
+        _until("the backoff to pass and the next refusal", lambda: blocked() == 2, timeout=30)

@@ -277,7 +277,9 @@ def _result(
     )
 
 
-def _failed(action: str, node: str, dry_run: bool, exc: KubeError, ref: ObjectRef) -> ActionResult:
+def _failed(
+    action: str, node: str, dry_run: bool, exc: KubeError, ref: ObjectRef, *, reason: str
+) -> ActionResult:
     message = f"{action} of {node} failed: {type(exc).__name__}: {exc}"
     if exc.transient:
         message += " (tried again later)"
@@ -291,7 +293,7 @@ def _failed(action: str, node: str, dry_run: bool, exc: KubeError, ref: ObjectRe
         events=(
             AuditEvent(
                 obj=ref,
-                reason=f"Nodeguard{action.capitalize()}Failed",
+                reason=reason,
                 message=message,
                 type="Warning",
             ),
@@ -389,7 +391,7 @@ async def cordon(
     except TimeoutError as exc:  # the next firing of the rule tries again
         return result("refused", f"not cordoning {node}: {exc}", reason="NodeguardCordonRefused")
     except KubeError as exc:
-        return _failed("cordon", node, dry_run, exc, ref)
+        return _failed("cordon", node, dry_run, exc, ref, reason="NodeguardCordonFailed")
     return result(
         "done",
         f"{verb} {node} ({config.mode}) for rule {rule}: {reason}",
@@ -454,7 +456,7 @@ async def uncordon(
             spec["unschedulable"] = None
         await kube.patch_node(name=node, patch={"metadata": unmark, "spec": spec}, dry_run=dry_run)
     except KubeError as exc:
-        return _failed("uncordon", node, dry_run, exc, ref)
+        return _failed("uncordon", node, dry_run, exc, ref, reason="NodeguardUncordonFailed")
     return result(
         "done",
         f"{'would uncordon' if dry_run else 'uncordoned'} {node} (rule {rule})",
