@@ -40,7 +40,7 @@ class EvictArgs(_Args):
       match; the value ``"*"`` only requires the label): which pods may be evicted at all.
     """
 
-    free: str | None = None
+    free: str | None = Field(default=None, max_length=32)  # 32: "1023.999999Gi" is 13
     max_priority: int | None = Field(default=None, alias="maxPriority")
     priority_classes: list[str] | None = Field(default=None, alias="priorityClasses")
     namespaces: list[str] | None = None
