@@ -5,7 +5,11 @@ pages, times the page size. It is read here for every process (psutil's per-proc
 costs ten times the read on a node with a thousand processes, docs/benchmarks.md); psutil,
 pointed at the host's procfs through ``psutil.PROCFS_PATH``, names only the processes kept. The
 memory cgroup comes from ``/proc/<pid>/cgroup`` (proc(5)): the ``memory`` controller's line on
-v1, the ``0::`` line on v2. Processes exit between listing and reading; those are skipped.
+v1, the ``0::`` line on v2. Processes exit between listing and reading; those are skipped. A
+process whose ``statm`` cannot be read or parsed is left out, and one whose ``cgroup`` cannot is
+kept without its cgroup: each counted and logged once (:mod:`nodeguard.sources.skipped`), never
+the whole collector failed. Names are what the process chose: cut to :data:`MAX_NAME_CHARS` and
+made valid text, so a name never costs more than a line of evidence.
 """
 
 from __future__ import annotations
@@ -18,10 +22,14 @@ from nodeguard.paths import HostPaths
 from nodeguard.snapshot import ProcessRss
 from nodeguard.sources.cgroup_paths import parse_kubepods_path
 from nodeguard.sources.files import read_optional
+from nodeguard.sources.skipped import Skipped
 
 __all__ = ["memory_cgroup_of", "parse_proc_cgroup", "read_top_processes"]
 
 NAME = "processes"
+#: Characters of a process name kept: comm is 15; a name from the command line (psutil's, where
+#: comm is cut) can be as long as the process likes.
+MAX_NAME_CHARS = 128
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
@@ -49,12 +57,16 @@ def memory_cgroup_of(*, paths: HostPaths, pid: int) -> str | None:
     return None if text is None else parse_proc_cgroup(text)
 
 
-def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss, ...]:
-    """The ``limit`` largest processes by RSS, largest first.
+def read_top_processes(
+    *, paths: HostPaths, limit: int = 10, skipped: Skipped | None = None
+) -> tuple[ProcessRss, ...]:
+    """The ``limit`` largest processes by RSS, largest first; processes skipped are counted
+    in ``skipped``.
 
     Raises ``ValueError`` when procfs has no readable process: every real procfs has at least
     this one, so that is a wrong ``--path.procfs``.
     """
+    skipped = skipped or Skipped(collector=NAME)
     # psutil reads procfs through a module-wide path; the sampler runs sources one at a time.
     if str(paths.procfs) != psutil.PROCFS_PATH:
         psutil.PROCFS_PATH = str(paths.procfs)
@@ -64,7 +76,12 @@ def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss
     for entry in os.listdir(procfs):
         if not entry.isdigit():
             continue
-        rss = _rss(f"{procfs}/{entry}/statm")
+        statm = f"{procfs}/{entry}/statm"
+        try:
+            rss = _rss(statm)
+        except (OSError, ValueError) as exc:
+            skipped.add(path=statm, exc=exc)
+            continue
         if rss is not None:
             sizes.append((rss, int(entry)))
     if not sizes:
@@ -76,7 +93,11 @@ def read_top_processes(*, paths: HostPaths, limit: int = 10) -> tuple[ProcessRss
         name = _name(pid)
         if name is None:
             continue  # gone since its statm was read: as if it had gone before
-        cgroup = memory_cgroup_of(paths=paths, pid=pid)
+        try:
+            cgroup = memory_cgroup_of(paths=paths, pid=pid)
+        except (OSError, ValueError) as exc:
+            skipped.add(path=str(paths.proc(str(pid), "cgroup")), exc=exc)
+            cgroup = None
         ident = parse_kubepods_path(cgroup) if cgroup else None
         top.append(
             ProcessRss(
@@ -104,16 +125,22 @@ def _rss(statm: str) -> int | None:
         return None
     fields = line.split()[:7]
     if len(fields) != 7:  # psutil fails the same way on a statm it cannot unpack
-        raise ValueError(f"{statm}: unexpected content {line!r}")
-    return int(fields[1]) * _PAGE_SIZE
+        raise ValueError(f"{statm}: unexpected content {line[:80]!r}")
+    pages = int(fields[1])
+    if pages < 0:
+        raise ValueError(f"{statm}: negative resident size {pages}")
+    return pages * _PAGE_SIZE
 
 
 def _name(pid: int) -> str | None:
     """psutil's process name (``comm``, or the command's basename where comm is truncated);
     ``""`` when it cannot be read, ``None`` when the process is gone."""
     try:
-        return psutil.Process(pid).name()
+        name = psutil.Process(pid).name()
     except psutil.NoSuchProcess:
         return None
     except (psutil.AccessDenied, psutil.ZombieProcess):
         return ""
+    # psutil gives bytes that are not UTF-8 as lone surrogates: back to bytes, then text.
+    text = name[:MAX_NAME_CHARS].encode("utf-8", "surrogateescape")
+    return text.decode("utf-8", "replace")
