@@ -177,7 +177,7 @@ class PodWatcher:
                     if time.monotonic() - self._node_read_at > self._node_refresh:
                         await self._refresh_node()
                     watch = asyncio.create_task(
-                        asyncio.to_thread(self._watch_blocking, rv, stop_thread)
+                        self._kube.in_thread(self._watch_blocking, rv, stop_thread)
                     )
                     stopper = asyncio.create_task(stop.wait())
                     done, _ = await asyncio.wait({watch, stopper}, return_when="FIRST_COMPLETED")
