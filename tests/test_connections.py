@@ -77,11 +77,12 @@ async def test_a_connection_that_never_asks_is_closed(served: Any) -> None:
 async def test_at_the_cap_the_oldest_idle_connection_makes_room(served: Any) -> None:
     guard, port = served
     stalled = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3 * 8)]
+    await asyncio.sleep(0.1)  # past the grace a new connection has to send its request
     for _ in range(5):  # each new request evicts a stalled connection, never waits behind them
         assert (await _get(port)).startswith(b"HTTP/1.1 200")
     assert guard.open <= LIMITS.max_connections
-    assert guard.closed["evicted"] >= 3 * 8 - LIMITS.max_connections
-    assert guard.closed["refused"] == 0
+    assert guard.closed["evicted"] >= 1
+    assert guard.closed["refused"] == 3 * 8 - LIMITS.max_connections  # too young to evict
     for _, writer in stalled:
         writer.close()
 
@@ -102,10 +103,10 @@ def test_the_cap_fits_the_descriptor_limit() -> None:
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
         assert connection_cap(wanted=64, held_files=0) == 64
-        assert connection_cap(wanted=64, held_files=100) == 14
-        assert connection_cap(wanted=64, held_files=250) == 4
+        assert connection_cap(wanted=64, held_files=740) == 28
+        assert connection_cap(wanted=64, held_files=1000) == 4
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
