@@ -83,7 +83,7 @@ def running_agent(
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
-            preexec_fn=preexec,
+            preexec_fn=preexec,  # noqa: PLW1509  (tests start the agent from one thread)
         )
         base = Agent(f"http://127.0.0.1:{port}")
         base.pid = proc.pid
