@@ -65,7 +65,7 @@ CASES: dict[str, tuple[str | bytes, tuple[int, str, str]]] = {
             f"m{i}: &m{i} {{<<: [{', '.join([f'*{p}'] * 10)}]}}\n"
             for i, p in enumerate(["a", "m0", "m1", "m2", "m3", "m4", "m5"])
         ),
-        (4, "m3.<<", "aliases expanded"),
+        (4, "m3['<<']", "aliases expanded"),
     ),
     "recursive-alias": (
         _with("      for: &r [*r]\n"),

@@ -23,6 +23,7 @@ Each problem is a :class:`YamlProblem` with the 1-based line and the field path
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,14 +60,21 @@ class YamlProblem(Exception):
         self.line, self.field, self.message = line, field, message
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def field_path(loc: Sequence[int | str]) -> str:
-    """``("spec", "rules", 0, "for")`` -> ``spec.rules[0].for``; ``(top level)`` when empty."""
+    """``("spec", "rules", 0, "for")`` -> ``spec.rules[0].for``; ``(top level)`` when empty. A
+    key that is not a plain name is quoted (``spec['a b:']``, spaces escaped, cut to 40
+    characters), so the path is one word whatever the file holds."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif _PLAIN_KEY.fullmatch(str(part)):
             out += ("." if out else "") + str(part)
+        else:
+            out += "[" + ascii(str(part)[:40]).replace(" ", "\\x20") + "]"
     return out or "(top level)"
 
 
