@@ -57,6 +57,20 @@ def wait_ready(
         time.sleep(interval)
 
 
+def wait_until(
+    what: str, predicate: Callable[[], Any], *, timeout: float, step: float = 0.1
+) -> Any:
+    """Call ``predicate`` every ``step`` seconds until it returns something true, and return
+    that. Fails the test when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(step)
+
+
 class Agent(str):
     """The agent's base URL, with its process ID."""
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from nodeguard.rules.load import MAX_FILE_BYTES
-from tests.agent import Agent, get
+from tests.agent import Agent, get, wait_until
 from tests.conftest import host_flags
 from tests.controlplane.cluster import TestCluster
 from tests.hostile import Watch, daemonset_memory_limit, limited_agent, rss_bytes
@@ -36,6 +36,7 @@ from tests.test_webhook import alert, payload
 pytestmark = pytest.mark.kernel
 LIMIT = daemonset_memory_limit()
 TOKEN = "s3cret"
+AM_RULES = Path(__file__).resolve().parents[1] / "rules" / "alertmanager.yaml"
 
 
 @pytest.fixture(autouse=True)
@@ -52,13 +53,20 @@ def metric(base: str, series: str) -> float | None:
 
 
 def wait_for(what: str, check: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return wait_until(what, check, timeout=timeout)
+
+
+def _webhook_args(tmp_path: Path, *extra: str) -> list[str]:
+    """Flags of an agent on the v2 fixture host whose webhook takes :data:`TOKEN`."""
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    return [
+        *host_flags("v2-systemd-containerd"),
+        "--interval=200ms",
+        f"--path.state={tmp_path / 'state'}",
+        f"--webhook.token-file={token}",
+        *extra,
+    ]
 
 
 ALWAYS = GOOD_RULE.replace('op: "<", value: 0.05', 'op: "<", value: 2').replace(
@@ -165,14 +173,7 @@ def _stall(port: int, shape: str) -> socket.socket:
 
 
 def test_stalled_connections_at_a_low_descriptor_limit(tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    args = [
-        *host_flags("v2-systemd-containerd"),
-        "--interval=200ms",
-        f"--path.state={tmp_path / 'state'}",
-        f"--webhook.token-file={token}",
-    ]
+    args = _webhook_args(tmp_path)
     log_path = tmp_path / "agent.log"
     with limited_agent(args=args, log_path=log_path, open_files=512) as (base, _), Watch(base) as w:
         port = int(base.rsplit(":", 1)[1])
@@ -229,16 +230,7 @@ def _raw_post(base: str, head: bytes, body: bytes) -> bytes:
 
 
 def test_hostile_webhook_deliveries(tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    args = [
-        *host_flags("v2-systemd-containerd"),
-        "--interval=200ms",
-        f"--path.state={tmp_path / 'state'}",
-        f"--webhook.token-file={token}",
-        f"--rules={Path(__file__).resolve().parents[1] / 'rules' / 'alertmanager.yaml'}",
-        "--node-name=gpu-1",
-    ]
+    args = _webhook_args(tmp_path, f"--rules={AM_RULES}", "--node-name=gpu-1")
     log_path = tmp_path / "agent.log"
     with limited_agent(args=args, log_path=log_path) as (base, _), Watch(base) as w:
         before = rss_bytes(base.pid)
@@ -281,17 +273,12 @@ def test_metrics_and_samples_do_not_wait_for_a_frozen_api_server(
     tmp_path: Path, cluster: Cluster, control_plane: TestCluster
 ) -> None:
     node = cluster.node()
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    args = [
-        *host_flags("v2-systemd-containerd"),
-        "--interval=200ms",
-        f"--path.state={tmp_path / 'state'}",
+    args = _webhook_args(
+        tmp_path,
         f"--kubeconfig={control_plane.kubeconfig_path}",
         f"--node-name={node}",
-        f"--webhook.token-file={token}",
-        f"--rules={Path(__file__).resolve().parents[1] / 'rules' / 'alertmanager.yaml'}",
-    ]
+        f"--rules={AM_RULES}",
+    )
     apiserver = control_plane._apiserver
     assert apiserver is not None
     with limited_agent(args=args, log_path=tmp_path / "agent.log") as (base, _), Watch(base) as w:

@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from nodeguard.alerts.webhook import LIMITS, WebhookReceiver
 from nodeguard.remediation.incidents import incident_id
 from nodeguard.rules.engine import Firing
-from tests.test_webhook import AUTH, RULES, Queue, alert, payload
+from tests.test_webhook import AUTH, Queue, alert, payload, receiver_of
 
 MAX_BODY = 1 << 20
 
@@ -31,15 +31,7 @@ MAX_BODY = 1 << 20
 async def served() -> AsyncIterator[tuple[TestClient[Any, Any], WebhookReceiver, Queue]]:
     """The receiver as the agent serves it: 1 MiB bodies, aiohttp decompressing nothing."""
     queue = Queue()
-    receiver = WebhookReceiver(
-        node_name="gpu-1",
-        rules=lambda: RULES,
-        submit=queue.submit,
-        latest=lambda: None,
-        global_dry_run=True,
-        token="s3cret",
-        body_timeout=0.5,
-    )
+    receiver = receiver_of(queue, body_timeout=0.5)
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/webhook/alertmanager", receiver.handle)
     server = TestServer(app)
