@@ -221,9 +221,11 @@ def deadline_middleware(guard: ConnectionGuard) -> Middleware:
     @web.middleware
     async def deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
         protocol = request.protocol
-        guard.request_started(protocol, body=request.can_read_body)
+        # A body declared over the limit is the handler's to refuse (413, in its own counts).
+        body = request.can_read_body and (request.content_length or 0) <= request.client_max_size
+        guard.request_started(protocol, body=body)
         try:
-            if request.can_read_body:
+            if body:
                 try:
                     async with asyncio.timeout(guard.limits.body_timeout):
                         await request.read()
