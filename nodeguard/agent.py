@@ -2,8 +2,9 @@
 
 One sampler task builds a snapshot every interval; after each, the rule engine evaluates it and
 its firings go to the remediator's queue (never awaited). The pod watch (with a cluster) keeps
-pod metadata current; the web server serves the latest snapshot. Rule files reload when they
-change (checked every sample) and on SIGHUP; SIGTERM and SIGINT stop everything.
+pod metadata current; the web server serves the latest snapshot, within the bounds of
+:mod:`nodeguard.connections`. Rule files reload when they change (checked every sample, read and
+parsed in a thread of their own) and on SIGHUP; SIGTERM and SIGINT stop everything.
 
 At start the remediation state (``<path.state>/remediation-state.json``) is read: the engine's
 firing state, cooldowns and caps, the eviction limits, the webhook's handled deliveries and the
@@ -15,10 +16,12 @@ cluster objects.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.alerts.claims import AlertClaims
 from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
+from nodeguard.connections import ConnectionGuard, ConnectionLimits, ConnectionsCollector
 from nodeguard.exporter import OpenFilesCollector
 from nodeguard.firing import Firing
 from nodeguard.kube.client import KubeClient
@@ -75,6 +79,7 @@ class AgentConfig:
     webhook_unauthenticated: bool = False
     webhook_node_label: str = "node"
     webhook_max_body: int = 1 << 20
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
 
 
 STATE_FILE = "remediation-state.json"
@@ -142,6 +147,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         node_label=cfg.webhook_node_label,
         dedupe=dedupe,
         unauthenticated=cfg.webhook_unauthenticated,
+        body_timeout=cfg.limits.body_timeout,
     )
     claims = AlertClaims(kube=kube, claimant=node) if kube is not None else None
     remediator = Remediator(
@@ -163,12 +169,18 @@ async def run_agent(cfg: AgentConfig) -> int:
         registry.register(RemediationCollector(engine=engine, source=source, remediator=remediator))
     reload_requested = False
     first = True
+    # Reading and parsing a rule file is bounded (nodeguard.rules.load) but takes up to a second
+    # of CPU: off the event loop, in one thread so that two reloads never overlap.
+    rules_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rules")
+    loop = asyncio.get_running_loop()
 
     async def evaluate(snapshot: NodeSnapshot) -> None:
         nonlocal reload_requested, first
-        if source is not None and source.maybe_reload(force=reload_requested):
+        force, reload_requested = reload_requested, False
+        if source is not None and await loop.run_in_executor(
+            rules_thread, functools.partial(source.maybe_reload, force=force)
+        ):
             engine.set_rules(source.current.rules)
-        reload_requested = False
         if first:
             # Runbooks cut short by the last stop resume (or are abandoned, with why) before
             # anything new is decided.
@@ -182,25 +194,31 @@ async def run_agent(cfg: AgentConfig) -> int:
     registry.register(WebhookCollector(receiver=receiver))
     registry.register(OpenFilesCollector(count=lambda: sampler.open_cgroup_files))
     registry.register(NodeInfoCollector(node_name=node))
+    guard = ConnectionGuard(limits=cfg.limits)
+    registry.register(ConnectionsCollector(guard=guard))
     app = make_app(
         sampler=sampler,
         registry=registry,
         incidents=incidents,
         webhook=receiver.handle,
         max_body=cfg.webhook_max_body,
+        guard=guard,
     )
-    runner = web.AppRunner(app, access_log=None)
+    # Bodies are never decompressed by aiohttp: the webhook does it within its bounds, so a
+    # body that is not what its Content-Encoding says is a 400, not an error in aiohttp.
+    runner = web.AppRunner(
+        app, access_log=None, keepalive_timeout=cfg.limits.idle_timeout, auto_decompress=False
+    )
     await runner.setup()
-    site = web.TCPSite(runner, cfg.host, cfg.port)
+    assert runner.server is not None  # set up just above
     try:
-        await site.start()
+        listener = await guard.listen(server=runner.server, host=cfg.host, port=cfg.port)
     except (OSError, OverflowError) as exc:
         await runner.cleanup()
         log.error("cannot listen on %s:%d: %s", cfg.host or "*", cfg.port, exc)
         return 2
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
@@ -224,7 +242,7 @@ async def run_agent(cfg: AgentConfig) -> int:
     alerts = source.current.alerts if source else ()
     log.info(
         "nodeguard %s serving on %s:%d node=%s interval=%.3gs dry_run=%s cluster=%s "
-        "rules=%d alert_rules=%d state=%s",
+        "rules=%d alert_rules=%d state=%s max_connections=%d",
         __version__,
         cfg.host or "*",
         cfg.port,
@@ -235,6 +253,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         len(rules),
         len(alerts),
         state.path or "memory",
+        cfg.limits.max_connections,
     )
     tasks = [
         asyncio.create_task(sampler.run(stop=stop), name="sampler"),
@@ -252,6 +271,8 @@ async def run_agent(cfg: AgentConfig) -> int:
     finally:
         sampler.close()
         state.save()
+        rules_thread.shutdown(wait=False)
+        listener.close()
         await runner.cleanup()
         if kube is not None:
             kube.close()

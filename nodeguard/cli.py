@@ -29,7 +29,9 @@ from nodeguard.act import add_act_arguments, run_act
 from nodeguard.actions.cordon import CordonConfig
 from nodeguard.agent import AgentConfig, run_agent
 from nodeguard.commands import check_files, show_incidents
+from nodeguard.connections import ConnectionLimits, connection_cap
 from nodeguard.kube.errors import KubeError
+from nodeguard.logs import install_log_filters
 from nodeguard.paths import HostPaths
 from nodeguard.report import render_report
 from nodeguard.rules.load import RuleError
@@ -147,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_listen_address,
         default=DEFAULT_LISTEN,
         help=f"HOST:PORT to serve on (default {DEFAULT_LISTEN})",
+    )
+    run.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=_count,
+        default=ConnectionLimits().max_connections,
+        help="HTTP connections at once; at the cap a new one replaces the oldest that is not "
+        "in a request (default 64, less where RLIMIT_NOFILE is low)",
     )
     run.add_argument(
         "--interval",
@@ -367,13 +377,9 @@ def read_token(path: Path | None) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     state = _usable_state_dir(args.state)
     host, port = args.listen_address
+    held = descriptor_budget(raise_limit=True) if args.keep_open else 0
     cfg = AgentConfig(
-        sampler=_config(
-            args,
-            state=state,
-            interval=args.interval,
-            max_open_files=descriptor_budget(raise_limit=True) if args.keep_open else 0,
-        ),
+        sampler=_config(args, state=state, interval=args.interval, max_open_files=held),
         host=host,
         port=port,
         dry_run=args.dry_run,
@@ -393,6 +399,9 @@ def _run(args: argparse.Namespace) -> int:
         webhook_unauthenticated=args.webhook_unauthenticated,
         webhook_node_label=args.webhook_node_label,
         webhook_max_body=args.webhook_max_body,
+        limits=ConnectionLimits(
+            max_connections=connection_cap(wanted=args.max_connections, held_files=held)
+        ),
     )
     try:
         return asyncio.run(run_agent(cfg))
@@ -412,6 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    install_log_filters()
     if args.command == "run":
         return _run(args)
     if args.command == "act":

@@ -250,11 +250,21 @@ class SnapshotCollector(Collector):
             ["collector"],
         )
         duration = _gauge("collector_duration_seconds", "time the collector took", ["collector"])
+        errors = _counter(
+            "collector_errors",
+            "entries a collector left out since the agent started, by reason (unreadable, "
+            "not_text, too_large, malformed): a bad file costs that entry only; absent until one",
+            ["collector", "reason"],
+        )
         for st in snap.collectors:
             success.add_metric([st.name], 1 if st.success else 0)
             available.add_metric([st.name], 1 if st.available else 0)
             duration.add_metric([st.name], st.duration_seconds)
+            for reason, n in sorted(st.skipped.items()):
+                errors.add_metric([st.name, reason], n)
         yield from (success, available, duration)
+        if errors.samples:
+            yield errors
 
     def _node(self, snap: NodeSnapshot) -> Iterator[Metric]:
         mem = snap.meminfo

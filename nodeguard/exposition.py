@@ -32,6 +32,7 @@ import asyncio
 import functools
 import gzip
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry
@@ -110,19 +111,25 @@ def make_metrics_handler(
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     """The aiohttp handler of ``/metrics``: ``snapshot`` (collected in a worker thread: it must
     read only immutable data) then ``registry`` (collected on the event loop); written and
-    gzipped (when the client accepts it) in the worker thread too."""
+    gzipped (when the client accepts it) in the worker thread too. The worker threads are the
+    handler's own (two: Prometheus HA pairs scrape at once), so a render never waits behind
+    anything else queued in asyncio's default executor."""
+    threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="metrics")
 
     async def metrics(request: web.Request) -> web.Response:
         accept = ",".join(request.headers.getall(hdrs.ACCEPT, []))
         accept_encoding = ",".join(request.headers.getall(hdrs.ACCEPT_ENCODING, []))
         names = request.query.getall("name[]", [])
         on_loop = _Collected(list(registry.collect()))
-        body, headers = await asyncio.to_thread(
-            render,
-            accept=accept,
-            names=names,
-            parts=(snapshot, on_loop),
-            accept_encoding=accept_encoding,
+        body, headers = await asyncio.get_running_loop().run_in_executor(
+            threads,
+            functools.partial(
+                render,
+                accept=accept,
+                names=names,
+                parts=(snapshot, on_loop),
+                accept_encoding=accept_encoding,
+            ),
         )
         return web.Response(body=body, headers=headers)
 

@@ -2,24 +2,29 @@
 
 Reading the host is blocking file I/O (hundreds of small cgroup files on a full node), so each
 sample runs in a worker thread and the event loop (web server, later the rule engine) never waits
-on it. Samples are scheduled on a fixed grid; a sample that overruns the interval makes the next
-one start at once rather than piling up.
+on it. The thread is the sampler's own, not asyncio's default executor, so that nothing else
+queued there (a blocked call of another part) can hold a sample back. Samples are scheduled on a
+fixed grid; a sample that overruns the interval makes the next one start at once rather than
+piling up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CollectorStatus, NodeMeta, NodeSnapshot, PodMeta
 from nodeguard.sources import cgroups, gpu, kmsg, meminfo, pressure, processes, run_source
+from nodeguard.sources.skipped import Skipped
 
 __all__ = ["COLLECTORS", "Sampler", "SamplerConfig"]
 
@@ -84,13 +89,21 @@ class Sampler:
         self.config = config
         self.cluster = cluster
         self.latest: NodeSnapshot | None = None
+        # Entries each source left out (a bad file costs that entry only), by collector.
+        self._skipped = {
+            cgroups.NAME: Skipped(collector=cgroups.NAME),
+            processes.NAME: Skipped(collector=processes.NAME),
+        }
         self._cgroups = cgroups.CgroupSource(
-            paths=config.paths, max_open_files=config.max_open_files
+            paths=config.paths,
+            max_open_files=config.max_open_files,
+            skipped=self._skipped[cgroups.NAME],
         )
         self._kmsg: kmsg.OomLogSource | None = None
         self._nvml: gpu.NvmlSource | None = None
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(snapshot)`` after every sample of :meth:`run`."""
@@ -103,7 +116,11 @@ class Sampler:
         if name not in self.config.collectors:
             return None
         result = run_source(name=name, read=read)
-        statuses.append(result.status)
+        skipped = self._skipped.get(name)
+        status = result.status
+        if skipped is not None:
+            status = dataclasses.replace(status, skipped=skipped.counts())
+        statuses.append(status)
         return result.value
 
     def _oom_log(self) -> kmsg.OomLogSource:
@@ -147,7 +164,10 @@ class Sampler:
         procs = self._collect(
             name=processes.NAME,
             read=lambda: processes.read_top_processes(
-                paths=paths, limit=cfg.top_processes, containers=containers
+                paths=paths,
+                limit=cfg.top_processes,
+                containers=containers,
+                skipped=self._skipped[processes.NAME],
             ),
             statuses=statuses,
         )
@@ -177,7 +197,7 @@ class Sampler:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while not stop.is_set():
-            snapshot = await asyncio.to_thread(self.sample_once)
+            snapshot = await loop.run_in_executor(self._thread, self.sample_once)
             for listener in self._listeners:
                 try:
                     await listener(snapshot)
@@ -197,6 +217,7 @@ class Sampler:
         NVML down."""
         with self._lock:  # a sample in its worker thread finishes with what it holds first
             self._close()
+        self._thread.shutdown(wait=False)
 
     def _close(self) -> None:
         self._cgroups.close()

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from nodeguard.connections import ConnectionGuard, deadline_middleware
 from nodeguard.exporter import SnapshotCollector
 from nodeguard.exposition import make_metrics_handler
 from nodeguard.remediation.incidents import IncidentStore
@@ -40,10 +41,12 @@ def make_app(
     incidents: IncidentStore | None = None,
     webhook: Handler | None = None,
     max_body: int = 1 << 20,
+    guard: ConnectionGuard | None = None,
 ) -> web.Application:
     """The aiohttp application serving the endpoints above from ``sampler.latest``.
     ``registry`` holds the collectors of state that lives on the event loop (rules, actions,
-    webhook); ``/metrics`` writes the snapshot's families first, then those."""
+    webhook); ``/metrics`` writes the snapshot's families first, then those. With ``guard``
+    (:mod:`nodeguard.connections`), each answer is written within its write timeout."""
     interval = sampler.config.interval
     started = time.time()
     stale_after = 3 * interval + 5
@@ -100,7 +103,8 @@ def make_app(
         return web.json_response(record, dumps=lambda o: json.dumps(o, indent=1, default=str))
 
     # The body limit (413 above it) matters for the Alertmanager webhook, the only POST.
-    app = web.Application(client_max_size=max_body)
+    middlewares = [deadline_middleware(guard)] if guard is not None else []
+    app = web.Application(client_max_size=max_body, middlewares=middlewares)
     app.router.add_get("/", index)
     snapshot_part = SnapshotCollector(latest=lambda: sampler.latest)
     app.router.add_get("/metrics", make_metrics_handler(snapshot=snapshot_part, registry=registry))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
@@ -51,6 +51,8 @@ class CollectorStatus:
     ``success`` is False only for a real error. A source whose data does not exist on this host
     (file absent, PSI off in the kernel, no kubepods hierarchy) has ``success=True`` and
     ``available=False``: that is "no data", not a failure (node_exporter's ErrNoData).
+    ``skipped``: entries the source left out since the agent started, by reason (a bad file
+    costs that entry only: :mod:`nodeguard.sources.skipped`).
     """
 
     name: str
@@ -58,6 +60,7 @@ class CollectorStatus:
     available: bool
     duration_seconds: float
     error: str | None = None
+    skipped: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,20 @@ def wait_ready(
         time.sleep(interval)
 
 
+def wait_until(
+    what: str, predicate: Callable[[], Any], *, timeout: float, step: float = 0.1
+) -> Any:
+    """Call ``predicate`` every ``step`` seconds until it returns something true, and return
+    that. Fails the test when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(step)
+
+
 class Agent(str):
     """The agent's base URL, with its process ID."""
 
@@ -70,14 +84,20 @@ def running_agent(
     log_path: Path,
     ready_timeout: float = 20.0,
     env: dict[str, str] | None = None,
+    preexec: Callable[[], None] | None = None,
 ) -> Iterator[Agent]:
     """Run ``nodeguard run ARGS`` on a free loopback port until the block ends; yields the base
-    URL once ``/readyz`` answers 200. The process's output goes to ``log_path``."""
+    URL once ``/readyz`` answers 200. The process's output goes to ``log_path``; ``preexec``
+    runs in the child before the agent starts (a cgroup to join, a limit to set)."""
     port = free_port()
     cmd = [sys.executable, "-m", "nodeguard", "run", f"--listen-address=127.0.0.1:{port}", *args]
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            preexec_fn=preexec,  # noqa: PLW1509  (tests start the agent from one thread)
         )
         base = Agent(f"http://127.0.0.1:{port}")
         base.pid = proc.pid

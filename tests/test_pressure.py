@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nodeguard.paths import HostPaths
-from nodeguard.sources import NoDataError, run_source
+from nodeguard.sources import NoDataError, files, run_source
 from nodeguard.sources.pressure import parse_pressure, read_node_pressure
 from tests.conftest import host_paths
 
@@ -51,14 +51,14 @@ def test_eopnotsupp_is_no_data_and_logged_once(
     psi = tmp_path / "pressure" / "memory"
     psi.parent.mkdir()
     psi.write_text("")
-    real_read_text = Path.read_text
+    real_read_file = files.read_file
 
-    def read_text(self: Path, *args: object, **kwargs: object) -> str:
-        if self == psi:
+    def read_file(path: str | Path) -> str:
+        if Path(path) == psi:
             raise OSError(errno.EOPNOTSUPP, "Operation not supported")
-        return real_read_text(self)
+        return real_read_file(path)
 
-    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(files, "read_file", read_file)
     paths = HostPaths(procfs=tmp_path)
     caplog.set_level(logging.INFO, logger="nodeguard")
     results = [

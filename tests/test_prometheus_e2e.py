@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.agent import get, running_agent
+from tests.agent import get, running_agent, wait_until
 from tests.conftest import HOSTS, host_flags
 from tests.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import CID, UID_B
@@ -77,13 +77,7 @@ def _fast_alert_rules(workdir: Path) -> Path:
 
 
 def _wait(what: str, predicate: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+    return wait_until(what, predicate, timeout=timeout, step=0.2)
 
 
 def _with_bool(expr: str) -> str:

@@ -64,7 +64,7 @@ def _check(tmp_path: Path, text: str) -> tuple[int, str]:
     [
         (
             "apiVersion: nodeguard.io/v1alpha1\nkind: RuleSet\nspec:\n  rules: [\n",
-            "F:5: invalid YAML",
+            "F:5: (yaml): invalid YAML",
         ),
         (
             GOOD_RULE.replace("node_memory_available_ratio", "node_memory_free_ratio"),
@@ -107,7 +107,7 @@ def _check(tmp_path: Path, text: str) -> tuple[int, str]:
             GOOD_RULE.replace(
                 "      scope: node\n", "      scope: node\n      for: 1m\n      for: 0s\n"
             ),
-            "F:8: invalid YAML: duplicate key 'for'",
+            "F:8: spec.rules[0].for: duplicate key 'for'",
         ),
     ],
     ids=[

@@ -84,17 +84,23 @@ class Queue:
         return True
 
 
-@pytest.fixture
-async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], WebhookReceiver, Queue]]:
-    queue = Queue()
-    receiver = WebhookReceiver(
+def receiver_of(queue: Queue, **options: Any) -> WebhookReceiver:
+    """A receiver for node gpu-1 with the test rules, queueing into ``queue``."""
+    return WebhookReceiver(
         node_name="gpu-1",
         rules=lambda: RULES,
         submit=queue.submit,
         latest=lambda: None,
         global_dry_run=True,
         token="s3cret",
+        **options,
     )
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], WebhookReceiver, Queue]]:
+    queue = Queue()
+    receiver = receiver_of(queue)
     app = web.Application(client_max_size=4096)
     app.router.add_post("/webhook/alertmanager", receiver.handle)
     client = TestClient(TestServer(app))

@@ -19,30 +19,40 @@ the alert's own ``status`` (a batch can mix firing and resolved):
   also when the API server was down when the deliveries came (the claim waits for it).
 
 Answers: 403 when no token is configured (the webhook is off unless started with
-``--webhook.allow-unauthenticated``), 401 without the configured bearer token, 413 over the body
-limit, 400 for malformed
-JSON or a payload without the v4 fields (unknown fields are ignored), 503 when the queue is
-full (Alertmanager retries; what was queued is deduplicated), 200 once every alert is queued
-or deliberately skipped, with the outcome of each in the body.
+``--webhook.allow-unauthenticated``), 401 without the configured bearer token (or with one that
+is not text), 408 when the body does not arrive within the body timeout, 413 over the body limit
+(also once decompressed), 415 for a ``Content-Encoding`` other than gzip, 400 for a body that is
+not what its encoding says, malformed or too deeply nested JSON, a payload without the v4 fields
+(unknown fields are ignored) or with a field over its bound (:data:`LIMITS`, named in the
+answer), 503 when the queue is full (Alertmanager retries; what was queued is deduplicated), 200
+once every alert is queued or deliberately skipped, with the outcome of each in the body.
+
+The bounds are on bytes, not only counts: every field of an alert is bounded by the payload
+model, and what is remembered of a delivery is a fixed-size digest (900 KB fingerprints once
+made 100 deliveries cost 87 MB).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Literal
+import zlib
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Annotated, Any, Literal
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationError,
     ValidatorFunctionWrapHandler,
     field_validator,
@@ -53,7 +63,14 @@ from nodeguard.firing import Firing
 from nodeguard.rules.schema import AlertRule
 from nodeguard.snapshot import NodeSnapshot
 
-__all__ = ["AlertDedupe", "WebhookAlert", "WebhookPayload", "WebhookReceiver", "delivery_key"]
+__all__ = [
+    "LIMITS",
+    "AlertDedupe",
+    "WebhookAlert",
+    "WebhookPayload",
+    "WebhookReceiver",
+    "delivery_key",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +79,44 @@ Outcome = Literal[
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+#: Bounds of the fields of an alert, in characters (and entries). Alertmanager's fingerprints
+#: are 16 hex digits and its times 20-35 characters; labels and annotations are Prometheus's,
+#: which sets no limit of its own, so these are generous.
+LIMITS = {
+    "fingerprint": 64,
+    "time": 64,
+    "labels": 64,
+    "label_name": 128,
+    "label_value": 1024,
+    "annotations": 64,
+    "annotation_value": 8192,
+    "text": 256,  # status, receiver
+}
+# An incident keeps the summary of its firing: cut, so 200 kept incidents stay small.
+_SUMMARY_CHARS = 2000
+_ERROR_PART_CHARS = 40
+
+
+def _unicode(value: str) -> str:
+    """Text that UTF-8 can write: JSON's ``"\\ud800"`` escape gives a lone surrogate, which
+    every later encode (an incident id, an API request, a log line) would fail on."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not Unicode text (a lone surrogate)") from None
+    return value
+
+
+_Unicode = AfterValidator(_unicode)
+Fingerprint = Annotated[
+    str, StringConstraints(min_length=1, max_length=LIMITS["fingerprint"]), _Unicode
+]
+Time = Annotated[str, StringConstraints(max_length=LIMITS["time"]), _Unicode]
+LabelName = Annotated[str, StringConstraints(max_length=LIMITS["label_name"]), _Unicode]
+LabelValue = Annotated[str, StringConstraints(max_length=LIMITS["label_value"]), _Unicode]
+AnnotationValue = Annotated[str, StringConstraints(max_length=LIMITS["annotation_value"]), _Unicode]
+Text = Annotated[str, StringConstraints(max_length=LIMITS["text"]), _Unicode]
 
 
 class _Loose(BaseModel):
@@ -74,15 +129,19 @@ class WebhookAlert(_Loose):
     are dropped): it is half of the alert instance's identity."""
 
     status: Literal["firing", "resolved"]
-    labels: dict[str, str]
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelName, LabelValue] = Field(max_length=LIMITS["labels"])
+    annotations: dict[LabelName, AnnotationValue] = Field(
+        default_factory=dict, max_length=LIMITS["annotations"]
+    )
     starts_at: AwareDatetime = Field(alias="startsAt")
-    ends_at: str = Field(default="", alias="endsAt")
-    fingerprint: str = Field(min_length=1)
+    ends_at: Time = Field(default="", alias="endsAt")
+    fingerprint: Fingerprint
 
     @field_validator("starts_at", mode="wrap")
     @classmethod
     def _rfc3339(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> dt.datetime:
+        if isinstance(value, str) and len(value) > LIMITS["time"]:
+            raise ValueError(f"longer than {LIMITS['time']} characters")
         try:
             parsed: dt.datetime = handler(value)
         except ValidationError:
@@ -99,8 +158,8 @@ class WebhookPayload(_Loose):
     """The delivery: version ``"4"`` and its alerts; group fields are not needed."""
 
     version: Literal["4"]
-    status: str = ""
-    receiver: str = ""
+    status: Text = ""
+    receiver: Text = ""
     alerts: list[WebhookAlert]
 
 
@@ -180,6 +239,15 @@ class AlertDedupe:
             self._changed()
 
 
+def _where(loc: Sequence[int | str]) -> str:
+    """A pydantic error location as a field path, each part cut short (a label name in it can
+    be as long as the body)."""
+    parts = [str(p) for p in loc]
+    return ".".join(
+        p if len(p) <= _ERROR_PART_CHARS else p[: _ERROR_PART_CHARS - 3] + "..." for p in parts
+    )
+
+
 class WebhookReceiver:
     """The aiohttp handler. ``rules()`` gives the alert rules in force, ``submit(firing)`` queues
     (False when full), ``latest()`` the agent's latest snapshot (evidence for its own node).
@@ -198,10 +266,11 @@ class WebhookReceiver:
         node_label: str = "node",
         dedupe: AlertDedupe | None = None,
         unauthenticated: bool = False,
+        body_timeout: float = 10.0,
     ) -> None:
         self._node, self._rules, self._submit, self._latest = node_name, rules, submit, latest
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
-        self._open = unauthenticated
+        self._open, self._body_timeout = unauthenticated, body_timeout
         self.dedupe = dedupe or AlertDedupe()
         self.counts: dict[tuple[str, str], int] = {}
         self.requests: dict[int, int] = {}
@@ -226,11 +295,39 @@ class WebhookReceiver:
     def _authorized(self, request: web.Request) -> bool:
         if not self._token:
             return True
-        header = request.headers.get("Authorization", "")
+        header = request.headers.get(hdrs.AUTHORIZATION, "")
         scheme, _, credential = header.partition(" ")
+        # aiohttp decodes header bytes that are not UTF-8 to lone surrogates; surrogateescape
+        # gives those bytes back, so any header compares (and fails) instead of raising.
         return scheme.lower() == "bearer" and hmac.compare_digest(
-            credential.strip().encode(), self._token.encode()
+            credential.strip().encode("utf-8", "surrogateescape"), self._token.encode()
         )
+
+    async def _body(self, request: web.Request) -> bytes | web.Response:
+        """The body, decompressed, or the answer that refuses it."""
+        limit = request.client_max_size
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._answer(413, {"error": f"body over {limit} bytes"})
+        except TimeoutError:
+            return self._answer(408, {"error": f"body not received within {self._body_timeout:g}s"})
+        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+        if encoding in ("", "identity"):
+            return raw
+        if encoding not in ("gzip", "x-gzip"):
+            return self._answer(415, {"error": "Content-Encoding: only gzip or identity"})
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            body = inflate.decompress(raw, limit + 1)  # never more than the limit in memory
+        except zlib.error as exc:
+            return self._answer(400, {"error": f"body is not gzip: {exc}"})
+        if len(body) > limit:
+            return self._answer(413, {"error": f"body over {limit} bytes once decompressed"})
+        if not inflate.eof or inflate.unused_data:
+            return self._answer(400, {"error": "body is not one whole gzip stream"})
+        return body
 
     async def handle(self, request: web.Request) -> web.Response:
         """``POST /webhook/alertmanager``."""
@@ -244,19 +341,21 @@ class WebhookReceiver:
             )
         if not self._authorized(request):
             return self._answer(401, {"error": "missing or wrong bearer token"})
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._answer(413, {"error": f"body over {request.client_max_size} bytes"})
+        raw = await self._body(request)
+        if isinstance(raw, web.Response):
+            return raw
         try:
             data = json.loads(raw)
-        except ValueError as exc:
+        except RecursionError:
+            return self._answer(400, {"error": "malformed JSON: nested too deeply"})
+        except ValueError as exc:  # UnicodeDecodeError too: bytes that are not UTF-8
             return self._answer(400, {"error": f"malformed JSON: {exc}"})
         try:
             payload = WebhookPayload.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+                f"{_where(e['loc'])}: {e['msg']}"
+                for e in exc.errors(include_input=False, include_url=False)
             )
             return self._answer(400, {"error": f"not an Alertmanager v4 payload: {problems}"})
         outcomes = []
@@ -309,6 +408,11 @@ class WebhookReceiver:
         snap = self._latest()
         text = alert.annotations.get("summary") or alert.annotations.get("description") or ""
         labels = ",".join(f"{k}={v}" for k, v in sorted(alert.labels.items()))
+        summary = f"alert {alert.labels.get('alertname')} {alert.status} ({labels})" + (
+            f": {text}" if text else ""
+        )
+        if len(summary) > _SUMMARY_CHARS:  # an incident keeps it: bounded
+            summary = summary[: _SUMMARY_CHARS - 3] + "..."
         return Firing(
             rule=rule.name,
             kind="firing" if alert.status == "firing" else "resolved",
@@ -322,8 +426,7 @@ class WebhookReceiver:
             dry_run=self._dry or bool(rule.dry_run),
             pod_ref=pod_ref,
             source="alertmanager",
-            summary=f"alert {alert.labels.get('alertname')} {alert.status} ({labels})"
-            + (f": {text}" if text else ""),
+            summary=summary,
             key=delivery_key(alert),
             snapshot=snap if snap is not None and snap.node_name == node else None,
         )

@@ -1,7 +1,11 @@
 """The only module that calls the Kubernetes API (the official ``kubernetes`` client).
 
 Every call runs in a worker thread (the client is blocking), so the event loop that samples and
-serves ``/metrics`` never waits on the API server. Results come back as plain JSON dicts, exactly
+serves ``/metrics`` never waits on the API server. The threads are the client's own
+(:data:`API_THREADS` of them), not asyncio's default executor: with the API server frozen, every
+call blocks for its whole read timeout, and calls that shared the default executor with the
+sampler and the ``/metrics`` render starved both (``/metrics`` timed out 4 scrapes in 5). Calls
+beyond the threads wait in the client's own queue. Results come back as plain JSON dicts, exactly
 as the API returns them (camelCase keys), without the client's model classes; failures come back
 as :mod:`nodeguard.kube.errors` types chained from the client's exception. Reads are retried with
 capped exponential backoff on server errors (tenacity); writes are not retried here: whether a
@@ -11,11 +15,14 @@ write may be repeated is the caller's decision.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
@@ -44,6 +51,10 @@ __all__ = ["KubeClient", "translate_error"]
 JSON = dict[str, Any]
 _MERGE = "application/merge-patch+json"
 _TIMEOUT = (5.0, 15.0)  # connect, read (seconds)
+#: Threads for API calls: the pod watch holds one for as long as each watch lasts, and actions,
+#: Events and webhook claims are rarely more than a few at once.
+API_THREADS = 4
+T = TypeVar("T")
 
 
 def translate_error(exc: Exception) -> KubeError:
@@ -108,6 +119,7 @@ class KubeClient:
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
         self._read_attempts = read_attempts
+        self._threads = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="kube-api")
 
     @classmethod
     def load(cls, *, kubeconfig: Path | None = None, context: str | None = None) -> KubeClient:
@@ -139,8 +151,16 @@ class KubeClient:
         return cls(api_client=_api_client(configuration))
 
     def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pool; calls still queued for a thread are dropped."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
         self.api.close()
+
+    async def in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in one of the client's own threads (never asyncio's default executor,
+        which the sampler and ``/metrics`` use), with the caller's context variables, as
+        ``asyncio.to_thread`` runs it."""
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
     # -- plumbing ----------------------------------------------------------------------------
     @staticmethod
@@ -161,7 +181,7 @@ class KubeClient:
 
     async def write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
         """Run one API call once, off the event loop; the response body as a dict."""
-        return await asyncio.to_thread(self._blocking, fn, *args, **kwargs)
+        return await self.in_thread(functools.partial(self._blocking, fn, **kwargs), *args)
 
     async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> JSON:
         """Like :meth:`write`, retried with capped exponential backoff on

@@ -5,12 +5,19 @@ resourceVersion. On 410 Gone (the resourceVersion expired) and on any watch ERRO
 watcher lists again (the API concepts doc, "Efficient detection of changes"); on a connection
 failure it waits with capped exponential backoff and lists again. The node (allocatable memory)
 is read again with every list and every ``node_refresh`` seconds.
+
+What is kept of a pod is bounded: nodeguard reads names and flags from annotations (a PodGroup,
+``kubernetes.io/config.source``), never documents, so an annotation value over
+:data:`MAX_ANNOTATION_CHARS` (``kubectl.kubernetes.io/last-applied-configuration`` holds the
+whole manifest, up to the API server's 256 KiB for all annotations) is dropped from the copy:
+a node with thousands of evicted pods would otherwise hold each one's manifest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -23,9 +30,20 @@ from nodeguard.kube.errors import KubeError
 from nodeguard.kube.objects import node_meta, pod_meta
 from nodeguard.snapshot import NodeMeta, PodMeta
 
-__all__ = ["PodWatcher"]
+__all__ = ["MAX_ANNOTATION_CHARS", "PodWatcher", "trimmed"]
 
 log = logging.getLogger(__name__)
+
+#: The longest annotation value kept of a pod (a Kubernetes name is at most 253 characters).
+MAX_ANNOTATION_CHARS = 1024
+
+
+def trimmed(meta: PodMeta) -> PodMeta:
+    """``meta`` without its annotations longer than :data:`MAX_ANNOTATION_CHARS`."""
+    if all(len(v) <= MAX_ANNOTATION_CHARS for v in meta.annotations.values()):
+        return meta
+    kept = {k: v for k, v in meta.annotations.items() if len(v) <= MAX_ANNOTATION_CHARS}
+    return dataclasses.replace(meta, annotations=kept)
 
 
 class _Relist(Exception):
@@ -84,7 +102,7 @@ class PodWatcher:
 
     async def _list(self) -> str:
         items, rv = await self._kube.list_pods(node_name=self._node_name)
-        fresh = {m.uid: m for m in (pod_meta(p) for p in items)}
+        fresh = {m.uid: m for m in (trimmed(pod_meta(p)) for p in items)}
         with self._lock:
             self._pods = fresh
         self.relists += 1
@@ -101,7 +119,7 @@ class PodWatcher:
             raise _Relist(f"watch ERROR: {obj.get('code')} {obj.get('message')}")
         rv = obj.get("metadata", {}).get("resourceVersion")
         if kind in ("ADDED", "MODIFIED"):
-            meta = pod_meta(obj)
+            meta = trimmed(pod_meta(obj))
             with self._lock:
                 self._pods[meta.uid] = meta
         elif kind == "DELETED":
@@ -179,7 +197,7 @@ class PodWatcher:
                     if time.monotonic() - self._node_read_at > self._node_refresh:
                         await self._refresh_node()
                     watch = asyncio.create_task(
-                        asyncio.to_thread(self._watch_blocking, rv, stop_thread)
+                        self._kube.in_thread(self._watch_blocking, rv, stop_thread)
                     )
                     stopper = asyncio.create_task(stop.wait())
                     done, _ = await asyncio.wait({watch, stopper}, return_when="FIRST_COMPLETED")

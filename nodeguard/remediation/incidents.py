@@ -35,8 +35,10 @@ def incident_id(firing: Firing) -> str:
     """A sortable, file-safe id: UTC time, rule and a short target."""
     when = dt.datetime.fromtimestamp(firing.time, tz=dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     target = _SAFE.sub("-", firing.target)[:24]
-    # The target is cut for readability; a hash of all of it keeps ids unique.
-    digest = hashlib.sha256(f"{firing.target}|{firing.source}".encode()).hexdigest()[:8]
+    # The target is cut for readability; a hash of all of it keeps ids unique. surrogatepass: a
+    # lone surrogate that got this far (the webhook refuses them) must not lose the incident.
+    key = f"{firing.target}|{firing.source}".encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(key).hexdigest()[:8]
     return f"{when}-{firing.rule}-{firing.kind}-{target}-{digest}"
 
 

@@ -1,26 +1,56 @@
 """Loading rule files with errors that name file, line and field, and reloading them safely.
 
-YAML is parsed with PyYAML's composer, which keeps every node's position; pydantic validates
-the data; each validation error's location (``spec.rules[1].when[0].signal``) is walked back
-through the YAML node tree to its line. A reload that fails keeps the last good rules in force.
+A rule file is read only when it is a regular file (after symlinks: a ConfigMap mount links each
+key into ``..data``), at most :data:`MAX_FILE_BYTES`, all files together at most
+:data:`MAX_TOTAL_BYTES` (a ConfigMap's own limit), and UTF-8. YAML is parsed with the bounds of
+:mod:`nodeguard.rules.safe_yaml` (aliases, nesting, numbers), which keeps every node's position;
+pydantic validates the data; each validation error's location (``spec.rules[1].when[0].signal``)
+is walked back through the YAML node tree to its line. Every failure, whatever the input, is a
+:class:`RuleError` of ``FILE:LINE: FIELD: message`` lines; a reload that fails keeps the last
+good rules in force.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
+from nodeguard.rules.safe_yaml import YamlProblem, field_path, load_bounded
 from nodeguard.rules.schema import AlertRule, Rule, RuleFile
 
-__all__ = ["RuleError", "RuleSet", "RuleSource", "expand_paths", "load_rule_file", "load_rules"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_TOTAL_BYTES",
+    "RuleError",
+    "RuleSet",
+    "RuleSource",
+    "expand_paths",
+    "load_rule_file",
+    "load_rules",
+]
 
 log = logging.getLogger(__name__)
+
+#: One rule file: rules/default.yaml is 4.5 KB; PyYAML parses about 0.6 MB/s in Python, so a
+#: file at the bound costs well under a second, in a worker thread.
+MAX_FILE_BYTES = 256 << 10
+#: All rule files together: the most a ConfigMap can hold.
+MAX_TOTAL_BYTES = 1 << 20
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 class RuleError(Exception):
@@ -62,48 +92,79 @@ def _line_of(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
     return line
 
 
-def _field(loc: Sequence[int | str]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
+def _kind(mode: int) -> str | None:
+    """What a file that is not a regular file is (``None`` for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last
-    silently: ``for: 1m`` then ``for: 0s`` would mean 0 s without a word)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_rule_file(path: Path) -> RuleFile:
-    """Parse and validate one rule file. Raises :class:`RuleError` with every problem found."""
+def read_rule_text(path: Path, *, limit: int = MAX_FILE_BYTES) -> str:
+    """The text of a rule file. Raises :class:`RuleError` when it is not a regular file (a
+    FIFO would block the reader, a link to ``/dev/zero`` never ends), is longer than ``limit``
+    bytes (read no further than that), cannot be read, or is not UTF-8 (the line of the first
+    bad byte)."""
+    where = f"{path}:1: (file)"
     try:
-        text = path.read_text()
+        # stat first: a FIFO or a device is never opened (an open can have effects of its own);
+        # fstat after the open again, for a file swapped in between.
+        kind = _kind(os.stat(path).st_mode)
+        if kind is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            try:
+                kind = _kind(os.fstat(fd).st_mode)
+                data = b"" if kind else _read_at_most(fd, limit + 1)
+            finally:
+                os.close(fd)
     except OSError as exc:
-        raise RuleError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+        reason = "a symlink loop" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+        raise RuleError([f"{where}: cannot read: {reason}"]) from None
+    if kind is not None:
+        raise RuleError([f"{where}: {kind}, not a regular file"])
+    if len(data) > limit:
+        raise RuleError([f"{where}: larger than {limit} bytes"])
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data: Any = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise RuleError([f"{where}: invalid YAML: {problem}"]) from exc
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise RuleError(
+            [f"{path}:{line}: (file): not UTF-8: byte {data[exc.start]:#04x} at offset {exc.start}"]
+        ) from None
+
+
+def _read_at_most(fd: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    left = size
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def load_rule_file(path: Path, *, limit: int = MAX_FILE_BYTES) -> RuleFile:
+    """Parse and validate one rule file. Raises :class:`RuleError` with every problem found,
+    and nothing else, whatever the file holds."""
+    text = read_rule_text(path, limit=limit)
+    try:
+        return _parse(path, text)
+    except RuleError:
+        raise
+    except Exception as exc:  # the last line of defence against hostile input
+        # Every kind of bad input found so far has its own message above; an input that finds
+        # a new way to fail is still a bad file, never a crash of the agent or of `check`.
+        log.debug("rule file %s failed unexpectedly", path, exc_info=exc)
+        raise RuleError([f"{path}:1: (file): cannot load: {type(exc).__name__}: {exc}"]) from None
+
+
+def _parse(path: Path, text: str) -> RuleFile:
+    try:
+        node, data = load_bounded(text)
+    except YamlProblem as exc:
+        raise RuleError([f"{path}:{exc.line}: {exc.field}: {exc.message}"]) from None
     if not isinstance(data, dict):
-        raise RuleError([f"{path}:1: a rule file is a mapping with apiVersion, kind and spec"])
+        raise RuleError(
+            [f"{path}:1: (top level): a rule file is a mapping with apiVersion, kind and spec"]
+        )
     try:
         rf = RuleFile.model_validate(data)
     except ValidationError as exc:
@@ -113,8 +174,8 @@ def load_rule_file(path: Path) -> RuleFile:
             loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
             line = _line_of(node, loc)
             msg = err["msg"].removeprefix("Value error, ")
-            messages.append(f"{path}:{line or 1}: {_field(loc)}: {msg}")
-        raise RuleError(messages) from exc
+            messages.append(f"{path}:{line or 1}: {field_path(loc)}: {msg}")
+        raise RuleError(messages) from None
     seen: set[str] = set()
     duplicates = []
     named = [("rules", i, r.name) for i, r in enumerate(rf.spec.rules)]
@@ -123,7 +184,7 @@ def load_rule_file(path: Path) -> RuleFile:
         if name in seen:
             loc = ["spec", section, i, "name"]
             duplicates.append(
-                f"{path}:{_line_of(node, loc)}: {_field(loc)}: duplicate rule name {name!r}"
+                f"{path}:{_line_of(node, loc)}: {field_path(loc)}: duplicate rule name {name!r}"
             )
         seen.add(name)
     if duplicates:
@@ -132,31 +193,48 @@ def load_rule_file(path: Path) -> RuleFile:
 
 
 def expand_paths(paths: Sequence[Path]) -> list[Path]:
-    """Files as given, and the ``*.yaml``/``*.yml`` files of directories (a ConfigMap mount),
-    sorted; hidden files (ConfigMap's ``..data`` links) are skipped."""
+    """Files as given, and the ``*.yaml``/``*.yml`` entries of directories (a ConfigMap
+    mount), sorted; hidden files (ConfigMap's ``..data`` links) are skipped. A directory that
+    cannot be listed is given as itself, so that loading it says why."""
     out: list[Path] = []
     for p in paths:
-        if p.is_dir():
-            out += sorted(
-                f
-                for f in p.iterdir()
-                if f.suffix in (".yaml", ".yml") and not f.name.startswith(".")
-            )
-        else:
+        try:
+            entries = list(os.scandir(p)) if p.is_dir() else None
+        except OSError:
+            entries = None
+        if entries is None:
             out.append(p)
+            continue
+        out += sorted(
+            Path(e.path)
+            for e in entries
+            if e.name.endswith((".yaml", ".yml")) and not e.name.startswith(".")
+        )
     return out
 
 
 def load_rules(paths: Sequence[Path]) -> RuleSet:
-    """Load every file; all or nothing. Rule names must be unique across files."""
+    """Load every file; all or nothing. Rule names must be unique across files; the files
+    together are at most :data:`MAX_TOTAL_BYTES`."""
     messages: list[str] = []
     rules: list[Rule] = []
     alerts: list[AlertRule] = []
     seen: dict[str, Path] = {}
     files = expand_paths(paths)
+    budget = MAX_TOTAL_BYTES
     for path in files:
+        size = _size(path)
+        if budget < size <= MAX_FILE_BYTES:
+            messages.append(
+                f"{path}:1: (file): not read: the rule files together are larger than "
+                f"{MAX_TOTAL_BYTES} bytes"
+            )
+            budget = 0
+            continue
+        budget -= size
         try:
-            rf = load_rule_file(path)
+            # The limit holds also when the file grows between the stat and the read.
+            rf = load_rule_file(path, limit=min(MAX_FILE_BYTES, max(budget + size, 0)))
         except RuleError as exc:
             messages += exc.messages
             continue
@@ -164,7 +242,7 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
         for item in items:
             if item.name in seen:
                 messages.append(
-                    f"{path}: spec: duplicate rule name {item.name!r} (also in {seen[item.name]})"
+                    f"{path}:1: spec: duplicate rule name {item.name!r} (also in {seen[item.name]})"
                 )
             seen[item.name] = path
         rules += rf.spec.rules
@@ -172,6 +250,15 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
     if messages:
         raise RuleError(messages)
     return RuleSet(rules=tuple(rules), alerts=tuple(alerts), files=tuple(files))
+
+
+def _size(path: Path) -> int:
+    """A file's size as stat gives it (0 for what cannot be stat'ed or is not regular)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 class RuleSource:

@@ -34,6 +34,10 @@ Scope = Literal["node", "pod", "container", "gpu"]
 GROWTH_WINDOW = 30.0
 GROWTH_FLOOR = 0.01  # share of the limit to grow over the window that always counts
 OOM_WINDOW = 600.0
+#: Points kept per target and series: at short intervals (the least is 50 ms) a point is kept
+#: per window/120 at most (0.5 s for the growth window), the newest always; 120 points of a
+#: target cost about 12 KB, whatever the interval.
+MAX_POINTS = 120
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,7 +85,9 @@ def targets(snapshot: NodeSnapshot, scope: Scope) -> list[Target]:
 
 class History:
     """The agent's own recent samples per target: working set (for growth) and the cgroup OOM
-    kill counter (for kills in a window). Targets not seen in a sample are forgotten."""
+    kill counter (for kills in a window). Targets not seen in a sample are forgotten; each
+    target keeps at most :data:`MAX_POINTS` + 1 working-set points and the OOM counter's
+    changes (bounded by the kernel's kills in the window)."""
 
     def __init__(self) -> None:
         self._ws: dict[str, deque[tuple[float, int]]] = {}
@@ -116,7 +122,10 @@ def _push(
     store: dict[str, deque[tuple[float, int]]], key: str, now: float, value: int, keep: float
 ) -> None:
     series = store.setdefault(key, deque())
-    series.append((now, value))
+    if len(series) >= 2 and now - series[-2][0] < keep / MAX_POINTS:
+        series[-1] = (now, value)  # too close to the point before: the newest takes its place
+    else:
+        series.append((now, value))
     while series and series[0][0] < now - keep:
         series.popleft()
 
@@ -130,7 +139,10 @@ def _push_change(
     starts from."""
     series = store.setdefault(key, deque())
     if not series or series[-1][1] != value:
-        series.append((now, value))
+        if len(series) >= 2 and now - series[-2][0] < keep / MAX_POINTS:
+            series[-1] = (now, value)  # a counter that changes every sample: thinned the same
+        else:
+            series.append((now, value))
     while len(series) > 1 and series[1][0] <= now - keep:
         series.popleft()
 

@@ -21,6 +21,12 @@ below a docker or kind prefix) and looked for again every ``rediscover_seconds``
 
 A full node has some 450 pod and container cgroups, read every sample: the walk uses string
 paths and reads only the ``memory.stat`` and ``memory.events`` keys it needs (docs/benchmarks.md).
+
+One bad file costs its own values only: a file that cannot be read, is not text, is longer than
+any cgroup file (:data:`~nodeguard.sources.files.MAX_FILE_BYTES`) or does not hold what the
+kernel writes (a negative size) is left out, and a directory that cannot be listed loses its
+children; each is counted and logged once (:mod:`nodeguard.sources.skipped`), and the rest of
+the node is read.
 """
 
 from __future__ import annotations
@@ -28,10 +34,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory, ContainerMemory, PodMemory, Pressure, QosClass
@@ -45,11 +51,13 @@ from nodeguard.sources.cgroup_paths import (
 from nodeguard.sources.files import parse_flat_keyed, read_optional
 from nodeguard.sources.open_files import OpenFiles
 from nodeguard.sources.pressure import parse_pressure
+from nodeguard.sources.skipped import Skipped
 
 __all__ = ["CgroupLayout", "CgroupSource", "detect_layout", "normalise_limit", "read_limit"]
 
 NAME = "cgroups"
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Any limit at or above this is the kernel's "unlimited": v1 prints PAGE_COUNTER_MAX * PAGE_SIZE
 # (9223372036854771712 on 4 KiB pages, other values on 16/64 KiB pages), all far above 2**62.
@@ -101,33 +109,42 @@ _V2_EVENT_KEYS = frozenset({"oom_kill", "max", "high"})
 _V1_OOM_KEYS = frozenset({"oom_kill"})
 
 
-def _parse_int(text: str) -> int | None:
+def _parse_int(text: str) -> int:
     """A one-number file (``memory.current``, ``memory.max``, ``memory.failcnt``); ``max`` is
-    the unlimited sentinel."""
+    the unlimited sentinel. Raises ``ValueError`` for anything but a number of 0 or more: the
+    kernel writes these unsigned, and a negative size must never be exported."""
     text = text.strip()
     if text == "max":
         return _UNLIMITED_FLOOR
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"negative value {value}")
+    return value
+
+
+def _unsigned(values: dict[str, int]) -> dict[str, int]:
+    """``values``, or ``ValueError`` when one of them is negative (see :func:`_parse_int`)."""
+    negative = [k for k, v in values.items() if v < 0]
+    if negative:
+        raise ValueError(f"negative value of {', '.join(sorted(negative))}")
+    return values
 
 
 # One function per file kind, so that OpenFiles keeps each file's parsed value with its text.
 def _stat_v2(text: str) -> dict[str, int]:
-    return parse_flat_keyed(text, _V2_STAT_KEYS)
+    return _unsigned(parse_flat_keyed(text, _V2_STAT_KEYS))
 
 
 def _stat_v1(text: str) -> dict[str, int]:
-    return parse_flat_keyed(text, _V1_STAT_KEYS)
+    return _unsigned(parse_flat_keyed(text, _V1_STAT_KEYS))
 
 
 def _events_v2(text: str) -> dict[str, int]:
-    return parse_flat_keyed(text, _V2_EVENT_KEYS)
+    return _unsigned(parse_flat_keyed(text, _V2_EVENT_KEYS))
 
 
 def _oom_v1(text: str) -> dict[str, int]:
-    return parse_flat_keyed(text, _V1_OOM_KEYS)
+    return _unsigned(parse_flat_keyed(text, _V1_OOM_KEYS))
 
 
 # Reads without holding anything open (a budget of 0): for one-off reads.
@@ -154,9 +171,10 @@ def read_limit(
     files: OpenFiles = _PLAIN,
     dir_ino: int = 0,
 ) -> int | None:
-    """The cgroup's own memory limit in bytes, ``None`` for none or unreadable. ``files`` and
-    ``dir_ino``: the :class:`OpenFiles` to read with (by default each file is opened, read and
-    closed) and the inode number of the cgroup's directory as listed."""
+    """The cgroup's own memory limit in bytes, ``None`` for none. ``files`` and ``dir_ino``: the
+    :class:`OpenFiles` to read with (by default each file is opened, read and closed) and the
+    inode number of the cgroup's directory as listed. Raises ``OSError`` when the file cannot be
+    read and ``ValueError`` when it is not a limit."""
     own = files.read(f"{os.fspath(path)}/{_limit_file(version)}", _parse_int, dir_ino=dir_ino)
     return normalise_limit(own, mem_total=mem_total)
 
@@ -167,26 +185,6 @@ def _min_limit(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return min(a, b)
-
-
-def _read_parts(base: str, version: Literal[1, 2], files: OpenFiles, ino: int) -> _Parts:
-    if version == 2:
-        return (
-            files.read(f"{base}/memory.stat", _stat_v2, dir_ino=ino),
-            files.read(f"{base}/memory.current", _parse_int, dir_ino=ino),
-            files.read(f"{base}/memory.events", _events_v2, dir_ino=ino),
-            None,
-            files.read(f"{base}/memory.pressure", parse_pressure, dir_ino=ino),
-            files.read(f"{base}/memory.max", _parse_int, dir_ino=ino),
-        )
-    return (
-        files.read(f"{base}/memory.stat", _stat_v1, dir_ino=ino),
-        files.read(f"{base}/memory.usage_in_bytes", _parse_int, dir_ino=ino),
-        files.read(f"{base}/memory.oom_control", _oom_v1, dir_ino=ino),
-        files.read(f"{base}/memory.failcnt", _parse_int, dir_ino=ino),
-        None,
-        files.read(f"{base}/memory.limit_in_bytes", _parse_int, dir_ino=ino),
-    )
 
 
 def _build(
@@ -230,47 +228,40 @@ def _build(
     )
 
 
-def _subdirs(path: str | Path) -> Iterator[os.DirEntry[str]]:
-    """The subdirectories of ``path`` by name (a cgroup directory also holds some 40 files)."""
+def _subdirs(path: str | Path, skipped: Skipped) -> Iterator[os.DirEntry[str]]:
+    """The subdirectories of ``path`` by name (a cgroup directory also holds some 40 files);
+    none, counted in ``skipped``, when it cannot be listed."""
     try:
         with os.scandir(path) as it:
             entries = list(it)
     except (FileNotFoundError, NotADirectoryError):
         return  # removed while we walked: a pod or container that just ended
     except OSError as exc:
-        _skip(Path(path), exc)
+        skipped.add(path=os.fspath(path), exc=exc)
         return
     dirs = [e for e in entries if e.is_dir(follow_symlinks=False)]
     dirs.sort(key=lambda e: e.name)
     yield from dirs
 
 
-def find_kubepods_roots(*, root: Path, max_depth: int = _MAX_ROOT_DEPTH) -> list[Path]:
+def find_kubepods_roots(
+    *, root: Path, skipped: Skipped, max_depth: int = _MAX_ROOT_DEPTH
+) -> list[Path]:
     """Every kubepods root within ``max_depth`` levels of the hierarchy root, outermost first.
-    The walk does not descend into a kubepods root, nor into one it has found."""
+    The walk does not descend into a kubepods root, nor into one it has found; a directory
+    that cannot be listed is counted in ``skipped``."""
     found: list[Path] = []
     level = [root]
     for _ in range(max_depth):
         nxt: list[Path] = []
         for directory in level:
-            for entry in _subdirs(directory):
+            for entry in _subdirs(directory, skipped):
                 if is_kubepods_root(entry.name):
                     found.append(Path(entry.path))
                 else:
                     nxt.append(Path(entry.path))
         level = nxt
     return found
-
-
-def _skip(path: Path, exc: OSError) -> None:
-    """One unreadable cgroup is skipped, never the whole sample; logged once per path."""
-    key = f"{path}:{exc.errno}"
-    if key not in _skipped_logged:
-        _skipped_logged.add(key)
-        log.warning("skipping unreadable cgroup %s: %s", path, exc)
-
-
-_skipped_logged: set[str] = set()
 
 
 class CgroupSource:
@@ -280,12 +271,19 @@ class CgroupSource:
     there is no memory controller or no kubepods hierarchy (a node without a kubelet).
     With ``max_open_files`` above 0, up to that many cgroup files stay open between samples and
     are re-read with ``pread`` (:mod:`nodeguard.sources.open_files`); :meth:`close` closes them.
+    Files and directories skipped are counted in ``skipped``.
     """
 
     def __init__(
-        self, *, paths: HostPaths, rediscover_seconds: float = 60.0, max_open_files: int = 0
+        self,
+        *,
+        paths: HostPaths,
+        rediscover_seconds: float = 60.0,
+        max_open_files: int = 0,
+        skipped: Skipped | None = None,
     ) -> None:
         self._paths = paths
+        self.skipped = skipped or Skipped(collector=NAME)
         self._rediscover = rediscover_seconds
         self._layout: CgroupLayout | None = None
         self._roots: list[Path] = []
@@ -309,7 +307,7 @@ class CgroupSource:
         stale = now - self._found_at >= self._rediscover
         if self._layout is None or stale or not all(r.is_dir() for r in self._roots):
             self._layout = detect_layout(cgroupfs=self._paths.cgroupfs)
-            self._roots = find_kubepods_roots(root=self._layout.root)
+            self._roots = find_kubepods_roots(root=self._layout.root, skipped=self.skipped)
             self._found_at = now
         return self._layout, self._roots
 
@@ -338,27 +336,55 @@ class CgroupSource:
         current = layout.root
         for part in rel.parts:
             current = current / part
-            own = read_limit(path=current, version=layout.version, mem_total=mem_total)
-            limit = _min_limit(limit, own)
+            own = self._file(
+                f"{current}/{_limit_file(layout.version)}", _parse_int, ino=0, files=_PLAIN
+            )
+            limit = _min_limit(limit, normalise_limit(own, mem_total=mem_total))
         return limit
+
+    def _file(
+        self, path: str, parse: Callable[[str], T], *, ino: int, files: OpenFiles | None = None
+    ) -> T | None:
+        """``parse`` of one cgroup file, ``None`` when it does not exist or is skipped; read
+        with ``files`` (the source's own by default: kept open)."""
+        try:
+            return (files or self._files).read(path, parse, dir_ino=ino)
+        except (OSError, ValueError) as exc:
+            self.skipped.add(path=path, exc=exc)
+            return None
+
+    def _read_parts(self, base: str, version: Literal[1, 2], ino: int) -> _Parts:
+        if version == 2:
+            return (
+                self._file(f"{base}/memory.stat", _stat_v2, ino=ino),
+                self._file(f"{base}/memory.current", _parse_int, ino=ino),
+                self._file(f"{base}/memory.events", _events_v2, ino=ino),
+                None,
+                self._file(f"{base}/memory.pressure", parse_pressure, ino=ino),
+                self._file(f"{base}/memory.max", _parse_int, ino=ino),
+            )
+        return (
+            self._file(f"{base}/memory.stat", _stat_v1, ino=ino),
+            self._file(f"{base}/memory.usage_in_bytes", _parse_int, ino=ino),
+            self._file(f"{base}/memory.oom_control", _oom_v1, ino=ino),
+            self._file(f"{base}/memory.failcnt", _parse_int, ino=ino),
+            None,
+            self._file(f"{base}/memory.limit_in_bytes", _parse_int, ino=ino),
+        )
 
     def _read_root(
         self, *, layout: CgroupLayout, root: Path, limit: int | None, total: int | None
     ) -> list[PodMemory]:
         pods: list[PodMemory] = []
-        for entry in _subdirs(root):
+        for entry in _subdirs(root, self.skipped):
             qos = parse_qos_dir(entry.name)
             if qos is not None:
                 qos_path = entry.path
-                own = read_limit(
-                    path=qos_path,
-                    version=layout.version,
-                    mem_total=total,
-                    files=self._files,
-                    dir_ino=entry.inode(),
+                own = self._file(
+                    f"{qos_path}/{_limit_file(layout.version)}", _parse_int, ino=entry.inode()
                 )
-                qos_limit = _min_limit(limit, own)
-                for pod_entry in _subdirs(qos_path):
+                qos_limit = _min_limit(limit, normalise_limit(own, mem_total=total))
+                for pod_entry in _subdirs(qos_path, self.skipped):
                     pod = self._read_pod(
                         layout=layout, entry=pod_entry, qos=qos, limit=qos_limit, total=total
                     )
@@ -391,7 +417,7 @@ class CgroupSource:
         if memory is None:
             return None
         containers: list[ContainerMemory] = []
-        for child in _subdirs(path):
+        for child in _subdirs(path, self.skipped):
             parsed = parse_container_dir(child.name)
             if parsed is None:
                 continue
@@ -417,12 +443,8 @@ class CgroupSource:
         parent_limit: int | None,
         total: int | None,
     ) -> CgroupMemory | None:
-        """The cgroup, or ``None`` when it is gone or unreadable (then skipped)."""
-        try:
-            parts = _read_parts(path, layout.version, self._files, ino)
-        except OSError as exc:
-            _skip(Path(path), exc)
-            return None
+        """The cgroup, or ``None`` when it is gone; a file skipped leaves its values out."""
+        parts = self._read_parts(path, layout.version, ino)
         if parts[1] is None and not os.path.isdir(path):
             return None  # removed between listing and reading
         key = (parts, parent_limit, total)

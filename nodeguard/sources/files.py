@@ -17,13 +17,46 @@ from pathlib import Path
 
 from nodeguard.sources import NoDataError
 
-__all__ = ["FLAGS", "decode", "is_absent", "parse_flat_keyed", "read_optional", "read_text"]
+__all__ = [
+    "FLAGS",
+    "MAX_FILE_BYTES",
+    "FileTooLargeError",
+    "decode",
+    "is_absent",
+    "parse_flat_keyed",
+    "read_file",
+    "read_optional",
+    "read_text",
+]
 
 # What Path.read_text() decodes with, by its canonical name ("utf-8": bytes.decode's fast path).
 _ENCODING = codecs.lookup(locale.getpreferredencoding(False)).name
 #: How host files are opened: read-only, not inherited by the processes nodeguard starts.
 FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _CHUNK = 1 << 16
+#: The most of one host file that is read.
+MAX_FILE_BYTES = 1 << 20
+
+
+class FileTooLargeError(ValueError):
+    """A host file longer than :data:`MAX_FILE_BYTES`: not read on, not parsed."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(f"{path}: longer than {MAX_FILE_BYTES} bytes")
+
+
+def read_on(fd: int, first: bytes, *, path: str | Path, pread: bool = False) -> bytes:
+    """The rest of a file after ``first`` (what one read gave), read to its end with ``read``
+    (or ``pread`` from the offset after ``first``). Raises :class:`FileTooLargeError` past
+    :data:`MAX_FILE_BYTES`."""
+    chunks = [first]
+    size = len(first)
+    while chunk := (os.pread(fd, _CHUNK, size) if pread else os.read(fd, _CHUNK)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_FILE_BYTES:
+            raise FileTooLargeError(path)
+    return b"".join(chunks)
 
 
 def decode(data: bytes) -> str:
@@ -35,17 +68,15 @@ def decode(data: bytes) -> str:
     return text
 
 
-def _read(path: str | Path) -> str:
+def read_file(path: str | Path) -> str:
+    """A host file's text; OS errors propagate (``FileNotFoundError`` included), and so do
+    :class:`FileTooLargeError` and ``UnicodeDecodeError``."""
     fd = os.open(path, FLAGS)
     try:
         data = os.read(fd, _CHUNK)
         # Read on to the end: a seq_file (procfs, cgroupfs) may return less than asked and more.
         if data:
-            chunks = [data]
-            while chunk := os.read(fd, _CHUNK):
-                chunks.append(chunk)
-            if len(chunks) > 1:
-                data = b"".join(chunks)
+            data = read_on(fd, data, path=path)
     finally:
         os.close(fd)
     return decode(data)
@@ -53,10 +84,11 @@ def _read(path: str | Path) -> str:
 
 def read_text(path: Path) -> str:
     """A host file's text. Raises :class:`NoDataError` when the file does not exist or the kernel
-    answers EOPNOTSUPP (a PSI file with PSI off reads that way); other OS errors propagate.
-    For the node's own files, read once a sample (:func:`read_optional` is the fast one)."""
+    answers EOPNOTSUPP (a PSI file with PSI off reads that way); other OS errors propagate, and
+    so do :class:`FileTooLargeError` and ``UnicodeDecodeError``. For the node's own files, read
+    once a sample (:func:`read_optional` is the fast one)."""
     try:
-        return path.read_text()
+        return read_file(path)
     except FileNotFoundError as exc:
         raise NoDataError(f"{path} does not exist") from exc
     except OSError as exc:
@@ -68,9 +100,10 @@ def read_text(path: Path) -> str:
 def read_optional(path: str | Path) -> str | None:
     """A host file's text, or ``None`` when it does not exist, is not supported, or belongs to
     a cgroup removed while we read it (kernfs answers ENODEV). Used for the many per-cgroup
-    files that only some kernels or controllers have; other OS errors propagate."""
+    files that only some kernels or controllers have; other OS errors propagate, and so do
+    :class:`FileTooLargeError` and ``UnicodeDecodeError``."""
     try:
-        return _read(path)
+        return read_file(path)
     except OSError as exc:
         if is_absent(exc):
             return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import MemInfo
 from nodeguard.sources import NoDataError
+from nodeguard.sources.files import read_file
 
 __all__ = ["derive_meminfo", "parse_meminfo", "read_meminfo"]
 
@@ -36,6 +37,8 @@ def parse_meminfo(text: str) -> tuple[dict[str, int], dict[str, int]]:
             value = int(parts[0])
         except ValueError:
             continue
+        if value < 0:
+            continue  # the kernel prints these unsigned: a negative one is not a size
         if len(parts) == 1:
             counts[name.strip()] = value
         elif parts[1] == "kB":
@@ -105,7 +108,7 @@ def read_meminfo(*, paths: HostPaths) -> MemInfo:
     ``MemTotal``: every Linux procfs has both, so either means a wrong ``--path.procfs`` (a
     failure to alert on), not a host without the data.
     """
-    fields, counts = parse_meminfo(paths.proc("meminfo").read_text())
+    fields, counts = parse_meminfo(read_file(paths.proc("meminfo")))
     try:
         return derive_meminfo(fields, counts)
     except NoDataError as exc:

@@ -37,7 +37,7 @@ import resource
 from collections.abc import Callable
 from typing import TypeVar
 
-from nodeguard.sources.files import FLAGS, decode, is_absent, read_optional
+from nodeguard.sources.files import FLAGS, decode, is_absent, read_on, read_optional
 
 __all__ = ["OpenFiles", "descriptor_budget"]
 
@@ -135,7 +135,7 @@ class OpenFiles:
                     held.generation = self._generation
                     if data == held.data and parse is held.parse:  # the common case: as before
                         return held.value  # type: ignore[return-value]  # parse's, for this text
-                    return self._parsed(held, data, parse)
+                    return self._parsed(held, data, parse, path)
             else:
                 self._drop(path)
         if len(self._open) >= self._max_open:
@@ -156,12 +156,12 @@ class OpenFiles:
             raise
         held = _Held(fd=fd, ino=dir_ino, generation=self._generation)
         self._open[path] = held
-        return self._parsed(held, data, parse)
+        return self._parsed(held, data, parse, path)
 
-    def _parsed(self, held: _Held, data: bytes, parse: Callable[[str], T]) -> T:
+    def _parsed(self, held: _Held, data: bytes, parse: Callable[[str], T], path: str) -> T:
         first = data
-        if len(data) == _CHUNK:
-            data = self._read_on(held.fd, data)
+        if len(data) == _CHUNK:  # never a cgroup file in practice; bounded all the same
+            data = read_on(held.fd, data, path=path, pread=True)
         value = parse(decode(data))
         # A file longer than one read is never taken as unchanged by its first chunk alone.
         # The bytes kept are a copy: pread's result sits at the start of a 64 KiB allocation,
@@ -170,16 +170,6 @@ class OpenFiles:
         held.data = bytes(memoryview(first)) if len(first) < _CHUNK else None
         held.parse, held.value = parse, value
         return value
-
-    @staticmethod
-    def _read_on(fd: int, first: bytes) -> bytes:
-        """The rest of a file longer than one chunk (never a cgroup file in practice)."""
-        chunks = [first]
-        offset = len(first)
-        while chunk := os.pread(fd, _CHUNK, offset):
-            chunks.append(chunk)
-            offset += len(chunk)
-        return b"".join(chunks)
 
     def sweep(self) -> int:
         """Close every file not read since the last sweep; start the next sample. Returns how

@@ -7,7 +7,11 @@ pointed at the host's procfs through ``psutil.PROCFS_PATH``, names only the proc
 memory cgroup comes from ``/proc/<pid>/cgroup`` (proc(5)): the ``memory`` controller's line on
 v1, the ``0::`` line on v2, relative to the agent's cgroup namespace where it has one (see
 :mod:`nodeguard.sources.cgroup_paths`). Processes exit between listing and reading; those are
-skipped.
+skipped. A process whose ``statm`` cannot be read or parsed is left out, and one whose
+``cgroup`` cannot is kept without its cgroup: each counted and logged once
+(:mod:`nodeguard.sources.skipped`), never the whole collector failed. Names are what the process
+chose: cut to :data:`MAX_NAME_CHARS` and made valid text, so a name never costs more than a line
+of evidence.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from nodeguard.paths import HostPaths
 from nodeguard.snapshot import ProcessRss
 from nodeguard.sources.cgroup_paths import identify_cgroup
 from nodeguard.sources.files import read_optional
+from nodeguard.sources.skipped import Skipped
 
 __all__ = [
     "ProcessOwner",
@@ -32,6 +37,9 @@ __all__ = [
 ]
 
 NAME = "processes"
+#: Characters of a process name kept: comm is 15; a name from the command line (psutil's, where
+#: comm is cut) can be as long as the process likes.
+MAX_NAME_CHARS = 128
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
@@ -85,14 +93,19 @@ def owner_of(
 
 
 def read_top_processes(
-    *, paths: HostPaths, limit: int = 10, containers: Mapping[str, str] | None = None
+    *,
+    paths: HostPaths,
+    limit: int = 10,
+    containers: Mapping[str, str] | None = None,
+    skipped: Skipped | None = None,
 ) -> tuple[ProcessRss, ...]:
     """The ``limit`` largest processes by RSS, largest first, each with its container
-    (``containers``: see :func:`owner_of`).
+    (``containers``: see :func:`owner_of`); processes skipped are counted in ``skipped``.
 
     Raises ``ValueError`` when procfs has no readable process: every real procfs has at least
     this one, so that is a wrong ``--path.procfs``.
     """
+    skipped = skipped or Skipped(collector=NAME)
     # psutil reads procfs through a module-wide path; the sampler runs sources one at a time.
     if str(paths.procfs) != psutil.PROCFS_PATH:
         psutil.PROCFS_PATH = str(paths.procfs)
@@ -102,7 +115,12 @@ def read_top_processes(
     for entry in os.listdir(procfs):
         if not entry.isdigit():
             continue
-        rss = _rss(f"{procfs}/{entry}/statm")
+        statm = f"{procfs}/{entry}/statm"
+        try:
+            rss = _rss(statm)
+        except (OSError, ValueError) as exc:
+            skipped.add(path=statm, exc=exc)
+            continue
         if rss is not None:
             sizes.append((rss, int(entry)))
     if not sizes:
@@ -114,7 +132,11 @@ def read_top_processes(
         name = _name(pid)
         if name is None:
             continue  # gone since its statm was read: as if it had gone before
-        owner = owner_of(paths=paths, pid=pid, containers=containers)
+        try:
+            owner = owner_of(paths=paths, pid=pid, containers=containers)
+        except (OSError, ValueError) as exc:
+            skipped.add(path=str(paths.proc(str(pid), "cgroup")), exc=exc)
+            owner = ProcessOwner(cgroup=None, pod_uid=None, container_id=None)
         top.append(
             ProcessRss(
                 pid=pid,
@@ -141,16 +163,22 @@ def _rss(statm: str) -> int | None:
         return None
     fields = line.split()[:7]
     if len(fields) != 7:  # psutil fails the same way on a statm it cannot unpack
-        raise ValueError(f"{statm}: unexpected content {line!r}")
-    return int(fields[1]) * _PAGE_SIZE
+        raise ValueError(f"{statm}: unexpected content {line[:80]!r}")
+    pages = int(fields[1])
+    if pages < 0:
+        raise ValueError(f"{statm}: negative resident size {pages}")
+    return pages * _PAGE_SIZE
 
 
 def _name(pid: int) -> str | None:
     """psutil's process name (``comm``, or the command's basename where comm is truncated);
     ``""`` when it cannot be read, ``None`` when the process is gone."""
     try:
-        return psutil.Process(pid).name()
+        name = psutil.Process(pid).name()
     except psutil.NoSuchProcess:
         return None
     except (psutil.AccessDenied, psutil.ZombieProcess):
         return ""
+    # psutil gives bytes that are not UTF-8 as lone surrogates: back to bytes, then text.
+    text = name[:MAX_NAME_CHARS].encode("utf-8", "surrogateescape")
+    return text.decode("utf-8", "replace")
