@@ -35,7 +35,7 @@ from tests.test_webhook import alert, payload
 
 pytestmark = pytest.mark.kernel
 LIMIT = daemonset_memory_limit()
-TOKEN = "s3cret"
+TOKEN = "s3cret-" + "0" * 32  # the agent takes 32 bytes or more
 AM_RULES = Path(__file__).resolve().parents[1] / "rules" / "alertmanager.yaml"
 
 

@@ -20,8 +20,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from nodeguard.alerts.webhook import LIMITS, WebhookReceiver
+from nodeguard.firing import Firing
 from nodeguard.remediation.incidents import incident_id
-from nodeguard.rules.engine import Firing
 from tests.test_webhook import AUTH, Queue, alert, payload, receiver_of
 
 MAX_BODY = 1 << 20
@@ -217,7 +217,7 @@ def test_an_incident_id_takes_any_target() -> None:
         target="gpu-\ud800-1",
         node="gpu-\ud800-1",
         time=0.0,
-        actions=(),
+        steps=(),
         dry_run=True,
         source="alertmanager",
         summary="",

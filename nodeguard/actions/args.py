@@ -67,7 +67,7 @@ def parse_amount(value: Any) -> Amount:
             raise ValueError(f"a percent must be above 0 and at most 100: {text!r}")
         return Amount(text=text, fraction=percent / 100.0)
     if len(text) > 32:
-        raise ValueError(f"not a memory quantity: {text[:32]!r}... (too long)")
+        raise ValueError(f"a memory quantity of at most 32 characters, not {text[:32]!r}...")
     try:
         amount = parse_bytes(text, exact=True)
     except ValueError:
