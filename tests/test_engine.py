@@ -8,7 +8,7 @@ import pytest
 
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.schema import Rule
-from nodeguard.rules.signals import SIGNALS, History, Target, signal
+from nodeguard.rules.signals import SHARE, SIGNALS, History, Target, signal
 from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
 from nodeguard.statefile import StateFile
 from tests.conftest import cgroup_memory
@@ -20,11 +20,11 @@ CONTAINERS: dict[str, float] = {}
 
 if "test_node_value" not in SIGNALS:
 
-    @signal("test_node_value", scope="node", unit="ratio", help="stand-in")
+    @signal("test_node_value", scope="node", unit="ratio", valid=SHARE, help="stand-in")
     def _node(_s: NodeSnapshot, _h: History, _t: Target) -> float | None:
         return NODE["v"]
 
-    @signal("test_container_value", scope="container", unit="ratio", help="stand-in")
+    @signal("test_container_value", scope="container", unit="ratio", valid=SHARE, help="stand-in")
     def _ctr(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
         return CONTAINERS.get(t.key)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeguard.commands import check_files
+from nodeguard.cli.check import check_files
 from nodeguard.rules.load import RuleError, load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,56 @@ def _check(tmp_path: Path, text: str) -> tuple[int, str]:
         ),
         (
             GOOD_RULE.replace("      scope: node\n", "      scope: node\n      severity: high\n"),
-            "F:7: spec.rules[0].severity: Extra inputs are not permitted",
+            "F:7: spec.rules[0].severity: unknown field 'severity'; allowed: name, description, "
+            "scope, when, for, clear, cooldown, maxFirings, dryRun, actions, resolve",
+        ),
+        (
+            GOOD_RULE.replace("      scope: node\n", "      scope: node\n      cooldwn: 5m\n"),
+            "F:7: spec.rules[0].cooldwn: unknown field 'cooldwn' (did you mean 'cooldown'?); "
+            "allowed: name, description, scope, when, for, clear, cooldown, maxFirings, dryRun",
+        ),
+        (
+            GOOD_RULE.replace("{signal:", "{sigal:"),
+            "F:8: spec.rules[0].when[0].sigal: unknown field 'sigal' (did you mean 'signal'?); "
+            "allowed: signal, op, value",
+        ),
+        (
+            GOOD_RULE.replace("- action: cordon", "- action: evict\n          args: {frees: 5%}"),
+            "F:10: spec.rules[0].actions[0]: evict: args.frees: unknown field 'frees' (did you "
+            "mean 'free'?); allowed: free, maxPriority, priorityClasses, namespaces, selector",
+        ),
+        (
+            GOOD_RULE.replace("action: cordon", "action: cordn"),
+            "F:10: spec.rules[0].actions[0]: unknown action 'cordn' (did you mean 'cordon'?)",
+        ),
+        (
+            GOOD_RULE.replace("value: 0.05", "value: -0.05"),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_ratio is a ratio, 0 to 1: "
+            "-0.05 is outside it, so the condition never holds",
+        ),
+        (
+            GOOD_RULE.replace("value: 0.05", "value: 30"),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_ratio is a ratio, 0 to 1: "
+            "30 is outside it, so the condition always holds (a ratio: 5 % is 0.05)",
+        ),
+        (
+            GOOD_RULE.replace('op: "<", value: 0.05', 'op: "<", value: 0'),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_ratio is a ratio, 0 to 1: "
+            "node_memory_available_ratio < 0 never holds",
+        ),
+        (
+            GOOD_RULE.replace("node_memory_available_ratio", "node_memory_available_bytes").replace(
+                "value: 0.05", "value: -1Gi"
+            ),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_bytes is in bytes, 0 or "
+            "more: -1073741824 is outside it, so the condition never holds",
+        ),
+        (
+            GOOD_RULE.replace("node_memory_available_ratio", "node_memory_available_bytes").replace(
+                "value: 0.05", "value: lots"
+            ),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_bytes is in bytes: 'lots' "
+            "is not a quantity (8Gi, 500M, or bytes)",
         ),
         (
             GOOD_RULE.replace("scope: node", "scope: container"),
@@ -118,6 +167,15 @@ def _check(tmp_path: Path, text: str) -> tuple[int, str]:
         "negative-duration",
         "duplicate",
         "unknown-key",
+        "misspelt-key",
+        "misspelt-condition-key",
+        "misspelt-action-argument",
+        "misspelt-action",
+        "ratio-below-its-range",
+        "ratio-as-a-percent",
+        "ratio-below-zero-never",
+        "bytes-below-zero",
+        "bytes-not-a-quantity",
         "scope",
         "action-args",
         "kind",
@@ -141,3 +199,28 @@ def test_duplicate_names_across_files(tmp_path: Path) -> None:
     (tmp_path / "b.yaml").write_text(GOOD_RULE)
     with pytest.raises(RuleError, match="duplicate rule name 'low'"):
         load_rules([tmp_path])
+
+
+def test_thresholds_take_their_signals_unit(tmp_path: Path) -> None:
+    """A bytes signal takes a quantity, a seconds signal a duration: both as the signal's
+    unit, so `check` and the engine compare like with like."""
+    text = (
+        GOOD_RULE.replace("node_memory_available_ratio", "node_memory_available_bytes")
+        .replace("value: 0.05", "value: 2Gi")
+        .replace(
+            "      actions:",
+            "      clear:\n        - {signal: node_memory_available_bytes, op: '>', value: 4e9}\n"
+            "      actions:",
+        )
+    )
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    rule = load_rules([path]).rules[0]
+    assert rule.when[0].value == 2 << 30
+    assert rule.clear is not None and rule.clear[0].value == 4e9
+    eta = GOOD_RULE.replace("scope: node", "scope: container").replace(
+        '{signal: node_memory_available_ratio, op: "<", value: 0.05}',
+        '{signal: container_seconds_to_limit, op: "<", value: 1m30s}',
+    )
+    path.write_text(eta)
+    assert load_rules([path]).rules[0].when[0].value == 90.0

@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from nodeguard.fields import model_at, unknown_field
 from nodeguard.rules.safe_yaml import YamlProblem, field_path, load_bounded
 from nodeguard.rules.schema import AlertRule, Rule, RuleFile
 
@@ -174,6 +175,9 @@ def _parse(path: Path, text: str) -> RuleFile:
             loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
             line = _line_of(node, loc)
             msg = err["msg"].removeprefix("Value error, ")
+            holder = model_at(RuleFile, loc) if err["type"] == "extra_forbidden" else None
+            if holder is not None:
+                msg = unknown_field(holder, str(loc[-1]))
             messages.append(f"{path}:{line or 1}: {field_path(loc)}: {msg}")
         raise RuleError(messages) from None
     seen: set[str] = set()
@@ -300,5 +304,10 @@ class RuleSource:
         self.current = new
         self.reloads_total += 1
         self.last_error = None
-        log.info("rules reloaded: %d rule(s) from %d file(s)", len(new.rules), len(new.files))
+        log.info(
+            "rules reloaded: %d rule(s) and %d alert rule(s) from %d file(s)",
+            len(new.rules),
+            len(new.alerts),
+            len(new.files),
+        )
         return True

@@ -26,8 +26,6 @@ duplicate rule names are errors at load time, never at 3 a.m. when the rule trip
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -37,13 +35,17 @@ from pydantic import (
     Field,
     PositiveInt,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from nodeguard.actions.registry import ACTIONS, ArgumentError
+from nodeguard.fields import did_you_mean
 from nodeguard.firing import Step
+from nodeguard.kube.objects import parse_bytes
 from nodeguard.rules.signals import SIGNALS, Scope
+from nodeguard.units import parse_duration
 
 __all__ = [
     "API_VERSION",
@@ -52,52 +54,9 @@ __all__ = [
     "Condition",
     "Rule",
     "RuleFile",
-    "parse_duration",
 ]
 
 API_VERSION = "nodeguard.io/v1alpha1"
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-# Anchored and unambiguous (each part ends in a unit), so a match costs linear time; the
-# unanchored search of each part from every position was quadratic in the length, and a
-# 60,000-digit `for:` held the event loop for 92 s.
-_WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-#: Characters of a duration string: ``1d23h59m59s999ms`` is 16.
-MAX_DURATION_CHARS = 32
-
-
-def _shown(value: Any) -> str:
-    """A value for an error message, cut to 40 characters (the value may be huge)."""
-    text = repr(value) if isinstance(value, str | int | float) else type(value).__name__
-    return text if len(text) <= 40 else f"{text[:37]}..."
-
-
-def parse_duration(value: Any) -> float:
-    """``"90s"``, ``"1m30s"``, ``"500ms"``, ``"2h"`` or a number of seconds, as seconds.
-    Raises ``ValueError`` for anything else: a negative or non-finite duration (``.nan`` or
-    ``.inf`` would switch timing off), a string over :data:`MAX_DURATION_CHARS` characters."""
-    if isinstance(value, bool):
-        raise ValueError("a duration, not a boolean")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.startswith("-"):
-            raise ValueError(f"negative duration {_shown(value)}")
-        if len(text) > MAX_DURATION_CHARS:
-            raise ValueError(
-                f"not a duration: {len(text)} characters (at most {MAX_DURATION_CHARS})"
-            )
-        if not _WHOLE.fullmatch(text):
-            raise ValueError(f"not a duration: {_shown(value)} (use e.g. 30s, 5m, 1h30m)")
-        seconds = sum(float(m.group(1)) * _UNIT[m.group(2)] for m in _PART.finditer(text))
-    else:
-        raise ValueError(f"not a duration: {_shown(value)}")
-    if not math.isfinite(seconds):
-        raise ValueError(f"not a finite duration: {_shown(value)}")
-    if seconds < 0:
-        raise ValueError(f"negative duration {_shown(value)}")
-    return seconds
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -107,8 +66,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+_UNIT_WORDS = {"ratio": "a ratio", "bytes": "in bytes", "seconds": "in seconds", "count": "a count"}
+
+
 class Condition(_Strict):
-    """``signal op value``: for example ``node_memory_available_ratio < 0.05``."""
+    """``signal op value``: for example ``node_memory_available_ratio < 0.05``. The value is in
+    the signal's unit (a ``bytes`` signal also takes a quantity such as ``8Gi``, a ``seconds``
+    signal a duration such as ``5m``) and within its declared range: a threshold that can
+    never trip (``ratio < -0.05``, a ratio compared with 30) is a load error."""
 
     signal: str
     op: Literal[">", ">=", "<", "<="]
@@ -118,8 +83,49 @@ class Condition(_Strict):
     @classmethod
     def _known(cls, name: str) -> str:
         if name not in SIGNALS:
-            raise ValueError(f"unknown signal {name!r} (known: {', '.join(sorted(SIGNALS))})")
+            close = did_you_mean(name, SIGNALS)
+            raise ValueError(
+                f"unknown signal {name!r}{close} (known: {', '.join(sorted(SIGNALS))})"
+            )
         return name
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _in_unit(cls, value: Any, info: ValidationInfo) -> Any:
+        sig = SIGNALS.get(info.data.get("signal", ""))
+        if sig is None or not isinstance(value, str):
+            return value
+        if sig.unit == "bytes":
+            try:
+                return parse_bytes(value.strip(), exact=True)
+            except ValueError:
+                raise ValueError(
+                    f"{sig.name} is in bytes: {value!r} is not a quantity (8Gi, 500M, or bytes)"
+                ) from None
+        if sig.unit == "seconds":
+            return parse_duration(value)
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _in_range(cls, value: float, info: ValidationInfo) -> float:
+        sig = SIGNALS.get(info.data.get("signal", ""))
+        op = info.data.get("op")
+        if sig is None or op is None:
+            return value
+        valid = sig.valid
+        where = f"{sig.name} is {_UNIT_WORDS.get(sig.unit, sig.unit)}, {valid}"
+        shown = f"{value:.0f}" if sig.unit == "bytes" else f"{value:g}"
+        if value not in valid:
+            hint = " (a ratio: 5 % is 0.05)" if sig.unit == "ratio" and 1 < value <= 100 else ""
+            never = (op in ("<", "<=") and value < valid.low) or (
+                op in (">", ">=") and value > valid.high
+            )
+            verdict = "never holds" if never else "always holds"
+            raise ValueError(f"{where}: {shown} is outside it, so the condition {verdict}{hint}")
+        if (op == "<" and value == valid.low) or (op == ">" and value == valid.high):
+            raise ValueError(f"{where}: {sig.name} {op} {shown} never holds")
+        return value
 
     def holds(self, observed: float | None) -> bool:
         """Whether the observed value satisfies the condition; no data never does."""
@@ -149,8 +155,9 @@ class ActionSpec(_Strict):
     def _check_args(self) -> ActionSpec:
         action = ACTIONS.get(self.action)
         if action is None:
+            close = did_you_mean(self.action, ACTIONS)
             raise ValueError(
-                f"unknown action {self.action!r} (known: {', '.join(sorted(ACTIONS))})"
+                f"unknown action {self.action!r}{close} (known: {', '.join(sorted(ACTIONS))})"
             )
         try:
             parsed = action.parse(self.args)

@@ -5,7 +5,9 @@ target (the node, a pod, a container, a GPU). It returns ``None`` when the data 
 limit, PSI off, no pod metadata, no GPU), and a condition on ``None`` never holds. Adding a
 signal is one function with :func:`signal`.
 
-Ratios are 0..1; bytes are bytes; seconds are seconds.
+Ratios are 0..1 (a share; the overcommit and request ratios go above 1); bytes are bytes;
+seconds are seconds. Each signal declares its :class:`Range`: a threshold outside it can never
+trip, so the rule schema refuses it at load time and names the range.
 """
 
 from __future__ import annotations
@@ -26,7 +28,18 @@ from nodeguard.snapshot import (
     PodMeta,
 )
 
-__all__ = ["SIGNALS", "History", "Scope", "Signal", "Target", "signal", "targets"]
+__all__ = [
+    "ABOVE_ZERO",
+    "SHARE",
+    "SIGNALS",
+    "History",
+    "Range",
+    "Scope",
+    "Signal",
+    "Target",
+    "signal",
+    "targets",
+]
 
 Scope = Literal["node", "pod", "container", "gpu"]
 
@@ -148,12 +161,36 @@ def _push_change(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Range:
+    """The values a signal can take, ``low`` to ``high`` inclusive (``inf``: no bound)."""
+
+    low: float
+    high: float = math.inf
+
+    def __contains__(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def __str__(self) -> str:
+        return (
+            f"{self.low:g} or more" if math.isinf(self.high) else f"{self.low:g} to {self.high:g}"
+        )
+
+
+#: A share of a whole: 0 to 1 (0.05 is 5 %).
+SHARE = Range(low=0.0, high=1.0)
+#: Bytes, seconds, counts, and ratios that exceed 1 (overcommit): 0 or more.
+ABOVE_ZERO = Range(low=0.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Signal:
-    """A registered signal: its scope, unit, help text and function."""
+    """A registered signal: its scope, unit (``ratio``, ``bytes``, ``seconds``, ``count``),
+    the range of its values, help text and function."""
 
     name: str
     scope: Scope
     unit: str
+    valid: Range
     help: str
     fn: Callable[[NodeSnapshot, History, Target], float | None]
 
@@ -162,7 +199,7 @@ SIGNALS: dict[str, Signal] = {}
 
 
 def signal(
-    name: str, *, scope: Scope, unit: str, help: str
+    name: str, *, scope: Scope, unit: str, valid: Range, help: str
 ) -> Callable[
     [Callable[[NodeSnapshot, History, Target], float | None]],
     Callable[[NodeSnapshot, History, Target], float | None],
@@ -174,7 +211,7 @@ def signal(
     ) -> Callable[[NodeSnapshot, History, Target], float | None]:
         if name in SIGNALS:
             raise ValueError(f"signal {name} registered twice")
-        SIGNALS[name] = Signal(name=name, scope=scope, unit=unit, help=help, fn=fn)
+        SIGNALS[name] = Signal(name=name, scope=scope, unit=unit, valid=valid, help=help, fn=fn)
         return fn
 
     return register
@@ -201,10 +238,12 @@ for _name, _attr, _help in (
     ("node_slab_reclaimable_ratio", "slab_reclaimable_bytes", "SReclaimable / MemTotal"),
     ("node_slab_unreclaimable_ratio", "slab_unreclaimable_bytes", "SUnreclaim / MemTotal"),
 ):
-    signal(_name, scope="node", unit="ratio", help=_help)(_mem_ratio(_attr))
+    signal(_name, scope="node", unit="ratio", valid=SHARE, help=_help)(_mem_ratio(_attr))
 
 
-@signal("node_memory_available_bytes", scope="node", unit="bytes", help="MemAvailable")
+@signal(
+    "node_memory_available_bytes", scope="node", unit="bytes", valid=ABOVE_ZERO, help="MemAvailable"
+)
 def _available(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
     return None if snap.meminfo is None else snap.meminfo.available_bytes
 
@@ -223,6 +262,7 @@ for _kind in ("some", "full"):
             f"node_psi_{_kind}_{_window}",
             scope="node",
             unit="ratio",
+            valid=SHARE,
             help=f"memory PSI {_kind} {_window}, share of time stalled",
         )(_psi(_kind, _window))
 
@@ -243,12 +283,14 @@ signal(
     "node_memory_requests_allocatable_ratio",
     scope="node",
     unit="ratio",
+    valid=ABOVE_ZERO,
     help="sum of pod memory requests / node allocatable",
 )(_overcommit(lambda t: t.requests_bytes))
 signal(
     "node_memory_limits_allocatable_ratio",
     scope="node",
     unit="ratio",
+    valid=ABOVE_ZERO,
     help="sum of pod memory limits / node allocatable (overcommit above 1)",
 )(_overcommit(lambda t: t.limits_bytes))
 
@@ -343,6 +385,7 @@ def _register_workload(scope: Literal["pod", "container"]) -> None:
         f"{scope}_working_set_bytes",
         scope=scope,
         unit="bytes",
+        valid=ABOVE_ZERO,
         help=f"{scope} working set (usage - inactive_file)",
     )
     def _ws(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
@@ -352,6 +395,7 @@ def _register_workload(scope: Literal["pod", "container"]) -> None:
         f"{scope}_working_set_limit_ratio",
         scope=scope,
         unit="ratio",
+        valid=SHARE,
         help=f"{scope} working set / effective memory limit",
     )
     def _ws_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
@@ -362,6 +406,7 @@ def _register_workload(scope: Literal["pod", "container"]) -> None:
         f"{scope}_working_set_request_ratio",
         scope=scope,
         unit="ratio",
+        valid=ABOVE_ZERO,
         help=f"{scope} working set / memory request (from the pod spec)",
     )
     def _ws_request(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
@@ -372,6 +417,7 @@ def _register_workload(scope: Literal["pod", "container"]) -> None:
         f"{scope}_seconds_to_limit",
         scope=scope,
         unit="seconds",
+        valid=ABOVE_ZERO,
         help=f"{scope}: seconds until the working set reaches the limit at its recent growth",
     )
     def _eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
@@ -384,6 +430,7 @@ def _register_workload(scope: Literal["pod", "container"]) -> None:
         f"{scope}_oom_kills_10m",
         scope=scope,
         unit="count",
+        valid=ABOVE_ZERO,
         help=f"{scope} OOM kills (cgroup counter) in the last 10 minutes",
     )
     def _ooms(_s: NodeSnapshot, h: History, t: Target) -> float | None:
@@ -399,6 +446,7 @@ _register_workload("container")
     "gpu_memory_used_ratio",
     scope="gpu",
     unit="ratio",
+    valid=SHARE,
     help="GPU memory in use (used + reserved, i.e. total - free) / total",
 )
 def _gpu_used_ratio(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
@@ -407,7 +455,9 @@ def _gpu_used_ratio(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
     return None if m is None else _ratio(m.total_bytes - m.free_bytes, m.total_bytes)
 
 
-@signal("gpu_memory_free_bytes", scope="gpu", unit="bytes", help="GPU memory free")
+@signal(
+    "gpu_memory_free_bytes", scope="gpu", unit="bytes", valid=ABOVE_ZERO, help="GPU memory free"
+)
 def _gpu_free(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
     m = t.gpu.memory if t.gpu else None
     return None if m is None else m.free_bytes
@@ -417,6 +467,7 @@ def _gpu_free(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
     "pod_gpu_memory_used_bytes",
     scope="pod",
     unit="bytes",
+    valid=ABOVE_ZERO,
     help="GPU memory used by the pod's processes, all GPUs together",
 )
 def _pod_gpu(snap: NodeSnapshot, _h: History, t: Target) -> float | None:
