@@ -38,7 +38,7 @@ def _decisions(result: ActionResult) -> dict[str, Any]:
         "evicted": [(u["unit"], sorted(u["pods"])) for u in d["evicted"]],
         # A unit still in backoff says how long is left: that moves between the two runs.
         "blocked": [
-            (b["unit"], b["pod"], b["retry_in_seconds"] if b["pod"] else "in backoff")
+            (b["unit"], b["pod"], "in backoff" if b["in_backoff"] else b["retry_in_seconds"])
             for b in d["blocked"]
         ],
         "skipped": [(s["unit"], s["reason"]) for s in d["skipped"]],
@@ -103,12 +103,25 @@ async def test_evict_dry_then_real_decides_the_same(cluster: Cluster, kube: Kube
     )
     args = {"free": "100Gi"}
 
-    (dry,) = await run_action(env=env, node=node, action="evict", args=args, dry_run=True)
+    # As the agent's rules run it (source "local"): a refused unit is backed off, not retried.
+    (dry,) = await run_action(
+        env=env, node=node, action="evict", args=args, dry_run=True, source="local"
+    )
     assert all(_alive(cluster, ns, n) for n in ("serving", "trial-a", "trial-b", "batch-1"))
     assert env.limiter.used(node) == 1  # the dry run spent a copy, not the real limit
-    (real,) = await run_action(env=env, node=node, action="evict", args=args)
+    (real,) = await run_action(env=env, node=node, action="evict", args=args, source="local")
 
     assert _decisions(dry) == _decisions(real)
+
+    # The Events say what happens next, and promise nothing else ("tried again" would not be
+    # true: the unit is left alone until the backoff ends, and only tried when a rule fires).
+    def blocked(result: ActionResult) -> str:
+        return next(e.message for e in result.events if e.reason == "NodeguardEvictionBlocked")
+
+    assert blocked(dry).endswith(
+        "never by DELETE; a real run would leave it alone for 10s (backoff)"
+    )
+    assert blocked(real).endswith("never by DELETE; left alone for 10s (backoff)")
     decided = _decisions(real)
     # Two units left of the limit of 3 (one eviction a minute ago): the budget refuses the
     # first, the gang goes whole, the next is in backoff, one more, then the limit.

@@ -263,7 +263,7 @@ async def test_a_gpu_rule_evicts_only_pods_on_that_gpu(
             [f"{ns}/small-low"],
         ]
         assert plan.details["freed_bytes"] == 30 * GiB
-        assert f"{20 * GiB} B of GPU memory on GPU 0 ({UUID0})" in plan.details["evicted"][0]["why"]
+        assert f"20.0 GiB of GPU memory on GPU 0 ({UUID0})" in plan.details["evicted"][0]["why"]
         # A percent is of that GPU's memory: 30 % of 80 GiB = 24 GiB, the same two pods.
         assert (await evict("30%", True)).details["freed_bytes"] == 30 * GiB
         # Without `free`: the first unit alone, for real.

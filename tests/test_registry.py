@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeguard.act import ACTIONS as ACT_ACTIONS
 from nodeguard.actions import registry
 from nodeguard.actions.audit import dry_reason
 from nodeguard.actions.evict import EvictArgs
+from nodeguard.cli.act import ACTIONS as ACT_ACTIONS
 from nodeguard.rules.schema import ActionSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +60,34 @@ def test_arguments_are_parsed_once_at_load_as_kubernetes_quantities() -> None:
 
 
 def test_unknown_actions_and_arguments_name_what_is_known() -> None:
-    with pytest.raises(ValueError, match=r"unknown action 'evicts' \(known: .*evict"):
+    with pytest.raises(
+        ValueError, match=r"unknown action 'evicts' \(did you mean 'evict'\?\) \(known: .*evict"
+    ):
         ActionSpec(action="evicts")
     with pytest.raises(ValueError, match="floor: no longer taken"):
         ActionSpec(action="pause_katib", args={"floor": 1})
     with pytest.raises(ValueError, match="NAMESPACE/NAME"):
         ActionSpec(action="resume_katib", args={"experiments": ["no-slash"]})
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("local", "(the agent tries the step again for up to 10 minutes)"),
+        ("act", "(not tried again: nodeguard act runs once)"),
+    ],
+)
+async def test_a_transient_failure_says_whether_it_is_retried(source: str, said: str) -> None:
+    """The remediator retries a step that failed transiently; `nodeguard act` does not: the
+    result and its Events say which, and promise nothing more."""
+    from tests.acting import env_for, run_action
+    from tests.standin_actions import FLAKY
+
+    FLAKY["left"] = 1
+    (result,) = await run_action(
+        env=env_for(None, "n"),
+        node="n",
+        action="test_flaky",
+        source=source,  # type: ignore[arg-type]
+    )
+    assert result.outcome == "failed" and result.message == f"test_flaky stand-in: failed {said}"

@@ -91,6 +91,12 @@ class Call:
         """The node acted on."""
         return self.firing.node
 
+    @property
+    def one_shot(self) -> bool:
+        """Whether nothing runs this decision again: ``nodeguard act`` acts once and keeps no
+        backoff, where the agent retries a failed step and remembers a budget's refusal."""
+        return self.firing.source == "act"
+
     def limits(self) -> tuple[EvictionLimiter, EvictionBackoff]:
         """The limiter and backoff of this call: one pair for all its steps (in dry run, one
         scratch pair, so two evict steps of one firing see each other's spending)."""

@@ -281,8 +281,6 @@ def _failed(
     action: str, node: str, dry_run: bool, exc: KubeError, ref: ObjectRef, *, reason: str
 ) -> ActionResult:
     message = f"{action} of {node} failed: {type(exc).__name__}: {exc}"
-    if exc.transient:
-        message += " (tried again later)"
     return _result(
         action,
         node,

@@ -51,6 +51,7 @@ from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import Conflict, KubeError, NotFound, ServerError, TooManyRequests
 from nodeguard.kube.objects import node_meta, pod_meta
 from nodeguard.snapshot import PodMeta
+from nodeguard.units import format_bytes, format_duration
 
 if TYPE_CHECKING:
     from nodeguard.actions.context import Call
@@ -118,8 +119,9 @@ class Evicted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Blocked:
-    """A PodDisruptionBudget refused ``pod`` (now, or earlier: ``in_backoff``); the unit is
-    tried again in ``retry_in`` seconds. ``partial``: members evicted before the refusal."""
+    """A PodDisruptionBudget refused ``pod`` (now; or earlier, ``in_backoff``, and ``pod``
+    names the unit's pods); the unit is left alone for ``retry_in`` seconds. ``partial``:
+    members evicted before the refusal."""
 
     unit: str
     pod: str
@@ -132,11 +134,11 @@ class Blocked:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Skipped:
     """``unit`` was passed over: ``reason`` (working set unknown, a member that may never be
-    evicted, already done before a restart)."""
+    evicted); ``pod`` names the member concerned, or the unit's pods."""
 
     unit: str
     reason: str
-    pod: str = ""
+    pod: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +155,11 @@ class Stop:
 UnitOutcome = Evicted | Blocked | Skipped
 
 
+def _names(unit: Unit) -> str:
+    """The unit's pods on this node, ``namespace/name``, comma-separated."""
+    return ", ".join(f"{p.namespace}/{p.name}" for p in unit.pods)
+
+
 def _split(name: str) -> tuple[str, str]:
     namespace, _, pod = name.partition("/")
     return namespace, pod
@@ -162,7 +169,7 @@ def _refusal(exc: KubeError) -> str | None:
     """Why the API refuses an eviction for now: a PodDisruptionBudget (429), or two budgets
     covering one pod (the API answers 500 and never evicts it until that is fixed)."""
     if isinstance(exc, TooManyRequests) and exc.disruption_budget:
-        return f"PodDisruptionBudget: {exc}"
+        return f"PodDisruptionBudget: {str(exc).rstrip('.')}"
     if isinstance(exc, ServerError) and "more than one PodDisruptionBudget" in str(exc):
         return f"more than one PodDisruptionBudget covers the pod: {exc}"
     return None
@@ -315,6 +322,7 @@ class _Walk:
     backoff: EvictionBackoff
     progress: MutableMapping[str, Any]
     checkpoint: Callable[[], None]
+    one_shot: bool = False
     outcomes: list[UnitOutcome] = dataclasses.field(default_factory=list)
     stop: Stop | None = None
 
@@ -429,7 +437,7 @@ class _Walk:
             self.outcomes.append(
                 Blocked(
                     unit=unit.key,
-                    pod="",
+                    pod=_names(unit),
                     reason="in backoff after a PodDisruptionBudget refusal",
                     retry_in=round(until - self.backoff.clock(), 1),
                     in_backoff=True,
@@ -536,7 +544,9 @@ class _Walk:
                     return
                 if target > 0 and not unit.usage_known:
                     # Without a working set the target cannot be measured: never evict blind.
-                    self.outcomes.append(Skipped(unit=unit.key, reason="working set unknown"))
+                    self.outcomes.append(
+                        Skipped(unit=unit.key, pod=_names(unit), reason="working set unknown")
+                    )
                     continue
                 await self.one(unit, why)
         except _Failed as failed:
@@ -553,6 +563,17 @@ class _Walk:
                 message=f"eviction stopped by an API error: {type(exc).__name__}: {exc}",
                 transient=exc.transient,
             )
+
+
+def _later(walk: _Walk, blocked: Blocked) -> str:
+    """What happens next to a refused unit, and nothing more: the agent leaves it alone for the
+    backoff (and tries it when a rule next evicts on the node); ``nodeguard act`` runs once."""
+    wait = format_duration(round(blocked.retry_in))
+    if walk.one_shot:
+        return "not tried again: nodeguard act runs once"
+    if walk.dry_run:
+        return f"a real run would leave it alone for {wait} (backoff)"
+    return f"left alone for {wait} (backoff)"
 
 
 def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[AuditEvent, ...]:
@@ -587,10 +608,8 @@ def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[Audit
                         type="Warning",
                     )
                 )
-            message = f"eviction of {o.pod} refused ({o.reason}); never by DELETE" + (
-                f"; tried again after {o.retry_in:.0f}s"
-                if not walk.dry_run
-                else f"; a real run would try again after {o.retry_in:.0f}s"
+            message = (
+                f"eviction of {o.pod} refused ({o.reason}); never by DELETE; {_later(walk, o)}"
             )
             out.append(
                 AuditEvent(
@@ -628,6 +647,7 @@ async def evict(
     usage: Mapping[str, int] | None = None,
     progress: MutableMapping[str, Any] | None = None,
     checkpoint: Callable[[], None] = lambda: None,
+    one_shot: bool = False,
 ) -> ActionResult:
     """Evict units of ``plan`` in order until ``target_bytes`` are freed (0: just the first).
     With a target, units whose working set is unknown are skipped, never evicted blind. Gangs
@@ -649,6 +669,7 @@ async def evict(
         backoff=backoff,
         progress=progress if progress is not None else {},
         checkpoint=checkpoint,
+        one_shot=one_shot,
     )
     await walk.run(plan, target_bytes, usage or {})
     evicted = [o for o in walk.outcomes if isinstance(o, Evicted)]
@@ -676,16 +697,17 @@ async def evict(
         )
         or "nothing"
     )
+    target = format_bytes(target_bytes) if target_bytes else "0: the first unit alone"
     message = (
-        f"{verb} {len(evicted)} unit(s) ({names}), {walk.freed} B of working set "
-        f"(target {target_bytes} B)"
+        f"{verb} {len(evicted)} unit(s) ({names}), {format_bytes(walk.freed)} of working set "
+        f"(target {target})"
     )
     if partial:
         message += f"; {verb} also {', '.join(partial)} of unit(s) left half-done"
     for b in blocked:
-        message += f"; blocked: {b.pod or b.unit} ({b.reason})"
+        message += f"; blocked: {b.pod} ({b.reason}; {_later(walk, b)})"
     for s in skipped:
-        message += f"; skipped: {s.unit} ({s.reason})"
+        message += f"; skipped: {s.pod} ({s.reason})"
     if stop is not None:
         message += f"; {stop.message}"
     by_name = {(p.namespace, p.name): p for u, _ in plan.ranked for p in u.pods}
@@ -712,6 +734,7 @@ async def evict(
                     "pod": b.pod,
                     "reason": b.reason,
                     "retry_in_seconds": b.retry_in,
+                    "in_backoff": b.in_backoff,
                     "partial": list(b.partial),
                 }
                 for b in blocked
@@ -833,6 +856,7 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
         usage=usage,
         progress=call.progress,
         checkpoint=call.checkpoint,
+        one_shot=call.one_shot,
     )
     return [dataclasses.replace(result, details={**result.details, "plan": plan_record(plan)})]
 

@@ -423,8 +423,7 @@ async def pause_experiment(
     except KubeError as exc:
         return result(
             "failed",
-            f"pause of {what} failed: {type(exc).__name__}: {exc}"
-            + (" (tried again later)" if exc.transient else ""),
+            f"pause of {what} failed: {type(exc).__name__}: {exc}",
             "NodeguardKatibFailed",
             retry=exc.transient,
         )
@@ -546,8 +545,7 @@ async def resume_experiment(
         transient = isinstance(exc, KubeError) and exc.transient
         return result(
             "failed",
-            f"resume of {what} failed: {type(exc).__name__}: {exc}"
-            + (" (tried again later)" if transient else ""),
+            f"resume of {what} failed: {type(exc).__name__}: {exc}",
             "NodeguardKatibFailed",
             retry=transient,
         )

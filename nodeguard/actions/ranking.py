@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nodeguard.snapshot import GpuDevice, NodeSnapshot, PodMeta
+from nodeguard.units import format_bytes
 
 __all__ = [
     "EvictFilter",
@@ -218,9 +219,9 @@ def plan_eviction(
         if not u.usage_known:
             why = f"usage unknown; priority {u.priority}"
         elif u.exceeds_request:
-            why = f"working set {over} B above its request; priority {u.priority}"
+            why = f"working set {format_bytes(over)} above its request; priority {u.priority}"
         else:
-            why = f"within its request ({-over} B to spare); priority {u.priority}"
+            why = f"within its request ({format_bytes(-over)} to spare); priority {u.priority}"
         if u.kind != "pod":
             why += f"; {u.kind} of {len(u.pods)} pod(s) on this node, evicted together"
         ranked.append((u, why))
@@ -252,7 +253,7 @@ def gpu_eviction_plan(
     where = f"GPU {device.index} ({device.key})"
     reasons = []
     for unit, _ in ranked:
-        known = f"{unit.usage_bytes} B of GPU memory on {where}"
+        known = f"{format_bytes(unit.usage_bytes)} of GPU memory on {where}"
         why = known if unit.usage_known else f"GPU memory on {where} unknown"
         why += f"; priority {unit.priority}"
         if unit.kind != "pod":

@@ -12,6 +12,7 @@ auditor log, count and event every result once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 
 from nodeguard.actions.args import ActionArgs
 from nodeguard.actions.base import OUTCOMES, ActionResult, Outcome
+from nodeguard.fields import unknown_field
 from nodeguard.firing import Step
 
 if TYPE_CHECKING:
@@ -76,7 +78,11 @@ class Action:
             problems = "; ".join(
                 ".".join(["args", *(str(p) for p in e["loc"])])
                 + ": "
-                + e["msg"].removeprefix("Value error, ")
+                + (
+                    unknown_field(self.args, str(e["loc"][-1]))
+                    if e["type"] == "extra_forbidden"
+                    else e["msg"].removeprefix("Value error, ")
+                )
                 for e in exc.errors()
             )
             raise ArgumentError(f"{self.name}: {problems}") from None
@@ -129,7 +135,24 @@ async def dispatch(call: Call, step: Step) -> list[ActionResult]:
             )
         ]
     else:
-        results = await action.run(call, step.args)
+        results = [_promise(r, one_shot=call.one_shot) for r in await action.run(call, step.args)]
     for result in results:
         await call.env.auditor.record(result=result, default_reason=action.reasons[result.outcome])
     return results
+
+
+def _promise(result: ActionResult, *, one_shot: bool) -> ActionResult:
+    """A result worth retrying says whether it will be: the remediator tries the step again,
+    ``nodeguard act`` runs once. The message and its Events say so, and promise nothing more."""
+    if not result.retry:
+        return result
+    said = (
+        " (not tried again: nodeguard act runs once)"
+        if one_shot
+        else " (the agent tries the step again for up to 10 minutes)"
+    )
+    return dataclasses.replace(
+        result,
+        message=result.message + said,
+        events=tuple(dataclasses.replace(e, message=e.message + said) for e in result.events),
+    )
