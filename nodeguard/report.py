@@ -6,27 +6,36 @@ from __future__ import annotations
 
 import datetime as dt
 
+from rich import box
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from nodeguard.snapshot import ContainerMemory, GpuMemory, NodeSnapshot, PodMemory
+from nodeguard.units import format_bytes
 
 __all__ = ["format_bytes", "render_report"]
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+def _missing(snap: NodeSnapshot, name: str, what: str) -> Text:
+    """Why a section has nothing, in one line, from its collector's own status."""
+    st = snap.collector(name)
+    if st is None:
+        why = f"collector off (--no-collector.{name})"
+    elif not st.success:
+        why = f"collector FAILED: {st.error}"
+    else:
+        why = f"no data ({st.error})" if st.error else "none"
+    return Text(f"{what}: {why}", style="" if st is None or st.success else "yellow")
 
 
-def format_bytes(value: int | None) -> str:
-    """Binary units with one decimal (``1.5 GiB``); ``-`` for unknown."""
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in _UNITS:
-        if abs(size) < 1024 or unit == _UNITS[-1]:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+def _workload(snap: NodeSnapshot, pod_uid: str, container_id: str) -> str:
+    """``namespace/pod/container``; before pod names are known (no cluster), the start of the
+    pod UID and the container ID's first 12 characters, as ``crictl ps`` shows it."""
+    lab = snap.labels_for(pod_uid, container_id)
+    if lab.namespace:
+        return f"{lab.namespace}/{lab.pod}/{lab.container}"
+    return f"pod {pod_uid[:8]}/{container_id[:12]}"
 
 
 def _pct(part: int | None, whole: int | None) -> str:
@@ -38,7 +47,7 @@ def _pct(part: int | None, whole: int | None) -> str:
 def _node_table(snap: NodeSnapshot) -> Table | Text:
     mem = snap.meminfo
     if mem is None:
-        return Text("node memory: no data (meminfo collector off or failed)")
+        return _missing(snap, "meminfo", "node memory")
     t = Table(title="Node memory", title_justify="left")
     t.add_column("")
     t.add_column("bytes", justify="right")
@@ -63,7 +72,7 @@ def _node_table(snap: NodeSnapshot) -> Table | Text:
 def _pressure_table(snap: NodeSnapshot) -> Table | Text:
     psi = snap.pressure
     if psi is None:
-        return Text("memory pressure (PSI): unavailable on this kernel or collector off")
+        return _missing(snap, "pressure", "memory pressure (PSI)")
     t = Table(title="Memory pressure (PSI, share of time stalled)", title_justify="left")
     for col in ("", "avg10", "avg60", "avg300", "total stall"):
         t.add_column(col, justify="right")
@@ -81,7 +90,10 @@ def _pressure_table(snap: NodeSnapshot) -> Table | Text:
 
 def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
     if not snap.pods:
-        return Text("containers: none found (no kubepods cgroup on this host)")
+        st = snap.collector("cgroups")
+        if st is not None and st.success and st.available:
+            return Text("containers: none found (no kubepods cgroup on this host)")
+        return _missing(snap, "cgroups", "containers")
 
     def key(item: tuple[PodMemory, ContainerMemory]) -> tuple[float, int]:
         m = item[1].memory
@@ -94,27 +106,18 @@ def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
     t = Table(
         title=f"Top containers against their limits (of {len(snap.containers())})",
         title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
-    for col in (
-        "namespace/pod",
-        "container",
-        "qos",
-        "working set",
-        "limit",
-        "of limit",
-        "OOM kills",
-    ):
-        t.add_column(
-            col,
-            justify="right" if col in ("working set", "limit", "of limit", "OOM kills") else "left",
-        )
+    # One column names the container, folded rather than cut, so 80 columns lose nothing.
+    t.add_column("namespace/pod/container", overflow="fold", ratio=1, min_width=20)
+    t.add_column("qos", overflow="fold")
+    for col in ("working\nset", "limit", "of\nlimit", "OOM\nkills"):
+        t.add_column(col, justify="right", no_wrap=True)
     for pod, c in items:
-        lab = snap.labels_for(pod.uid, c.container_id)
         m = c.memory
-        name = f"{lab.namespace}/{lab.pod}" if lab.namespace else lab.pod
         t.add_row(
-            name,
-            lab.container[:24],
+            _workload(snap, pod.uid, c.container_id),
             pod.qos_class,
             format_bytes(m.working_set_bytes),
             format_bytes(m.effective_limit_bytes) if m.effective_limit_bytes else "none",
@@ -126,10 +129,12 @@ def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
 
 def _process_table(snap: NodeSnapshot) -> Table | Text:
     if not snap.processes:
-        return Text("processes: no data")
-    t = Table(title="Top processes by RSS", title_justify="left")
+        return _missing(snap, "processes", "processes")
+    t = Table(
+        title="Top processes by RSS", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     for col in ("pid", "name", "rss", "container"):
-        t.add_column(col, justify="right" if col in ("pid", "rss") else "left")
+        t.add_column(col, justify="right" if col in ("pid", "rss") else "left", overflow="fold")
     for p in snap.processes:
         where = p.container_id[:12] if p.container_id else (p.cgroup or "?")
         t.add_row(str(p.pid), p.name, format_bytes(p.rss_bytes), where)
@@ -139,9 +144,7 @@ def _process_table(snap: NodeSnapshot) -> Table | Text:
 def _gpu_table(snap: NodeSnapshot) -> Table | Text:
     info = snap.gpu
     if info is None:
-        st = snap.collector("gpu")
-        why = st.error if st is not None and st.error else "collector off"
-        return Text(f"GPUs: no data ({why})")
+        return _missing(snap, "gpu", "GPUs")
     uuids: list[str] = []
     t = Table(
         title=f"GPU memory (NVIDIA driver {info.driver_version or '?'})",
@@ -208,7 +211,7 @@ def _gpu_processes_table(snap: NodeSnapshot, top: int) -> Table | Text | None:
 def _oom_text(snap: NodeSnapshot) -> Text:
     oom = snap.oom
     if oom is None:
-        return Text("OOM kills (kernel log): no data (needs /dev/kmsg and CAP_SYSLOG)")
+        return _missing(snap, "kmsg", "OOM kills (kernel log; needs /dev/kmsg and CAP_SYSLOG)")
     lines = [f"OOM kills this boot (kernel log): {oom.total}"]
     for k in list(oom.recent)[-5:]:
         when = dt.datetime.fromtimestamp(k.time, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -228,13 +231,8 @@ def render_report(
     """Print the report of one snapshot to ``console``."""
     when = dt.datetime.fromtimestamp(snap.timestamp, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     header = Text(f"nodeguard snapshot of {snap.node_name} at {when}Z", style="bold")
-    failed = [c for c in snap.collectors if not c.success]
-    absent = [c for c in snap.collectors if c.success and not c.available]
-    notes = [f"collector {c.name} FAILED: {c.error}" for c in failed]
-    notes += [f"collector {c.name}: no data ({c.error})" for c in absent]
+    # Each section says itself, once, why it has no data (its collector's status).
     parts: list[Table | Text] = [header]
-    if notes:
-        parts.append(Text("\n".join(notes), style="yellow"))
     parts += [
         _node_table(snap),
         _pressure_table(snap),

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from nodeguard.cli import build_parser, parse_duration
-from nodeguard.report import format_bytes
+from nodeguard.cli import build_parser
+from nodeguard.cli.flags import duration as parse_duration
+from nodeguard.units import format_bytes
 from tests.conftest import host_flags
 from tests.fixtures.make_hosts import CID, UID_B
 
@@ -134,3 +135,140 @@ def test_snapshot_report_reads_at_a_glance() -> None:
     assert rows and "85.1%" in rows[0]
     assert "OOM kills this boot (kernel log): 2" in text
     assert "python3" in text and "9.0 GiB" in text
+
+
+# -- every flag of every subcommand: help with its default, values with their unit -------------
+#: What a flag's value is, as its usage line names it; the units (DURATION, BYTES, COUNT,
+#: PERCENT, AMOUNT) each have one grammar, which the help text gives.
+METAVARS = {
+    "DURATION": "500ms, 30s, 5m, 1h30m",
+    "BYTES": "1Mi",
+    "AMOUNT": "8Gi",
+    "PERCENT": "",
+    "COUNT": "",
+    "PRIORITY": "",
+    "DIR": "",
+    "FILE": "",
+    "PATH": "",
+    "URL": "",
+    "NAME": "",
+    "NODE": "",
+    "NAMESPACE": "",
+    "NAMESPACE/NAME": "",
+    "LABEL": "",
+    "KEY=VALUE": "",
+    "TEXT": "",
+    "HOST:PORT": "",
+}
+
+
+def _flags() -> list[tuple[str, argparse.Action]]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [
+        (name, action)
+        for name, parser in sub.choices.items()
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction)
+    ]
+
+
+def test_every_subcommand_is_a_module_of_the_cli_package() -> None:
+    from nodeguard.cli import SUBCOMMANDS
+
+    assert list(SUBCOMMANDS) == ["run", "snapshot", "check", "incidents", "act"]
+    assert {m.__name__ for m in SUBCOMMANDS.values()} == {f"nodeguard.cli.{n}" for n in SUBCOMMANDS}
+    assert {c for c, _ in _flags()} == set(SUBCOMMANDS)
+
+
+def test_every_flag_says_its_default_and_unit() -> None:
+    seen = 0
+    for command, action in _flags():
+        name = f"nodeguard {command} {'/'.join(action.option_strings) or action.dest}"
+        assert action.help, f"{name}: no help"
+        if not action.option_strings:
+            continue  # a positional: said in the usage line
+        seen += 1
+        assert "default" in action.help, f"{name}: the help does not give the default"
+        assert not action.required or "required" in action.help, name
+        if action.nargs == 0 or action.choices is not None:
+            continue  # a switch (on/off), or one of the values listed in the usage line
+        assert action.metavar in METAVARS, f"{name}: value {action.metavar!r} names no unit"
+        example = METAVARS[str(action.metavar)]
+        assert example in action.help, f"{name}: the help does not show the grammar ({example})"
+    assert seen > 60
+
+
+def test_one_log_level_flag_everywhere() -> None:
+    levels = {
+        (command, tuple(a.choices or ()))
+        for command, a in _flags()
+        if "--log.level" in a.option_strings
+    }
+    assert {c for c, _ in levels} == {"run", "snapshot", "check", "incidents", "act"}
+    assert {choices for _, choices in levels} == {("debug", "info", "warning", "error")}
+    assert build_parser().parse_args(["run"]).log_level == "info"
+    assert build_parser().parse_args(["check", "f"]).log_level == "warning"
+
+
+def test_one_duration_grammar_for_flags_and_rule_files() -> None:
+    from nodeguard.rules.schema import Rule
+
+    args = build_parser().parse_args(["run", "--evict.window=1h30m", "--interval=1m30s"])
+    assert (args.evict_window, args.interval) == (5400.0, 90.0)
+    assert build_parser().parse_args(["run"]).evict_window == 600.0  # the default, "10m"
+    rule = Rule.model_validate(
+        {
+            "name": "r",
+            "scope": "node",
+            "for": "1h30m",
+            "when": [{"signal": "node_memory_available_ratio", "op": "<", "value": 0.05}],
+            "actions": [{"action": "record"}],
+        }
+    )
+    assert rule.for_ == parse_duration("1h30m") == 5400.0
+
+
+def test_act_spells_the_cordon_flags_as_run_does() -> None:
+    run = build_parser().parse_args(["run", "--cordon.mode=taint", "--cordon.budget-percent=10"])
+    act = build_parser().parse_args(
+        ["act", "cordon", "--node=n", "--cordon.mode=taint", "--cordon.budget-percent=10"]
+    )
+    old = build_parser().parse_args(
+        ["act", "cordon", "--node=n", "--mode=taint", "--budget-percent=10"]
+    )
+    for args in (run, act, old):
+        assert (args.cordon_mode, args.budget_percent) == ("taint", 10.0)
+
+
+def test_sizes_flags_take_quantities() -> None:
+    assert build_parser().parse_args(["run"]).webhook_max_body == 1 << 20
+    args = build_parser().parse_args(["run", "--webhook.max-body=512k"])
+    assert args.webhook_max_body == 512_000
+
+
+def test_act_evict_and_a_rules_evict_take_the_same_defaults() -> None:
+    """`nodeguard act evict` with no --free and a rule's `evict` with no `free`: one argument
+    model, one set of defaults (5 % of the node's memory, priority 999 or less)."""
+    from nodeguard.actions import registry
+    from nodeguard.cli.act import action_args
+    from nodeguard.rules.schema import ActionSpec
+
+    args = build_parser().parse_args(["act", "evict", "--node", "n"])
+    by_hand = registry.get("evict").parse(action_args(args))
+    assert by_hand == ActionSpec(action="evict").step.args
+    assert by_hand.free is None and by_hand.max_priority == 999  # type: ignore[attr-defined]
+
+
+def test_without_a_kubeconfig_act_says_where_it_looked(tmp_path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "act", "cordon", "--node", "n", "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "", "HOME": str(tmp_path), "COLUMNS": "200"},
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert (
+        "tried --kubeconfig (not given), the in-cluster config (not in a pod), $KUBECONFIG "
+        f"(unset), {tmp_path}/.kube/config (absent)" in out.stderr
+    ), out.stderr

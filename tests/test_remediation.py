@@ -350,9 +350,11 @@ def test_incidents_command_lists_and_shows(tmp_path: Path) -> None:
         check=True,
         env=env,
     ).stdout
-    assert "slab-high" in listing and "cordon:done" in listing and record["id"] in listing
+    # Named by the shortest unique start of its id, its time to the second.
+    short = record["id"][:15]
+    assert "slab-high" in listing and "cordon:done" in listing and short in listing
     shown = subprocess.run(
-        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}", record["id"]],
+        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}", short],
         capture_output=True,
         text=True,
         check=True,

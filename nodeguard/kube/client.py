@@ -106,6 +106,23 @@ def _api_client(configuration: k8s.Configuration) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
+def _sources(kubeconfig: Path | None) -> list[str]:
+    """Where :meth:`KubeClient.load` looked for a config, for the error that says none
+    worked: the file given; else in a pod its ServiceAccount; else ``$KUBECONFIG``, else
+    ``~/.kube/config``."""
+    if kubeconfig is not None:
+        return [f"--kubeconfig {kubeconfig}"]
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    if host:
+        return [f"the in-cluster config (KUBERNETES_SERVICE_HOST={host}: the pod's token)"]
+    tried = ["--kubeconfig (not given)", "the in-cluster config (not in a pod)"]
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [*tried, f"$KUBECONFIG={env}"]
+    home = Path(k8s_config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser()
+    return [*tried, "$KUBECONFIG (unset)", f"{home}{'' if home.exists() else ' (absent)'}"]
+
+
 class KubeClient:
     """Async facade over the official client for what nodeguard does to a cluster.
 
@@ -137,7 +154,9 @@ class KubeClient:
                     client_configuration=configuration,
                 )
         except (k8s_config.ConfigException, OSError) as exc:
-            raise KubeError(f"no usable Kubernetes config: {exc}") from exc
+            raise KubeError(
+                f"no usable Kubernetes config ({exc}); tried {', '.join(_sources(kubeconfig))}"
+            ) from exc
         return cls(api_client=_api_client(configuration))
 
     @classmethod

@@ -100,6 +100,12 @@ class PodWatcher:
         except KubeError as exc:
             log.warning("cannot read node %s: %s", self._node_name, exc)
 
+    async def list_once(self) -> None:
+        """List the node's pods and read the node once, without watching (``nodeguard
+        snapshot``); afterwards :meth:`is_synced`. Raises :class:`KubeError` when the pods
+        cannot be listed."""
+        await self._list()
+
     async def _list(self) -> str:
         items, rv = await self._kube.list_pods(node_name=self._node_name)
         fresh = {m.uid: m for m in (trimmed(pod_meta(p)) for p in items)}

@@ -224,6 +224,20 @@ class IncidentStore:
                 log.warning("unreadable incident %s: %s", path, exc)
         return out
 
+    def ids(self) -> tuple[str, ...]:
+        """Every record's id, oldest first."""
+        if self.directory is None:
+            return tuple(sorted(self._memory))
+        return tuple(sorted(p.name.removesuffix(".json") for p in self.directory.glob("*.json")))
+
+    def matching(self, prefix: str) -> tuple[str, ...]:
+        """The ids that start with ``prefix`` (an exact id alone, where one is), oldest first:
+        ``nodeguard incidents ID`` takes any unique prefix, as git takes a commit's."""
+        ids = self.ids()
+        if prefix in ids:
+            return (prefix,)
+        return tuple(i for i in ids if i.startswith(prefix)) if prefix else ()
+
     def get(self, incident: str) -> dict[str, Any] | None:
         """One record by id, ``None`` if unknown."""
         if self.directory is None:

@@ -93,7 +93,7 @@ class NvmlSource:
             if _code(exc) in _NO_DRIVER:
                 failure: tuple[type[Exception], str] = (
                     NoDataError,
-                    f"no NVIDIA driver (nvmlInit: {exc}); retried every {self._retry:g}s",
+                    f"no NVIDIA driver (nvmlInit: {exc})",
                 )
             else:
                 failure = (NvmlInitError, f"nvmlInit failed: {exc}")

@@ -10,6 +10,9 @@ Working sets come from the node's agent (``--agent-url http://NODE:9847``, its `
 without one, units rank by priority with usage unknown and are not evicted toward a target
 (``--free 0`` evicts the first unit).
 
+Output fits 80 columns: sizes in binary units (``--json``: the results with exact bytes), each
+result on one line, every pod evicted, blocked or skipped named with its reason.
+
 Exit status: 0 done or nothing to do; 1 failed (an API error, the API server unreachable);
 2 bad flags; 3 refused or blocked (a budget, a limit, a PodDisruptionBudget said no);
 4 the node or a named experiment does not exist.
@@ -20,29 +23,44 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from nodeguard.actions import registry
 from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.context import Call, Env
-from nodeguard.actions.cordon import CordonConfig
 from nodeguard.actions.evict import DEFAULT_MAX_PRIORITY, DEFAULT_NODE_FREE
+from nodeguard.cli.flags import add_cordon, add_json, add_log_level, cordon_config
 from nodeguard.firing import Firing, Step
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import KubeError, NotFound
-from nodeguard.report import format_bytes
+from nodeguard.units import format_bytes
 
-__all__ = ["ACTIONS", "EXIT_NOT_FOUND", "add_act_arguments", "run_act"]
+__all__ = [
+    "ACTIONS",
+    "EXIT_NOT_FOUND",
+    "action_args",
+    "add_arguments",
+    "exit_status",
+    "render_plan",
+    "run",
+]
+
+HELP = "run one runbook action by hand (--dry-run: what it would do)"
 
 #: The actions ``nodeguard act`` runs, as the command line spells them.
 ACTIONS = ("cordon", "uncordon", "evict", "pause-katib", "resume-katib")
-EXIT_FAILED, EXIT_REFUSED, EXIT_NOT_FOUND = 1, 3, 4
+EXIT_FAILED, EXIT_BAD_FLAGS, EXIT_REFUSED, EXIT_NOT_FOUND = 1, 2, 3, 4
+_STYLES = {"done": "green", "noop": "", "refused": "yellow", "blocked": "yellow", "failed": "red"}
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -52,71 +70,59 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
-def add_act_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``nodeguard act``."""
     parser.add_argument(
         "action",
         choices=ACTIONS,
         help="; ".join(f"{a}: {registry.get(a.replace('-', '_')).summary}" for a in ACTIONS),
     )
-    parser.add_argument("--node", required=True, help="the node to act on")
+    parser.add_argument(
+        "--node", required=True, metavar="NODE", help="the node to act on (required: no default)"
+    )
     parser.add_argument(
         "--dry-run",
         action="store_true",
         help="walk the whole path; the API server checks writes without persisting them "
-        "(dryRun=All)",
+        "(dryRun=All; default off: act)",
     )
     parser.add_argument(
-        "--kubeconfig", help="kubeconfig (default: in-cluster, $KUBECONFIG, ~/.kube/config)"
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="kubeconfig (default: the in-cluster config in a pod, else $KUBECONFIG, else "
+        "~/.kube/config)",
     )
     parser.add_argument(
-        "--rule", default="manual", help="recorded as the rule that acted (default manual)"
+        "--rule",
+        default="manual",
+        metavar="NAME",
+        help="recorded as the rule that acted (default manual)",
     )
     parser.add_argument(
-        "--reason", default="by hand (nodeguard act)", help="recorded as why (default: by hand)"
+        "--reason",
+        default="by hand (nodeguard act)",
+        metavar="TEXT",
+        help="recorded as why, in Events and annotations (default 'by hand (nodeguard act)')",
     )
-    g = parser.add_argument_group("cordon")
-    g.add_argument(
-        "--cordon.mode",
-        "--mode",
-        dest="mode",
-        choices=["unschedulable", "taint"],
-        default="unschedulable",
-        help="spec.unschedulable, or a NoSchedule taint (default unschedulable)",
-    )
-    g.add_argument(
-        "--cordon.budget-nodes",
-        "--budget-nodes",
-        dest="budget_nodes",
-        type=int,
-        help="at most this many nodes cordoned by nodeguard at once (default: no budget)",
-    )
-    g.add_argument(
-        "--cordon.budget-percent",
-        "--budget-percent",
-        dest="budget_percent",
-        type=float,
-        help="at most this percent of the nodes cordoned by nodeguard (default: no budget)",
-    )
-    g.add_argument(
-        "--cordon.lease-namespace",
-        "--lease-namespace",
-        dest="lease_namespace",
-        default="kube-system",
-        help="namespace of the budget's Lease (default kube-system)",
-    )
+    add_json(parser, what="the results (and the eviction plan)")
+    add_log_level(parser, default="warning")
+    add_cordon(parser, aliases=True)
     e = parser.add_argument_group("evict")
     e.add_argument(
         "--free",
         "--target",
         dest="free",
-        help=f"working set to free: a quantity (8Gi) or a percent of the node's memory "
-        f"(default {DEFAULT_NODE_FREE}); 0: the first unit only",
+        metavar="AMOUNT",
+        help="working set to free: a Kubernetes quantity (8Gi) or a percent of the node's "
+        f"memory (5%%); 0: the first unit alone (default {DEFAULT_NODE_FREE.replace('%', '%%')}"
+        ", as a node rule's evict)",
     )
     e.add_argument(
         "--max-priority",
         type=int,
         default=DEFAULT_MAX_PRIORITY,
+        metavar="PRIORITY",
         help=f"evict only pods of at most this priority (default {DEFAULT_MAX_PRIORITY}, as "
         "the runbook)",
     )
@@ -124,29 +130,39 @@ def add_act_arguments(parser: argparse.ArgumentParser) -> None:
         "--priority-class",
         action="append",
         dest="priority_classes",
-        help="evict only pods of this PriorityClass (repeat)",
+        metavar="NAME",
+        help="evict only pods of this PriorityClass; repeat for more (default: any)",
     )
     e.add_argument(
         "--namespace",
         action="append",
         dest="namespaces",
-        help="evict only pods of this namespace (repeat)",
+        metavar="NAMESPACE",
+        help="evict only pods of this namespace; repeat for more (default: any)",
     )
     e.add_argument(
         "--selector",
         action="append",
         type=_label,
         default=[],
-        help="label KEY=VALUE (repeat); VALUE * only requires the label",
+        metavar="KEY=VALUE",
+        help="evict only pods with this label; VALUE * only requires the label; repeat for "
+        "more, all must match (default: any)",
     )
-    e.add_argument("--agent-url", help="the node's nodeguard, for working sets (its /snapshot)")
+    e.add_argument(
+        "--agent-url",
+        metavar="URL",
+        help="the node's nodeguard (http://NODE:9847), for working sets from its /snapshot "
+        "(default: none, working sets unknown)",
+    )
     k = parser.add_argument_group("Katib")
     k.add_argument(
         "--experiment",
         action="append",
         default=[],
-        help="NAMESPACE/NAME (repeat); default: pause the experiments with trial pods on the "
-        "node; resume those paused from it",
+        metavar="NAMESPACE/NAME",
+        help="repeat for more (default: pause the experiments with trial pods on the node; "
+        "resume those paused from it)",
     )
 
 
@@ -162,10 +178,10 @@ def _usage_from_agent(url: str | None) -> dict[str, int]:
     }
 
 
-def _action_args(args: argparse.Namespace) -> dict[str, Any]:
+def action_args(args: argparse.Namespace) -> dict[str, Any]:
     """The action's arguments, as a rule file would give them."""
     if args.action in ("cordon", "uncordon"):
-        return {"mode": args.mode} if args.action == "cordon" else {}
+        return {"mode": args.cordon_mode} if args.action == "cordon" else {}
     if args.action == "evict":
         out: dict[str, Any] = {"maxPriority": args.max_priority}
         if args.free is not None:
@@ -181,36 +197,38 @@ def _action_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render_plan(plan: dict[str, Any], *, console: Console) -> None:
-    """The ranked victims and the exclusions, each with its reason."""
+    """The ranked units and the exclusions, each with its reason: a numbered column and a
+    column of text that wraps within itself, so 80 columns hold every line."""
     ranked = plan.get("ranked", [])
     if ranked and all(u["usage_bytes"] is None for u in ranked):
         console.print(
             "No working sets known (pass --agent-url http://NODE:9847): ranked by priority "
             "alone; a --free target cannot be measured (--free 0 evicts the first unit)."
         )
-    t = Table(title="Eviction plan (first row goes first)", title_justify="left")
-    for col in ("#", "unit", "pods", "working set", "request", "priority", "why this place"):
-        t.add_column(
-            col, justify="right" if col in ("#", "working set", "request", "priority") else "left"
-        )
+    console.print(f"[bold]Eviction plan[/bold] ({len(ranked)} unit(s), first goes first):")
+    units = Table.grid(padding=(0, 1))
+    units.add_column(justify="right", min_width=4)
+    units.add_column(overflow="fold")
     for i, u in enumerate(ranked, 1):
-        t.add_row(
-            str(i),
-            f"{u['kind']} {u['namespace']}/{u['name']}",
-            ", ".join(u["pods"]),
-            format_bytes(u["usage_bytes"]) if u["usage_bytes"] is not None else "unknown",
-            format_bytes(u["request_bytes"]),
-            str(u["priority"]),
-            u["why"],
-        )
-    console.print(t)
-    if plan.get("excluded"):
-        x = Table(title="Never evicted here", title_justify="left")
-        x.add_column("pod")
-        x.add_column("why")
-        for ex in plan["excluded"]:
-            x.add_row(ex["pod"], ex["why"])
-        console.print(x)
+        usage = "unknown" if u["usage_bytes"] is None else format_bytes(u["usage_bytes"])
+        lines = [
+            f"{u['kind']} {u['namespace']}/{u['name']}: working set {usage}, request "
+            f"{format_bytes(u['request_bytes'])}, priority {u['priority']}"
+        ]
+        if u["kind"] != "pod":
+            lines.append(f"pods: {', '.join(u['pods'])}")
+        lines.append(f"why here: {u['why']}")
+        units.add_row(f"{i}.", Text("\n".join(lines)))
+    console.print(units)
+    excluded = plan.get("excluded", [])
+    if excluded:
+        console.print(f"[bold]Never evicted here[/bold] ({len(excluded)} pod(s)):")
+        pods = Table.grid(padding=(0, 1))
+        pods.add_column(min_width=4)
+        pods.add_column(overflow="fold")
+        for ex in excluded:
+            pods.add_row("", Text(f"{ex['pod']}: {ex['why']}"))
+        console.print(pods)
 
 
 def exit_status(results: list[ActionResult]) -> int:
@@ -223,30 +241,32 @@ def exit_status(results: list[ActionResult]) -> int:
     return EXIT_REFUSED if any(r.outcome in ("refused", "blocked") for r in results) else 0
 
 
-def _print_results(results: list[ActionResult], console: Console) -> int:
+def _print_results(results: list[ActionResult], console: Console) -> None:
     for r in results:
-        style = {
-            "done": "green",
-            "noop": "",
-            "refused": "yellow",
-            "blocked": "yellow",
-            "failed": "red",
-        }[r.outcome]
-        prefix = "DRY RUN " if r.dry_run else ""
-        head = f"{prefix}{r.action} {r.outcome}"
+        style = _STYLES[r.outcome]
+        head = f"{'DRY RUN ' if r.dry_run else ''}{r.action} {r.outcome}"
         # soft_wrap: one result, one line, whatever the width (grep-able, copy-able)
-        text = f"[{style}]{head}[/{style}]: {r.message}" if style else f"{head}: {r.message}"
-        console.print(text, soft_wrap=True)
-    return exit_status(results)
+        text = f"[{style}]{head}[/{style}]" if style else head
+        console.print(f"{text}: {escape(r.message)}", soft_wrap=True)
+
+
+def _print_json(results: list[ActionResult]) -> None:
+    records = []
+    for r in results:
+        record = r.to_record()
+        record["exit_status"] = exit_status([r])
+        records.append(record)
+    json.dump(records, sys.stdout, indent=1, default=str)
+    sys.stdout.write("\n")
 
 
 async def _act(args: argparse.Namespace, console: Console, errors: Console) -> int:
     name = args.action.replace("-", "_")
     try:
-        step = Step(action=name, args=registry.get(name).parse(_action_args(args)))
+        step = Step(action=name, args=registry.get(name).parse(action_args(args)))
     except registry.ArgumentError as exc:
-        errors.print(f"nodeguard act: error: {exc}", soft_wrap=True)
-        return 2
+        errors.print(f"nodeguard act: error: {escape(str(exc))}", soft_wrap=True)
+        return EXIT_BAD_FLAGS
     try:
         usage = _usage_from_agent(args.agent_url) if args.action == "evict" else {}
     except (OSError, ValueError) as exc:
@@ -263,12 +283,7 @@ async def _act(args: argparse.Namespace, console: Console, errors: Console) -> i
             kube=kube,
             auditor=Auditor(kube=kube, node_name=args.node, metrics=ActionMetrics(registry=None)),
             node=args.node,
-            cordon=CordonConfig(
-                mode=args.mode,
-                budget_nodes=args.budget_nodes,
-                budget_percent=args.budget_percent,
-                lease_namespace=args.lease_namespace,
-            ),
+            cordon=cordon_config(args),
             usage=usage,
         )
         firing = Firing(
@@ -285,19 +300,23 @@ async def _act(args: argparse.Namespace, console: Console, errors: Console) -> i
         )
         call = Call(env=env, firing=firing, dry_run=args.dry_run, note=args.reason)
         results = await registry.dispatch(call, step)
-        plan = next((r.details["plan"] for r in results if "plan" in r.details), None)
-        if plan is not None:
-            render_plan(plan, console=console)
-        return _print_results(results, console)
+        if args.json:
+            _print_json(results)
+        else:
+            plan = next((r.details["plan"] for r in results if "plan" in r.details), None)
+            if plan is not None:
+                render_plan(plan, console=console)
+            _print_results(results, console)
+        return exit_status(results)
     finally:
         kube.close()
 
 
-def run_act(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``nodeguard act``; the exit status (see the module docstring)."""
     errors = Console(stderr=True)
     try:
         return asyncio.run(_act(args, Console(), errors))
     except KubeError as exc:
-        errors.print(f"nodeguard act: {type(exc).__name__}: {exc}", soft_wrap=True)
+        errors.print(f"nodeguard act: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED

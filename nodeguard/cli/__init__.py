@@ -1,0 +1,58 @@
+"""The ``nodeguard`` command, with node_exporter's flag conventions: one module per subcommand.
+
+- ``nodeguard run`` (:mod:`~nodeguard.cli.run`, flags in :mod:`~nodeguard.cli.run_flags`):
+  sample every ``--interval``, serve ``/metrics`` and act on rules (dry run by default).
+- ``nodeguard snapshot`` (:mod:`~nodeguard.cli.snapshot`): one sample, as a report or JSON.
+- ``nodeguard check`` (:mod:`~nodeguard.cli.check`): validate rule files.
+- ``nodeguard incidents`` (:mod:`~nodeguard.cli.incidents`): the incident records.
+- ``nodeguard act`` (:mod:`~nodeguard.cli.act`): one runbook action by hand.
+
+Each module has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> exit status``; flag
+groups that several share (host paths, collectors, cordon, ``--kubeconfig``, ``--json``,
+``--log.level``) and the value types (one duration grammar, sizes, counts) are in
+:mod:`~nodeguard.cli.flags`. Every flag's help gives its default and unit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+from nodeguard import __version__
+from nodeguard.cli import act, check, incidents, run, snapshot
+from nodeguard.cli.flags import setup_logging
+
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+
+#: Subcommand -> its module, in ``--help`` order.
+SUBCOMMANDS: dict[str, ModuleType] = {
+    "run": run,
+    "snapshot": snapshot,
+    "check": check,
+    "incidents": incidents,
+    "act": act,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``nodeguard`` command."""
+    parser = argparse.ArgumentParser(
+        prog="nodeguard",
+        description="Node memory agent for GPU/ML Kubernetes nodes: exporter and remediation.",
+    )
+    parser.add_argument("--version", action="version", version=f"nodeguard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``nodeguard`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)

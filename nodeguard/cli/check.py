@@ -1,0 +1,65 @@
+"""``nodeguard check FILE...``: validate rule files as ``promtool check rules`` does.
+
+A line per file, every problem as ``FILE:LINE: FIELD: message`` (a threshold outside its
+signal's range gives the range; an unknown field lists the allowed ones and the closest);
+exit status 0 when all are good, 1 otherwise. Rule names must also be unique across the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from nodeguard.cli.flags import add_log_level
+from nodeguard.rules.load import RuleError, expand_paths, load_rule_file
+from nodeguard.rules.schema import AlertRule, Rule
+
+__all__ = ["add_arguments", "check_files", "run"]
+
+HELP = "validate rule files (exit status 1 on any error)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``nodeguard check``."""
+    parser.add_argument(
+        "files",
+        type=Path,
+        nargs="+",
+        metavar="PATH",
+        help="rule files, or directories of *.yaml rule files (no default: at least one)",
+    )
+    add_log_level(parser, default="warning")
+
+
+def check_files(files: Sequence[Path], *, out: TextIO) -> int:
+    """Check each file; write a line per file and one per problem; the exit status."""
+    failed = False
+    seen: dict[str, Path] = {}
+    for path in expand_paths(files):
+        out.write(f"Checking {path}\n")
+        try:
+            rf = load_rule_file(path)
+        except RuleError as exc:
+            failed = True
+            out.write(f"  FAILED: {len(exc.messages)} error(s)\n")
+            for msg in exc.messages:
+                out.write(f"{msg}\n")
+            continue
+        items: list[Rule | AlertRule] = [*rf.spec.rules, *rf.spec.alerts]
+        dupes = [r.name for r in items if r.name in seen]
+        for name in dupes:
+            failed = True
+            out.write(f"{path}: spec.rules: duplicate rule name {name!r} (also in {seen[name]})\n")
+        seen.update({r.name: path for r in items})
+        if not dupes:
+            extra = f", {len(rf.spec.alerts)} alert rules" if rf.spec.alerts else ""
+            out.write(f"  SUCCESS: {len(rf.spec.rules)} rules found{extra}\n")
+    return 1 if failed else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``nodeguard check``."""
+    return check_files(args.files, out=sys.stdout)

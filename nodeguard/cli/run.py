@@ -1,0 +1,119 @@
+"""``nodeguard run``: sample every ``--interval``, serve ``/metrics``, ``/snapshot``,
+``/healthz``, ``/readyz`` (and the webhook) on ``--listen-address``, and run the rules. Dry run
+is on unless ``--no-dry-run``. Its flags are :data:`nodeguard.cli.run_flags.RUN_FLAG_GROUPS`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from nodeguard.agent import AgentConfig, run_agent
+from nodeguard.cli.flags import cordon_config, sampler_config
+from nodeguard.cli.run_flags import RUN_FLAG_GROUPS
+from nodeguard.connections import ConnectionLimits, connection_cap
+from nodeguard.kube.errors import KubeError
+from nodeguard.rules.load import RuleError
+from nodeguard.sources.open_files import descriptor_budget
+
+__all__ = ["MIN_TOKEN_BYTES", "PLACEHOLDER_TOKENS", "add_arguments", "read_token", "run"]
+
+log = logging.getLogger("nodeguard")
+
+HELP = "sample continuously, serve /metrics and act on rules (dry run by default)"
+
+#: The placeholder nodeguard's manifests once shipped in their Secret: never a token.
+PLACEHOLDER_TOKENS = frozenset({"replace-me-with-the-output-of-openssl-rand-hex-32"})
+MIN_TOKEN_BYTES = 32
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag group of ``nodeguard run``."""
+    for group in RUN_FLAG_GROUPS:
+        group(parser)
+
+
+def _usable_state_dir(path: Path) -> Path | None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning(
+            "state directory %s unusable (%s): OOM kill counts, remediation state and "
+            "incidents restart with the agent (set --path.state)",
+            path,
+            exc,
+        )
+        return None
+    if not os.access(path, os.W_OK):
+        log.warning(
+            "state directory %s not writable: OOM kill counts, remediation state and incidents "
+            "restart with the agent (set --path.state)",
+            path,
+        )
+        return None
+    return path
+
+
+def read_token(path: Path | None) -> str | None:
+    """The webhook's bearer token from ``path`` (surrounding whitespace dropped). Raises
+    ``SystemExit`` with one line when the file cannot be read, or holds a shipped placeholder
+    or fewer than :data:`MIN_TOKEN_BYTES` bytes (``openssl rand -hex 32`` makes 64)."""
+    if path is None:
+        return None
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SystemExit(f"nodeguard: --webhook.token-file {path}: {reason}") from None
+    if token in PLACEHOLDER_TOKENS:
+        raise SystemExit(
+            f"nodeguard: --webhook.token-file {path} holds the shipped placeholder, not a "
+            "token: make one with `openssl rand -hex 32`"
+        )
+    if len(token.encode()) < MIN_TOKEN_BYTES:
+        raise SystemExit(
+            f"nodeguard: --webhook.token-file {path}: the token has {len(token.encode())} "
+            f"bytes, at least {MIN_TOKEN_BYTES} are needed (`openssl rand -hex 32`)"
+        )
+    return token
+
+
+def config(args: argparse.Namespace) -> AgentConfig:
+    """The agent's settings from the flags (the state directory created where it can be)."""
+    state = _usable_state_dir(args.state)
+    host, port = args.listen_address
+    held = descriptor_budget(raise_limit=True) if args.keep_open else 0
+    return AgentConfig(
+        sampler=sampler_config(args, state=state, interval=args.interval, max_open_files=held),
+        host=host,
+        port=port,
+        dry_run=args.dry_run,
+        kubeconfig=args.kubeconfig,
+        rules=tuple(args.rules),
+        incidents_dir=args.incidents_dir or (state / "incidents" if state else None),
+        incidents_keep=args.incidents_keep,
+        cordon=cordon_config(args),
+        evictions_per_window=args.evict_max,
+        eviction_window=args.evict_window,
+        webhook_token=read_token(args.webhook_token_file),
+        webhook_unauthenticated=args.webhook_unauthenticated,
+        webhook_node_label=args.webhook_node_label,
+        webhook_max_body=args.webhook_max_body,
+        limits=ConnectionLimits(
+            max_connections=connection_cap(wanted=args.max_connections, held_files=held)
+        ),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the agent until SIGTERM; 1 when the rules or the cluster are not usable at start."""
+    try:
+        return asyncio.run(run_agent(config(args)))
+    except RuleError as exc:
+        log.error("rules not loaded, not starting:\n%s", exc)
+        return 1
+    except KubeError as exc:
+        log.error("Kubernetes API not usable, not starting: %s", exc)
+        return 1

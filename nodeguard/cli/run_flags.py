@@ -1,0 +1,199 @@
+"""The flag groups of ``nodeguard run``, one function each, in ``--help`` order.
+
+Adding a group of flags to ``run`` is one function here and one entry in
+:data:`RUN_FLAG_GROUPS`; :mod:`nodeguard.cli.run` reads the values into the agent's settings.
+Groups shared with other subcommands (host paths, collectors, cordon, ``--kubeconfig``,
+``--log.level``) live in :mod:`nodeguard.cli.flags`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from nodeguard.cli.flags import (
+    add_cordon,
+    add_host,
+    add_kubeconfig,
+    add_log_level,
+    add_state,
+    byte_size,
+    count,
+    duration,
+)
+from nodeguard.connections import ConnectionLimits
+from nodeguard.units import DURATION_EXAMPLES
+
+__all__ = ["DEFAULT_LISTEN", "MIN_INTERVAL", "RUN_FLAG_GROUPS", "listen_address"]
+
+DEFAULT_LISTEN = ":9847"
+#: The shortest sampling interval, in seconds.
+MIN_INTERVAL = 0.05
+
+
+def listen_address(text: str) -> tuple[str | None, int]:
+    """``HOST:PORT``; an empty host (``:9847``) means every address, IPv4 and IPv6."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT with a port 0-65535: {text!r}")
+    return host.strip("[]") or None, int(port)
+
+
+def _interval(text: str) -> float:
+    seconds = duration(text)
+    if seconds < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"interval below {MIN_INTERVAL * 1000:.0f}ms: {text!r}")
+    return seconds
+
+
+def web(parser: argparse.ArgumentParser) -> None:
+    """Where ``/metrics``, ``/snapshot``, the probes and the webhook are served."""
+    g = parser.add_argument_group("web")
+    g.add_argument(
+        "--listen-address",
+        type=listen_address,
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"where to serve; an empty host is every address (default {DEFAULT_LISTEN})",
+    )
+    g.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=count,
+        default=ConnectionLimits().max_connections,
+        metavar="COUNT",
+        help="HTTP connections at once; at the cap a new one replaces the oldest that is not "
+        "in a request (default 64, less where RLIMIT_NOFILE is low)",
+    )
+
+
+def sampling(parser: argparse.ArgumentParser) -> None:
+    """What is read from the host, and how often."""
+    add_host(parser)
+    g = parser.add_argument_group("sampling")
+    g.add_argument(
+        "--interval",
+        type=_interval,
+        default="5s",
+        metavar="DURATION",
+        help=f"time between samples ({DURATION_EXAMPLES}; default 5s, at least 50ms)",
+    )
+    g.add_argument(
+        "--collector.cgroups.keep-open",
+        dest="keep_open",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep cgroup files open between samples and re-read them, raising the soft "
+        "RLIMIT_NOFILE toward 16384 (five descriptors per cgroup; default on)",
+    )
+
+
+def remediation(parser: argparse.ArgumentParser) -> None:
+    """Rules, the cluster, dry run, and where state and incidents are kept."""
+    g = parser.add_argument_group("remediation")
+    g.add_argument(
+        "--dry-run",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record what actions would do without doing them (default on)",
+    )
+    add_kubeconfig(g, used_for="pod names and actions")
+    g.add_argument(
+        "--rules",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="rule file, or directory of *.yaml rule files (a ConfigMap mount); repeat for "
+        "more; reloaded on change and on SIGHUP (default: none, nothing acts)",
+    )
+    add_state(g)
+    g.add_argument(
+        "--incidents.keep",
+        dest="incidents_keep",
+        type=count,
+        default=200,
+        metavar="COUNT",
+        help="incident records kept, oldest removed first (default 200)",
+    )
+
+
+def webhook(parser: argparse.ArgumentParser) -> None:
+    """The Alertmanager webhook (``POST /webhook/alertmanager``)."""
+    w = parser.add_argument_group("Alertmanager webhook (POST /webhook/alertmanager)")
+    w.add_argument(
+        "--webhook.token-file",
+        dest="webhook_token_file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="file holding the bearer token Alertmanager must send, at least 32 bytes "
+        "(`openssl rand -hex 32`; default: none, and the webhook is off)",
+    )
+    w.add_argument(
+        "--webhook.allow-unauthenticated",
+        dest="webhook_unauthenticated",
+        action="store_true",
+        help="take deliveries without a token (only for a test on loopback; default off: "
+        "without --webhook.token-file the webhook answers 403)",
+    )
+    w.add_argument(
+        "--webhook.node-label",
+        dest="webhook_node_label",
+        default="node",
+        metavar="LABEL",
+        help="the alert label naming the node to act on (default node)",
+    )
+    w.add_argument(
+        "--webhook.max-body",
+        dest="webhook_max_body",
+        type=byte_size,
+        default="1Mi",
+        metavar="BYTES",
+        help="largest accepted delivery, a quantity (1Mi, 512k) or bytes; 413 above (default 1Mi)",
+    )
+
+
+def cordon(parser: argparse.ArgumentParser) -> None:
+    """Cordon mode and the cluster-wide budget."""
+    add_cordon(parser)
+
+
+def evict(parser: argparse.ArgumentParser) -> None:
+    """The per-node eviction limit."""
+    g = parser.add_argument_group("evict")
+    g.add_argument(
+        "--evict.max-per-window",
+        dest="evict_max",
+        type=count,
+        default=5,
+        metavar="COUNT",
+        help="evictions (units: a pod, or a gang) per node per window (default 5)",
+    )
+    g.add_argument(
+        "--evict.window",
+        dest="evict_window",
+        type=duration,
+        default="10m",
+        metavar="DURATION",
+        help=f"the eviction window ({DURATION_EXAMPLES}; default 10m)",
+    )
+
+
+def logging_(parser: argparse.ArgumentParser) -> None:
+    """``--log.level``, at info for the agent."""
+    add_log_level(parser, default="info")
+
+
+#: Every flag group of ``nodeguard run``, in ``--help`` order. A new group of run flags (the
+#: metric allow/deny lists, say) is a function above and a line here.
+RUN_FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
+    web,
+    sampling,
+    remediation,
+    webhook,
+    cordon,
+    evict,
+    logging_,
+)
