@@ -27,7 +27,6 @@ import atexit
 import base64
 import contextlib
 import datetime
-import fcntl
 import hashlib
 import ipaddress
 import json
@@ -51,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
+
+from tests import progress
 
 log = logging.getLogger(__name__)
 
@@ -140,12 +141,10 @@ def _go_build(go: str, module: Path, output: Path, ldflags: str) -> None:
         ".",
     ]
     env = {**os.environ, "CGO_ENABLED": "0"}
-    started = time.monotonic()
     result = subprocess.run(cmd, cwd=module, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-_LOG_TAIL_LINES:])
         raise ControlPlaneError(f"`{' '.join(cmd)}` failed in {module}:\n{tail}")
-    log.info("built %s in %.0fs", output.name, time.monotonic() - started)
 
 
 def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
@@ -190,13 +189,13 @@ def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
         return binaries
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        progress.take_lock(lock, what=f"the test control plane {key}")
         if complete():
             return binaries
         go = _find_go()
         log.warning(
             "building kube-apiserver and kube-controller-manager %s, etcd %s and Katib's "
-            "experiment controller %s into %s (first run takes minutes)",
+            "experiment controller %s into %s (first run: about 7 minutes on 2 cores)",
             binaries.kubernetes_version,
             binaries.etcd_version,
             binaries.katib_version,
@@ -214,10 +213,15 @@ def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
                 " -X k8s.io/component-base/version.gitTreeState=clean"
                 f" -X k8s.io/client-go/pkg/version.gitVersion={k8s}"
             )
-            _go_build(go, ETCD_MODULE, staging / "etcd", "-s -w")
-            _go_build(go, APISERVER_MODULE, staging / "kube-apiserver", k8s_flags)
-            _go_build(go, CONTROLLER_MANAGER_MODULE, staging / "kube-controller-manager", k8s_flags)
-            _go_build(go, KATIB_MODULE, staging / "katib-experiment-controller", "-s -w")
+            builds = (
+                (ETCD_MODULE, "etcd", "-s -w"),
+                (APISERVER_MODULE, "kube-apiserver", k8s_flags),
+                (CONTROLLER_MANAGER_MODULE, "kube-controller-manager", k8s_flags),
+                (KATIB_MODULE, "katib-experiment-controller", "-s -w"),
+            )
+            for i, (module, name, flags) in enumerate(builds, 1):
+                with progress.step(f"building {name} ({i}/{len(builds)})"):
+                    _go_build(go, module, staging / name, flags)
             shutil.rmtree(target, ignore_errors=True)
             staging.chmod(0o755)
             staging.rename(target)
@@ -809,6 +813,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep-dir", action="store_true", help="keep the temp dir on exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if not args.build_only:
+        try:
+            import cryptography  # noqa: F401  (the certificates; checked before a long build)
+        except ImportError:
+            print(
+                f"test-cluster: {sys.executable} has no `cryptography` (for the cluster's "
+                "certificates): scripts/test-cluster installs it into .venv, or run "
+                f"`{sys.executable} -m pip install 'cryptography>=42'`",
+                file=sys.stderr,
+            )
+            return 2
 
     started = time.monotonic()
     binaries = ensure_built(cache_dir=args.cache_dir)

@@ -11,7 +11,6 @@ takes about a minute on 2 cores.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import platform
@@ -20,11 +19,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests import progress
 
 MODULE = Path(__file__).resolve().parent / "go" / "kustomize"
 PACKAGE = "sigs.k8s.io/kustomize/kustomize/v5"
@@ -73,7 +73,7 @@ def ensure_built(*, cache_dir: Path | None = None) -> Path:
         return binary
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        progress.take_lock(lock, what=f"kustomize {version()}")
         if os.access(binary, os.X_OK):
             return binary
         staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
@@ -90,18 +90,14 @@ def ensure_built(*, cache_dir: Path | None = None) -> Path:
                 str(staging / "kustomize"),
                 PACKAGE,
             ]
-            started = time.monotonic()
             env = {**os.environ, "CGO_ENABLED": "0"}
-            done = subprocess.run(
-                cmd, cwd=MODULE, env=env, capture_output=True, text=True, check=False
-            )
+            with progress.step(f"building kustomize {version()} (first use: about a minute)"):
+                done = subprocess.run(
+                    cmd, cwd=MODULE, env=env, capture_output=True, text=True, check=False
+                )
             if done.returncode != 0:
                 tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
                 raise KustomizeError(f"`{' '.join(cmd)}` failed in {MODULE}:\n{tail}")
-            print(
-                f"built kustomize {version()} in {time.monotonic() - started:.0f}s",
-                file=sys.stderr,
-            )
             shutil.rmtree(binary.parent, ignore_errors=True)
             staging.chmod(0o755)
             staging.rename(binary.parent)
