@@ -15,6 +15,7 @@ from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from tests.controlplane.cluster import TestCluster
 from tests.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
+from tests.deploy.fixtures import applier, kustomize_bin, manifests  # noqa: F401  (fixtures)
 from tests.kube_helpers import Cluster
 
 HOSTS = Path(__file__).parent / "fixtures" / "hosts"

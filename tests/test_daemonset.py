@@ -24,12 +24,9 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -55,9 +52,11 @@ from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import PodWatcher
 from tests.acting import run_action
+from tests.agent import free_port
 from tests.conftest import HOSTS
 from tests.controlplane.cluster import TestCluster
 from tests.deploy import generate, kustomize
+from tests.deploy.container import Container, http, lay_out, metric
 from tests.deploy.manifests import (
     DAEMONSET,
     REPO,
@@ -68,7 +67,6 @@ from tests.deploy.manifests import (
     container,
     expand,
     find,
-    install_crds,
     rbac_objects,
     render,
     review,
@@ -107,35 +105,7 @@ ROLE: set[Triple] = {
 }
 
 
-# -- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def kustomize_bin() -> Path:
-    """kustomize, built from tests/deploy/go/kustomize on first use (about a minute), cached."""
-    return kustomize.ensure_built()
-
-
-@pytest.fixture(scope="session")
-def manifests(kustomize_bin: Path) -> list[Obj]:
-    """``kustomize build daemonset/``: what ``kubectl apply -k daemonset/`` applies."""
-    return render(DAEMONSET, binary=kustomize_bin)
-
-
-@pytest.fixture(scope="session")
-def applier(control_plane: TestCluster) -> Iterator[Applier]:
-    api = client.ApiClient(_admin_config(control_plane))
-    install_crds(api)
-    yield Applier(api, discovery_cache=control_plane.work_dir / "discovery.json")
-    api.close()
-
-
-def _admin_config(cp: TestCluster) -> client.Configuration:
-    from kubernetes import config
-
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(cp.kubeconfig_path), client_configuration=cfg)
-    return cfg
-
-
+# -- fixtures (kustomize_bin, manifests, applier: tests/deploy/fixtures.py) --------------------
 @dataclass
 class ServiceAccount:
     namespace: str
@@ -839,103 +809,6 @@ async def test_without_a_permission_an_action_is_forbidden(
 
 
 # -- the DaemonSet's arguments run the agent ---------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _http(url: str, *, data: bytes | None = None, token: str | None = None) -> tuple[int, str]:
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return int(resp.status), resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read().decode()
-    except OSError:
-        return 0, ""
-
-
-@dataclass
-class Container:
-    """The DaemonSet's container laid out under ``root`` (the container's ``/``)."""
-
-    root: Path
-    args: list[str]
-    env: dict[str, str]
-    read_only: list[Path]
-
-
-def lay_out(
-    objs: list[Obj],
-    root: Path,
-    *,
-    host: Path,
-    node: str,
-    secrets: dict[str, dict[str, str]] | None = None,
-) -> Container:
-    """Every volume of the pod at its mount path under ``root`` as the kubelet provides it:
-    hostPaths from the host tree ``host`` (its proc, sys and kmsg), ConfigMaps and Secrets with
-    the atomic writer's ``..data`` links, emptyDirs empty. The container's arguments with
-    ``$(VAR)`` expanded and every absolute path moved under ``root``; a path outside every mount
-    fails the test (it would not exist in the container)."""
-    secrets = secrets or {}
-    ds = find(objs, "DaemonSet")
-    pod = ds["spec"]["template"]["spec"]
-    c = container(objs)
-    stand_ins = {"/proc": host / "proc", "/sys": host / "sys", "/dev/kmsg": host / "kmsg"}
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    read_only = []
-    for m in c["volumeMounts"]:
-        v, target = volumes[m["name"]], root / m["mountPath"].lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if "hostPath" in v:
-            path, kind = v["hostPath"]["path"], v["hostPath"].get("type")
-            if path in stand_ins:
-                src = stand_ins[path]
-                assert (kind == "CharDevice") == src.is_file(), (path, kind)
-                if src.is_dir():
-                    shutil.copytree(src, target)
-                else:
-                    shutil.copy(src, target)
-            else:
-                assert kind == "DirectoryOrCreate", f"hostPath {path}: no stand-in on the test host"
-                target.mkdir()
-        elif "configMap" in v:
-            write_projected(target, find(objs, "ConfigMap", v["configMap"]["name"])["data"])
-        elif "secret" in v:
-            # The Secret the user creates (the alert-driven component's webhook token).
-            data = secrets[v["secret"]["secretName"]]
-            write_projected(target, dict(data))
-        elif "emptyDir" in v:
-            target.mkdir()
-        else:
-            raise AssertionError(f"volume {m['name']}: unknown kind {v}")
-        if m.get("readOnly"):
-            read_only.append(target)
-    fields = {"spec.nodeName": node, "metadata.namespace": ds["metadata"]["namespace"]}
-    env = {
-        e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
-        for e in c["env"]
-    }
-    mounts = sorted((m["mountPath"] for m in c["volumeMounts"]), key=len, reverse=True)
-    args = []
-    for written in c["args"]:
-        arg = expand(written, env)
-        flag, eq, value = arg.partition("=")
-        if eq and value.startswith("/"):
-            assert any(value == m or value.startswith(m + "/") for m in mounts), (
-                f"{flag}={value}: outside every volume mount"
-            )
-            arg = f"{flag}={root}{value}"
-        args.append(arg)
-    return Container(root=root, args=args, env=env, read_only=read_only)
-
-
 def _tree(paths: list[Path]) -> dict[str, float]:
     return {
         str(f): f.lstat().st_mtime for p in paths for f in [p, *p.rglob("*")] if not f.is_symlink()
@@ -947,7 +820,7 @@ def running(box: Container, *, extra: tuple[str, ...] = ()) -> Iterator[str]:
     """``python -m nodeguard`` with the container's arguments (a free --listen-address, on
     loopback, in place of the container's port), its environment, until ready; its base URL.
     Stopped with SIGTERM, as the kubelet stops it; it must exit 0."""
-    port = _free_port()
+    port = free_port()
     args = [
         f"--listen-address=127.0.0.1:{port}" if a.startswith("--listen-address=") else a
         for a in box.args
@@ -964,7 +837,7 @@ def running(box: Container, *, extra: tuple[str, ...] = ()) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
-        while _http(f"{url}/readyz")[0] != 200:
+        while http(f"{url}/readyz")[0] != 200:
             assert proc.poll() is None, proc.communicate()[0]
             assert time.monotonic() < deadline, "not ready in 30 s"
             time.sleep(0.2)
@@ -977,20 +850,6 @@ def running(box: Container, *, extra: tuple[str, ...] = ()) -> Iterator[str]:
             proc.kill()
             out = proc.communicate()[0]
     assert proc.returncode == 0, out
-
-
-def _metric(text: str, name: str, **labels: str) -> list[float]:
-    """Values of the samples of ``name`` carrying ``labels``."""
-    out = []
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        if head.split("{")[0] != name:
-            continue
-        if all(f'{k}="{v}"' in head for k, v in labels.items()):
-            out.append(float(value))
-    return out
 
 
 def test_the_daemonset_arguments_run_the_agent(
@@ -1008,30 +867,30 @@ def test_the_daemonset_arguments_run_the_agent(
     before = _tree(box.read_only)
     rules_dir = box.root / "etc/nodeguard/rules"
     with running(box) as url:
-        status, metrics = _http(f"{url}/metrics")
+        status, metrics = http(f"{url}/metrics")
         assert status == 200
         # Node memory from /host/proc, containers from /host/sys/fs/cgroup, OOM kills from the
         # kernel log, the rules from the ConfigMap mount.
-        assert _metric(metrics, "nodeguard_node_memory_available_bytes")
-        assert _metric(metrics, "nodeguard_node_memory_slab_unreclaimable_bytes")
-        assert len(_metric(metrics, "nodeguard_container_memory_working_set_bytes")) >= 4
+        assert metric(metrics, "nodeguard_node_memory_available_bytes")
+        assert metric(metrics, "nodeguard_node_memory_slab_unreclaimable_bytes")
+        assert len(metric(metrics, "nodeguard_container_memory_working_set_bytes")) >= 4
         for collector in ("meminfo", "pressure", "cgroups", "kmsg", "processes"):
-            assert _metric(metrics, "nodeguard_collector_success", collector=collector) == [1.0]
-        assert _metric(metrics, "nodeguard_node_oom_kills_total")
+            assert metric(metrics, "nodeguard_collector_success", collector=collector) == [1.0]
+        assert metric(metrics, "nodeguard_node_oom_kills_total")
         shipped = yaml.safe_load((REPO / "rules/default.yaml").read_text())
-        assert _metric(metrics, "nodeguard_rules_loaded") == [float(len(shipped["spec"]["rules"]))]
+        assert metric(metrics, "nodeguard_rules_loaded") == [float(len(shipped["spec"]["rules"]))]
         # No token in the base: the webhook is off.
         empty = json.dumps({"version": "4", "alerts": []}).encode()
-        status, body = _http(f"{url}/webhook/alertmanager", data=empty)
+        status, body = http(f"{url}/webhook/alertmanager", data=empty)
         assert status == 403 and "--webhook.token-file" in body
         # The kubelet updates the ConfigMap's files in place: the rules reload, no restart.
         shipped["spec"]["rules"] = shipped["spec"]["rules"][:1]
         write_projected(rules_dir, {"default.yaml": yaml.safe_dump(shipped)})
         deadline = time.monotonic() + 30
-        while _metric(_http(f"{url}/metrics")[1], "nodeguard_rules_loaded") != [1.0]:
+        while metric(http(f"{url}/metrics")[1], "nodeguard_rules_loaded") != [1.0]:
             assert time.monotonic() < deadline, "the rules were not reloaded"
             time.sleep(0.5)
-        assert _metric(_http(f"{url}/metrics")[1], "nodeguard_rules_reloads_total") == [1.0]
+        assert metric(http(f"{url}/metrics")[1], "nodeguard_rules_reloads_total") == [1.0]
     # Nothing written where the mounts are read-only (but the rules the test swapped); the
     # state (the kernel-log position) kept in the hostPath.
     after = _tree(box.read_only)
@@ -1076,11 +935,11 @@ def test_the_daemonset_arguments_with_its_service_account(
     with running(box, extra=(f"--kubeconfig={kubeconfig}",)) as url:
         deadline = time.monotonic() + 30
         while True:
-            metrics = _http(f"{url}/metrics")[1]
+            metrics = http(f"{url}/metrics")[1]
             named = [
                 v
                 for name in ("trainer", "loader")
-                for v in _metric(
+                for v in metric(
                     metrics,
                     "nodeguard_container_memory_working_set_bytes",
                     namespace=ns,
@@ -1092,7 +951,7 @@ def test_the_daemonset_arguments_with_its_service_account(
                 break
             assert time.monotonic() < deadline, metrics[-3000:]
             time.sleep(0.5)
-        assert _metric(metrics, "nodeguard_node_memory_allocatable_bytes") == [128.0 * GiB]
+        assert metric(metrics, "nodeguard_node_memory_allocatable_bytes") == [128.0 * GiB]
 
 
 # -- the install documentation matches the manifests -------------------------------------------
@@ -1134,7 +993,7 @@ def test_the_install_doc_matches_the_manifests(manifests: list[Obj]) -> None:
 
 
 def test_the_image_matches_the_daemonset(manifests: list[Obj]) -> None:
-    """No image build here (no container engine in CI): the Dockerfile is checked as text."""
+    """The Dockerfile as text; tests/test_image.py builds it and runs the image."""
     text = (REPO / "Dockerfile").read_text()
     stages = re.split(r"^FROM\s+", text, flags=re.M)[1:]
     assert len(stages) == 2, "a build stage and a final stage"
@@ -1184,9 +1043,9 @@ def test_the_alert_driven_component_needs_the_users_token(
         monkeypatch.setenv(name, value)
     with running(box) as url:
         empty = json.dumps({"version": "4", "alerts": []}).encode()
-        assert _http(f"{url}/webhook/alertmanager", data=empty)[0] == 401
-        assert _http(f"{url}/webhook/alertmanager", data=empty, token="wrong")[0] == 401
-        assert _http(f"{url}/webhook/alertmanager", data=empty, token=token)[0] == 200
+        assert http(f"{url}/webhook/alertmanager", data=empty)[0] == 401
+        assert http(f"{url}/webhook/alertmanager", data=empty, token="wrong")[0] == 401
+        assert http(f"{url}/webhook/alertmanager", data=empty, token=token)[0] == 200
     # The placeholder of old, or a short token, is refused at start with one line.
     for bad, why in (
         ("replace-me-with-the-output-of-openssl-rand-hex-32", "placeholder"),
