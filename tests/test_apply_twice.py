@@ -18,10 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.kustomize import build
-from tests.deploy.manifests import DAEMONSET, Applier, Obj, compose
+from tests.deploy.manifests import Applier, Obj, variants
 
-COMPONENTS = sorted(p.name for p in (DAEMONSET / "components").iterdir())
 FieldPath = tuple[str | int, ...]
 
 
@@ -84,11 +82,7 @@ def _apply_twice(applier: Applier, objs: list[Obj]) -> dict[str, list[str]]:
 def test_applying_the_manifests_twice_changes_nothing(
     applier: Applier, kustomize_bin: Path, tmp_path: Path
 ) -> None:
-    variants = {
-        "base": build(DAEMONSET, binary=kustomize_bin),
-        "every component": compose(tmp_path, components=COMPONENTS, binary=kustomize_bin),
-    }
-    for variant, objs in variants.items():
+    for variant, objs in variants(tmp_path, binary=kustomize_bin).items():
         assert _apply_twice(applier, objs) == {}, variant
 
 

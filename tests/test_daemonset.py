@@ -73,6 +73,7 @@ from tests.deploy.manifests import (
     service_account_token,
     token_kubeconfig,
     triples,
+    variants,
     write_projected,
 )
 from tests.fixtures.make_hosts import v2_cgroup
@@ -384,11 +385,8 @@ def _template_pod(objs: list[Obj], namespace: str) -> Obj:
 def test_server_side_dry_run_accepts_every_object(
     applier: Applier, kustomize_bin: Path, tmp_path: Path
 ) -> None:
-    variants = {
-        "base": render(DAEMONSET, binary=kustomize_bin),
-        "every component": compose(tmp_path, components=COMPONENTS, binary=kustomize_bin),
-    }
-    for variant, objs in variants.items():
+    rendered = variants(tmp_path, binary=kustomize_bin)
+    for variant, objs in rendered.items():
         ns = find(objs, "Namespace")
         applier.apply(ns, dry_run=False)
         for o in [*objs, _template_pod(objs, ns["metadata"]["name"])]:
@@ -418,7 +416,7 @@ def test_server_side_dry_run_accepts_every_object(
         dry_run=False,
     )
     with pytest.raises(ApiException) as refused:
-        applier.apply(_template_pod(variants["base"], strict), dry_run=True)
+        applier.apply(_template_pod(rendered["base"], strict), dry_run=True)
     assert refused.value.status == 403
     assert "hostPID" in str(refused.value.body) and "hostPath" in str(refused.value.body)
 

@@ -60,6 +60,15 @@ def compose(
     return render(tmp, binary=binary)
 
 
+def variants(tmp: Path, *, binary: Path | None = None) -> dict[str, list[Obj]]:
+    """The base alone, and with every component of daemonset/components at once."""
+    every = sorted(p.name for p in (DAEMONSET / "components").iterdir())
+    return {
+        "base": render(DAEMONSET, binary=binary),
+        "every component": compose(tmp, components=every, binary=binary),
+    }
+
+
 def find(objs: Iterable[Obj], kind: str, name: str | None = None) -> Obj:
     """The one object of ``kind`` (and ``name``)."""
     found = [
