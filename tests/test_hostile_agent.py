@@ -69,7 +69,7 @@ def _webhook_args(tmp_path: Path, *extra: str) -> list[str]:
     ]
 
 
-ALWAYS = GOOD_RULE.replace('op: "<", value: 0.05', 'op: "<", value: 2').replace(
+ALWAYS = GOOD_RULE.replace('op: "<", value: 0.05', 'op: "<=", value: 1').replace(
     "action: cordon", "action: record"
 )
 
