@@ -263,8 +263,8 @@ def _size(path: Path) -> int:
 
 class RuleSource:
     """Rule files that reload on change (mtime and size) or on demand (SIGHUP), keeping the
-    last good rules when a new version is bad. ``errors_total`` counts bad loads;
-    ``last_error`` holds the latest problem (``None`` after a good load)."""
+    last good rules when a new version is bad. ``errors_total`` counts bad loads,
+    ``reloads_total`` good ones."""
 
     def __init__(self, *, paths: Sequence[Path]) -> None:
         self.paths = list(paths)
@@ -272,7 +272,6 @@ class RuleSource:
         self._stamp = self._stamps()
         self.errors_total = 0
         self.reloads_total = 0
-        self.last_error: str | None = None
 
     def _stamps(self) -> tuple[tuple[str, float, int], ...]:
         stamps = []
@@ -294,11 +293,9 @@ class RuleSource:
             new = load_rules(self.paths)
         except RuleError as exc:
             self.errors_total += 1
-            self.last_error = str(exc)
             log.error("rule reload failed; the last good rules stay in force:\n%s", exc)
             return False
         self.current = new
         self.reloads_total += 1
-        self.last_error = None
         log.info("rules reloaded: %d rule(s) from %d file(s)", len(new.rules), len(new.files))
         return True
