@@ -535,38 +535,41 @@ def _lease(cluster: Cluster, name: str, holder: str, renew: dt.datetime) -> None
 
 async def test_a_held_lease_is_judged_on_our_own_clock(cluster: Cluster, kube: KubeClient) -> None:
     # The holder's renewTime is years old (its clock is behind, or it died): only watching it
-    # stay unchanged for leaseDurationSeconds on this agent's clock lets us take it over.
+    # stay unchanged for leaseDurationSeconds (2 s) on this agent's clock lets us take it over.
+    # The agent's clock here is a fake one that the Lease's own waits advance.
     node = cluster.node()
     name = unique("budget")
     _lease(cluster, name, "another-agent", dt.datetime(2020, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC))
-    short = CordonConfig(
-        budget_nodes=100, lease_name=name, lease_namespace="default", lock_timeout=1.0
-    )
-    res = await cordon(
-        kube=kube,
-        node=node,
-        rule="r",
-        reason="x",
-        identity="me",
-        dry_run=False,
-        config=short,
-    )
+    clock = FakeClock()
+
+    async def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    async def attempt(lock_timeout: float) -> Any:
+        return await cordon(
+            kube=kube,
+            node=node,
+            rule="r",
+            reason="x",
+            identity="me",
+            dry_run=False,
+            config=CordonConfig(
+                budget_nodes=100,
+                lease_name=name,
+                lease_namespace="default",
+                lock_timeout=lock_timeout,
+            ),
+            clock=clock,
+            sleep=sleep,
+        )
+
+    res = await attempt(1.0)
     assert res.outcome == "refused" and "still held" in res.message
-    patient = CordonConfig(
-        budget_nodes=100, lease_name=name, lease_namespace="default", lock_timeout=10.0
-    )
-    started = asyncio.get_running_loop().time()
-    res = await cordon(
-        kube=kube,
-        node=node,
-        rule="r",
-        reason="x",
-        identity="me",
-        dry_run=False,
-        config=patient,
-    )
+    assert 1.0 < clock.now - 1000.0 < 2.0  # gave up after its 1 s, before the 2 s lease ran out
+    started = clock.now
+    res = await attempt(10.0)
     assert res.outcome == "done", res.message
-    assert asyncio.get_running_loop().time() - started >= 2.0
+    assert 2.0 <= clock.now - started < 4.0  # taken over once seen unchanged for 2 s
 
 
 async def test_a_cordon_made_while_waiting_is_left_alone(

@@ -42,6 +42,7 @@ import json
 import logging
 import time
 import zlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -272,9 +273,9 @@ class WebhookReceiver:
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
         self._open, self._body_timeout = unauthenticated, body_timeout
         self.dedupe = dedupe or AlertDedupe()
-        self.counts: dict[tuple[str, str], int] = {}
-        self.requests: dict[int, int] = {}
-        self.claims: dict[str, int] = {}
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.requests: Counter[int] = Counter()
+        self.claims: Counter[str] = Counter()
 
     def claimer(self, claims: AlertClaims) -> Callable[[Firing], Awaitable[str]]:
         """The remediator's claim of an alert's delivery on its target Node, counted in
@@ -282,13 +283,13 @@ class WebhookReceiver:
 
         async def claim(firing: Firing) -> str:
             outcome = await claims.claim(node=firing.node, key=firing.key)
-            self.claims[outcome] = self.claims.get(outcome, 0) + 1
+            self.claims[outcome] += 1
             return outcome
 
         return claim
 
     def _answer(self, status: int, body: dict[str, Any]) -> web.Response:
-        self.requests[status] = self.requests.get(status, 0) + 1
+        self.requests[status] += 1
         headers = {"WWW-Authenticate": 'Bearer realm="nodeguard"'} if status == 401 else None
         return web.json_response(body, status=status, headers=headers)
 
@@ -362,7 +363,7 @@ class WebhookReceiver:
         full = False
         for alert in payload.alerts:
             outcome = await self._decide(alert)
-            self.counts[(alert.status, outcome)] = self.counts.get((alert.status, outcome), 0) + 1
+            self.counts[(alert.status, outcome)] += 1
             outcomes.append(
                 {
                     "fingerprint": alert.fingerprint,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -81,7 +82,7 @@ class RuleEngine:
         self._states: dict[tuple[str, str], _State] = {}
         self._fired: dict[str, list[float]] = {}
         self._held_until: dict[str, float] = {}
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counts: Counter[tuple[str, str]] = Counter()
         self._cap_logged: set[str] = set()
         self._load()
         self.set_rules(rules)
@@ -198,7 +199,7 @@ class RuleEngine:
         return out
 
     def _count(self, rule: str, what: str) -> None:
-        self.counts[(rule, what)] = self.counts.get((rule, what), 0) + 1
+        self.counts[(rule, what)] += 1
 
     def _capped(self, rule: Rule, now: float) -> bool:
         if rule.max_firings is None:
