@@ -41,6 +41,7 @@ from nodeguard.actions.ranking import (
     EvictFilter,
     EvictionPlan,
     Unit,
+    excluded_by,
     gang_of,
     gpu_eviction_plan,
     never_evicted,
@@ -315,6 +316,7 @@ class _Walk:
     backoff: EvictionBackoff
     progress: MutableMapping[str, Any]
     checkpoint: Callable[[], None]
+    flt: EvictFilter = dataclasses.field(default_factory=EvictFilter)
     outcomes: list[UnitOutcome] = dataclasses.field(default_factory=list)
     stop: Stop | None = None
 
@@ -375,11 +377,20 @@ class _Walk:
         _, gangs = await _read_gangs(self.kube, self.node)
         for key, record in sorted(gangs.items()):
             members = _members_of(record)
+            if self.flt.namespaces is not None and not all(
+                m.namespace in self.flt.namespaces for m in members
+            ):
+                continue  # outside what this run may touch: left for a run that may
+            live = await _live(self.kube, members)
+            if len(live) == len(members):
+                # Recorded, but no member was ever evicted (stopped before the first eviction,
+                # then abandoned): nothing to finish, and no decision to act on now.
+                if not self.dry_run:
+                    await _write_gangs(self.kube, self.node, _forget(key), dry_run=False)
+                continue
             try:
                 # Only what still runs: a member already evicted was reported by its run.
-                evicted = await _evict_all(
-                    self.kube, await _live(self.kube, members), dry_run=self.dry_run
-                )
+                evicted = await _evict_all(self.kube, live, dry_run=self.dry_run)
             except _Refused as refused:
                 retry_in = self.backoff.refused(key, retry_after=refused.retry_after)
                 self.outcomes.append(
@@ -440,7 +451,9 @@ class _Walk:
             metas = await self.members(unit)
         except KubeError as exc:
             raise _Failed(exc, []) from exc
-        never = [(m, r) for m in metas if (r := never_evicted(m))]
+        # Every member, on every node, as the plan judged this node's: never evicted pods, and
+        # the rule's (or command's) own filter (priority, namespaces, labels).
+        never = [(m, r) for m in metas if (r := never_evicted(m) or excluded_by(m, self.flt))]
         if never:
             m, r = never[0]
             self.outcomes.append(
@@ -628,6 +641,7 @@ async def evict(
     usage: Mapping[str, int] | None = None,
     progress: MutableMapping[str, Any] | None = None,
     checkpoint: Callable[[], None] = lambda: None,
+    flt: EvictFilter | None = None,
 ) -> ActionResult:
     """Evict units of ``plan`` in order until ``target_bytes`` are freed (0: just the first).
     With a target, units whose working set is unknown are skipped, never evicted blind. Gangs
@@ -635,7 +649,8 @@ async def evict(
 
     Outcomes: done (at least one unit evicted, or would be); blocked (every candidate refused
     by a PodDisruptionBudget or in backoff); refused (the per-node limit is spent before
-    anything was evicted); noop (no candidate); failed (an API error stopped it: what was
+    anything was evicted, or a target with no candidate's working set known); noop (no
+    candidate); failed (an API error stopped it: what was
     evicted is listed and evented all the same, ``retry`` when transient). The result carries
     one Event per pod evicted or refused; it is not audited here.
     """
@@ -649,6 +664,7 @@ async def evict(
         backoff=backoff,
         progress=progress if progress is not None else {},
         checkpoint=checkpoint,
+        flt=flt or EvictFilter(),
     )
     await walk.run(plan, target_bytes, usage or {})
     evicted = [o for o in walk.outcomes if isinstance(o, Evicted)]
@@ -664,6 +680,8 @@ async def evict(
         outcome = "refused"
     elif blocked:
         outcome = "blocked"
+    elif any(s.reason == "working set unknown" for s in skipped):
+        outcome = "refused"  # a target nobody can measure: say so, rather than "nothing to do"
     else:
         outcome = "noop"
     verb = "would evict" if dry_run else "evicted"
@@ -688,6 +706,11 @@ async def evict(
         message += f"; skipped: {s.unit} ({s.reason})"
     if stop is not None:
         message += f"; {stop.message}"
+    if outcome == "refused" and stop is None:
+        message += (
+            "; no working set known for the candidates, so no memory target can be met "
+            "(nodeguard act: --agent-url http://NODE:9847, or --free 0 for the first unit)"
+        )
     by_name = {(p.namespace, p.name): p for u, _ in plan.ranked for p in u.pods}
     return ActionResult(
         action="evict",
@@ -833,6 +856,7 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
         usage=usage,
         progress=call.progress,
         checkpoint=call.checkpoint,
+        flt=args.filter(),
     )
     return [dataclasses.replace(result, details={**result.details, "plan": plan_record(plan)})]
 

@@ -80,6 +80,7 @@ _PAUSE_ANNOTATIONS = (ANN_BY, ANN_AT, ANN_REASON, ANN_QUOTA)
 LEGACY_COUNT = "nodeguard.io/paused-parallel-trial-count"
 LEGACY_FLOOR = "nodeguard.io/paused-at-parallel-trial-count"
 _UNSET = "unset"
+DEFAULT_PARALLEL = 3
 
 
 def quota_name(experiment: str) -> str:
@@ -267,12 +268,25 @@ async def _read(kube: KubeClient, namespace: str, name: str) -> _Target:
 
 
 def _quota_body(t: _Target, *, by: str, reason: str) -> JSON:
+    meta = t.experiment.get("metadata", {})
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": {
             "name": quota_name(t.name),
             "namespace": t.namespace,
+            # Owned by the experiment: deleting it deletes the pause (the garbage collector),
+            # so a pause never outlives what it paused. Not blocking: no finalizer rights needed.
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "Experiment",
+                    "name": t.name,
+                    "uid": meta.get("uid", ""),
+                    "controller": False,
+                    "blockOwnerDeletion": False,
+                }
+            ],
             "labels": {QUOTA_LABEL: "true", EXPERIMENT_LABEL: t.name},
             "annotations": {
                 ANN_BY: by,
@@ -462,8 +476,15 @@ def _legacy_patch(t: _Target) -> tuple[JSON, str]:
         raise ValueError(f"annotation {LEGACY_COUNT}={recorded!r} is not a count")
     if floor is not None and str(current) != floor:
         return {}, f"parallelTrialCount {current} kept (set by someone else while paused)"
-    original = None if recorded == _UNSET else int(recorded)
-    return {"parallelTrialCount": original}, f"parallelTrialCount {current} -> {recorded}"
+    if recorded == _UNSET:
+        # Unset before the pause: Katib's defaulting webhook would set 3
+        # (experiments/v1beta1 constants.go DefaultTrialParallelCount), and its controller
+        # dereferences the field, so removing it would stop the experiment for good.
+        return (
+            {"parallelTrialCount": DEFAULT_PARALLEL},
+            f"parallelTrialCount {current} -> {DEFAULT_PARALLEL} (unset before; Katib's default)",
+        )
+    return {"parallelTrialCount": int(recorded)}, f"parallelTrialCount {current} -> {recorded}"
 
 
 async def resume_experiment(
@@ -510,12 +531,7 @@ async def resume_experiment(
             )
         said = []
         if target.quota is not None:
-            meta = target.quota["metadata"]
-            with contextlib.suppress(NotFound):  # deleted meanwhile: the same end
-                await kube.delete_resource_quota(
-                    name=meta["name"], namespace=namespace, uid=meta["uid"], dry_run=dry_run
-                )
-            said.append(f"ResourceQuota {meta['name']} deleted")
+            said.append(await _delete_quota(kube, target.quota, dry_run=dry_run))
         spec_patch: JSON = {}
         if LEGACY_COUNT in target.annotations:
             spec_patch, restored = _legacy_patch(target)
@@ -540,8 +556,13 @@ async def resume_experiment(
             patch=patch,
             dry_run=dry_run,
         )
+        kicked: tuple[str, ...] = ()
+        if not target.other_pauses:
+            # The namespace is free again: every experiment the quota held (not only this one)
+            # must reconcile, or one whose trials all ended while held never starts another.
+            kicked = await _kick(kube, namespace, target.neighbours, dry_run=dry_run)
     except NotFound:
-        return result("failed", f"{what} not found", "NodeguardKatibFailed", not_found=True)
+        return await _resume_gone(kube, node=node, namespace=namespace, name=name, dry_run=dry_run)
     except (KubeError, ValueError) as exc:
         transient = isinstance(exc, KubeError) and exc.transient
         return result(
@@ -563,11 +584,98 @@ async def resume_experiment(
     else:
         may = c.may_start()
         starts = f"Katib reconciles now and may start {may} trial(s)"
+        if kicked:
+            starts += f"; the other experiments the quota held reconcile too ({_names(kicked)})"
     message = (
-        f"{verb} {what} ({'; '.join(said)}): {starts} ({len(c.running)} running, "
-        f"{len(c.pending)} pending, parallelTrialCount {c.parallel})"
+        f"{verb} {what} ({'; '.join(said) or 'its mark removed'}): {starts} "
+        f"({len(c.running)} running, {len(c.pending)} pending, parallelTrialCount {c.parallel})"
     )
     return result("done", message, "NodeguardKatibResumed", trials_that_may_start=may)
+
+
+async def _delete_quota(kube: KubeClient, quota: JSON, *, dry_run: bool) -> str:
+    meta = quota["metadata"]
+    with contextlib.suppress(NotFound):  # deleted meanwhile: the same end
+        await kube.delete_resource_quota(
+            name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], dry_run=dry_run
+        )
+    return f"ResourceQuota {meta['name']} deleted"
+
+
+async def _kick(
+    kube: KubeClient, namespace: str, names: Iterable[str], *, dry_run: bool
+) -> tuple[str, ...]:
+    """Update each experiment (``nodeguard.io/resumed-at``) so Katib reconciles it: Katib does
+    not retry a Trial create the quota refused. The ones updated (gone ones skipped)."""
+    kicked = []
+    for other in names:
+        try:
+            await kube.patch_custom(
+                group=GROUP,
+                version=VERSION,
+                plural=EXPERIMENTS,
+                namespace=namespace,
+                name=other,
+                patch={"metadata": {"annotations": {ANN_RESUMED: _now()}}},
+                dry_run=dry_run,
+            )
+        except NotFound:
+            continue
+        kicked.append(other)
+    return tuple(kicked)
+
+
+async def _resume_gone(
+    kube: KubeClient, *, node: str, namespace: str, name: str, dry_run: bool
+) -> ActionResult:
+    """The experiment was deleted while paused: its pause quota must not outlive it (the
+    garbage collector deletes it through its owner reference; without one, or before it runs,
+    this does), and the namespace's other experiments reconcile."""
+    what = f"Katib experiment {namespace}/{name}"
+    pauses = await kube.list_resource_quotas(
+        label_selector=f"{QUOTA_LABEL}=true", namespace=namespace
+    )
+    mine = [q for q in pauses if q["metadata"]["name"] == quota_name(name)]
+    if not mine:
+        return _result(
+            None,
+            action="resume_katib",
+            node=node,
+            dry_run=dry_run,
+            outcome="failed",
+            message=f"{what} not found",
+            reason="NodeguardKatibFailed",
+            namespace=namespace,
+            name=name,
+            not_found=True,
+        )
+    said = await _delete_quota(kube, mine[0], dry_run=dry_run)
+    kicked: tuple[str, ...] = ()
+    if len(pauses) == 1:
+        others = await kube.list_custom(
+            group=GROUP, version=VERSION, plural=EXPERIMENTS, namespace=namespace
+        )
+        kicked = await _kick(
+            kube,
+            namespace,
+            [str(o["metadata"]["name"]) for o in others if _finished(o) is None],
+            dry_run=dry_run,
+        )
+    verb = "would resume" if dry_run else "resumed"
+    message = f"{verb} the pause of {what}, which is gone: {said}" + (
+        f"; the experiments the quota held reconcile ({_names(kicked)})" if kicked else ""
+    )
+    return _result(
+        None,
+        action="resume_katib",
+        node=node,
+        dry_run=dry_run,
+        outcome="done",
+        message=message,
+        reason="NodeguardKatibResumed",
+        namespace=namespace,
+        name=name,
+    )
 
 
 async def paused_experiments(

@@ -40,6 +40,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 import zlib
 from collections import Counter
@@ -80,6 +81,8 @@ Outcome = Literal[
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# RFC 3339 section 5.6 date-time: full-date "T" full-time, the zone required.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 
 #: Bounds of the fields of an alert, in characters (and entries). Alertmanager's fingerprints
 #: are 16 hex digits and its times 20-35 characters; labels and annotations are Prometheus's,
@@ -143,6 +146,9 @@ class WebhookAlert(_Loose):
     def _rfc3339(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> dt.datetime:
         if isinstance(value, str) and len(value) > LIMITS["time"]:
             raise ValueError(f"longer than {LIMITS['time']} characters")
+        if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+            # pydantic also takes Unix times and dates without a zone: not Alertmanager's.
+            raise ValueError(f"not an RFC 3339 time with a zone: {str(value)[:64]!r}")
         try:
             parsed: dt.datetime = handler(value)
         except ValidationError:
