@@ -366,3 +366,31 @@ async def test_a_claim_is_kept_while_its_alert_keeps_firing(
         assert await b.claim(node=node, key=key) == "claimed"
     finally:
         kube.close()
+
+
+def test_the_open_webhook_only_listens_on_loopback(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    from tests.agent import free_port
+    from tests.conftest import host_flags
+
+    port = free_port()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodeguard",
+            "run",
+            *host_flags("v2-systemd-containerd"),
+            f"--path.state={tmp_path}",
+            f"--listen-address=:{port}",
+            "--webhook.allow-unauthenticated",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "only with --listen-address on loopback" in done.stderr
