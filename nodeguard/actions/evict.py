@@ -577,28 +577,20 @@ def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[Audit
         meta = pods.get((namespace, pod))
         return ObjectRef(kind="Pod", name=pod, namespace=namespace, uid=meta.uid if meta else "")
 
+    def evicted(pod: str, why: str) -> None:
+        message = f"{verb} {pod} from {walk.node} for rule {walk.rule}{why}"
+        out.append(
+            AuditEvent(obj=ref(pod), reason="NodeguardEvicted", message=message, type="Warning")
+        )
+
     for o in walk.outcomes:
         if isinstance(o, Evicted):
             for p in o.pods:
-                out.append(
-                    AuditEvent(
-                        obj=ref(p),
-                        reason="NodeguardEvicted",
-                        message=f"{verb} {p} from {walk.node} for rule {walk.rule} "
-                        f"({walk.note}): {o.why}",
-                        type="Warning",
-                    )
-                )
+                evicted(p, f" ({walk.note}): {o.why}")
         elif isinstance(o, Blocked) and not o.in_backoff:
             for p in o.partial:
-                out.append(
-                    AuditEvent(
-                        obj=ref(p),
-                        reason="NodeguardEvicted",
-                        message=f"{verb} {p} from {walk.node} for rule {walk.rule}: part of "
-                        f"{o.unit}, whose member {o.pod} a PodDisruptionBudget refused",
-                        type="Warning",
-                    )
+                evicted(
+                    p, f": part of {o.unit}, whose member {o.pod} a PodDisruptionBudget refused"
                 )
             message = f"eviction of {o.pod} refused ({o.reason}); never by DELETE" + (
                 f"; tried again after {o.retry_in:.0f}s"
@@ -615,15 +607,7 @@ def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[Audit
             )
     if walk.stop is not None:
         for p in walk.stop.partial:
-            out.append(
-                AuditEvent(
-                    obj=ref(p),
-                    reason="NodeguardEvicted",
-                    message=f"{verb} {p} from {walk.node} for rule {walk.rule}, before "
-                    f"{walk.stop.message}",
-                    type="Warning",
-                )
-            )
+            evicted(p, f", before {walk.stop.message}")
     return tuple(out)
 
 

@@ -311,44 +311,48 @@ def _scope(t: _Target) -> str:
     )
 
 
-def _result(
-    t: _Target | None,
-    *,
-    action: str,
-    node: str,
-    dry_run: bool,
-    outcome: Outcome,
-    message: str,
-    reason: str,
-    namespace: str,
-    name: str,
-    retry: bool = False,
-    **details: Any,
-) -> ActionResult:
-    ref = (
-        t.ref
-        if t is not None
-        else ObjectRef(
-            kind="Experiment", name=name, namespace=namespace, api_version=f"{GROUP}/{VERSION}"
+@dataclass(slots=True, kw_only=True)
+class _Results:
+    """Makes the results of one action on one experiment, each with its Event on the
+    experiment (``target``, once read; by name before that)."""
+
+    action: str
+    node: str
+    dry_run: bool
+    namespace: str
+    name: str
+    target: _Target | None = None
+
+    def __call__(
+        self, outcome: Outcome, message: str, reason: str, *, retry: bool = False, **details: Any
+    ) -> ActionResult:
+        ref = (
+            self.target.ref
+            if self.target is not None
+            else ObjectRef(
+                kind="Experiment",
+                name=self.name,
+                namespace=self.namespace,
+                api_version=f"{GROUP}/{VERSION}",
+            )
         )
-    )
-    return ActionResult(
-        action=action,
-        node=node,
-        dry_run=dry_run,
-        outcome=outcome,
-        message=message,
-        details={"experiment": f"{namespace}/{name}", **details},
-        events=(
-            AuditEvent(
-                obj=ref,
-                reason=reason,
-                message=message,
-                type="Normal" if outcome in ("done", "noop") else "Warning",
+        return ActionResult(
+            action=self.action,
+            node=self.node,
+            dry_run=self.dry_run,
+            outcome=outcome,
+            message=message,
+            details={"experiment": f"{self.namespace}/{self.name}", **details},
+            events=(
+                AuditEvent(
+                    obj=ref,
+                    reason=reason,
+                    message=message,
+                    type="Normal" if outcome in ("done", "noop") else "Warning",
+                ),
             ),
-        ),
-        retry=retry,
-    )
+            retry=retry,
+        )
 
 
 async def pause_experiment(
@@ -367,26 +371,14 @@ async def pause_experiment(
     say which trials keep running, that Katib deletes none, and how many may start while
     paused (none)."""
 
-    def result(outcome: Outcome, message: str, reason_: str, **details: Any) -> ActionResult:
-        return _result(
-            target,
-            action="pause_katib",
-            node=node,
-            dry_run=dry_run,
-            outcome=outcome,
-            message=message,
-            reason=reason_,
-            namespace=namespace,
-            name=name,
-            **details,
-        )
-
-    target: _Target | None = None
+    result = _Results(
+        action="pause_katib", node=node, dry_run=dry_run, namespace=namespace, name=name
+    )
     what = f"Katib experiment {namespace}/{name}"
     try:
-        target = await _read(kube, namespace, name)
+        target = result.target = await _read(kube, namespace, name)
         c = target.census
-        facts = {
+        facts: dict[str, Any] = {
             "running_trials": list(c.running),
             "pending_trials": list(c.pending),
             "trials_katib_deletes": 0,
@@ -502,24 +494,12 @@ async def resume_experiment(
     nodeguard, or by another rule); failed (not found: ``details["not_found"]``; an API
     error, ``retry`` when transient)."""
 
-    def result(outcome: Outcome, message: str, reason_: str, **details: Any) -> ActionResult:
-        return _result(
-            target,
-            action="resume_katib",
-            node=node,
-            dry_run=dry_run,
-            outcome=outcome,
-            message=message,
-            reason=reason_,
-            namespace=namespace,
-            name=name,
-            **details,
-        )
-
-    target: _Target | None = None
+    result = _Results(
+        action="resume_katib", node=node, dry_run=dry_run, namespace=namespace, name=name
+    )
     what = f"Katib experiment {namespace}/{name}"
     try:
-        target = await _read(kube, namespace, name)
+        target = result.target = await _read(kube, namespace, name)
         paused_by = target.paused_by()
         if paused_by is None:
             return result("noop", f"{what} was not paused by nodeguard", "NodeguardKatibNoop")
@@ -636,19 +616,11 @@ async def _resume_gone(
         label_selector=f"{QUOTA_LABEL}=true", namespace=namespace
     )
     mine = [q for q in pauses if q["metadata"]["name"] == quota_name(name)]
+    result = _Results(
+        action="resume_katib", node=node, dry_run=dry_run, namespace=namespace, name=name
+    )
     if not mine:
-        return _result(
-            None,
-            action="resume_katib",
-            node=node,
-            dry_run=dry_run,
-            outcome="failed",
-            message=f"{what} not found",
-            reason="NodeguardKatibFailed",
-            namespace=namespace,
-            name=name,
-            not_found=True,
-        )
+        return result("failed", f"{what} not found", "NodeguardKatibFailed", not_found=True)
     said = await _delete_quota(kube, mine[0], dry_run=dry_run)
     kicked: tuple[str, ...] = ()
     if len(pauses) == 1:
@@ -665,17 +637,7 @@ async def _resume_gone(
     message = f"{verb} the pause of {what}, which is gone: {said}" + (
         f"; the experiments the quota held reconcile ({_names(kicked)})" if kicked else ""
     )
-    return _result(
-        None,
-        action="resume_katib",
-        node=node,
-        dry_run=dry_run,
-        outcome="done",
-        message=message,
-        reason="NodeguardKatibResumed",
-        namespace=namespace,
-        name=name,
-    )
+    return result("done", message, "NodeguardKatibResumed")
 
 
 async def paused_experiments(
