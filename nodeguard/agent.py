@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import logging
 import os
 import signal
@@ -93,22 +94,44 @@ def _cluster(cfg: AgentConfig) -> tuple[KubeClient, PodWatcher] | None:
     return kube, PodWatcher(kube=kube, node_name=cfg.sampler.node_name)
 
 
+def _loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 async def _adopt(*, kube: KubeClient, engine: RuleEngine, node: str, stop: asyncio.Event) -> None:
     await adopt_from_cluster(kube=kube, engine=engine, node=node, stop=stop)
 
 
 async def run_agent(cfg: AgentConfig) -> int:
     """Run until SIGTERM/SIGINT; the exit status."""
+    if cfg.webhook_unauthenticated and cfg.webhook_token is None and not _loopback(cfg.host):
+        log.error(
+            "--webhook.allow-unauthenticated takes deliveries from anyone who reaches the port: "
+            "only with --listen-address on loopback (127.0.0.1:PORT), not %s",
+            cfg.host or "every address",
+        )
+        return 2
+    node = cfg.sampler.node_name
+    state_dir = cfg.sampler.paths.state
+    try:
+        state = StateFile(path=state_dir / STATE_FILE if state_dir else None, node=node)
+    except RuntimeError as exc:  # another agent holds the state directory
+        log.error("%s", exc)
+        return 1
     source = RuleSource(paths=list(cfg.rules)) if cfg.rules else None
     cluster = _cluster(cfg)
     kube = cluster[0] if cluster else None
     sampler = Sampler(config=cfg.sampler, cluster=cluster[1] if cluster else None)
     registry = CollectorRegistry(auto_describe=True)
-    node = cfg.sampler.node_name
     auditor = Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=registry))
     incidents = IncidentStore(directory=cfg.incidents_dir, keep=cfg.incidents_keep)
-    state_dir = cfg.sampler.paths.state
-    state = StateFile(path=state_dir / STATE_FILE if state_dir else None, node=node)
     engine = RuleEngine(rules=source.current.rules if source else (), state=state)
     env = Env(
         kube=kube,
@@ -270,7 +293,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         await asyncio.gather(*tasks)
     finally:
         sampler.close()
-        state.save()
+        state.close()
         rules_thread.shutdown(wait=False)
         listener.close()
         await runner.cleanup()

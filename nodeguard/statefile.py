@@ -19,6 +19,7 @@ restarts reset it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -33,7 +34,14 @@ log = logging.getLogger(__name__)
 
 #: Version of the file's layout; a file of a higher version is set aside, never read.
 FORMAT = 1
+#: A state file larger than this is set aside unread (a healthy one holds kilobytes: bounded
+#: sections, a journal bounded by the queue).
+MAX_BYTES = 16 << 20
 _MAGIC = "nodeguard-remediation-state"
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a state file holds")
 
 
 class StateFile:
@@ -61,16 +69,52 @@ class StateFile:
         self._data: dict[str, Any] = {}
         self._dirty_since: float | None = None
         self._warned = False
+        self._lock_fd: int | None = None
         if path is None:
             log.warning(
                 "no state directory: cooldowns, limits and runbooks under way are kept in "
                 "memory and reset when the agent restarts (set --path.state)"
             )
             return
+        self._lock(path)
         self._load(path)
+
+    def _lock(self, path: Path) -> None:
+        """One agent per state directory: a second one would interleave its writes with the
+        first's. ``RuntimeError`` when another process holds the lock."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path.with_name(f"{path.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        except OSError as exc:
+            log.warning("cannot lock the state directory %s: %s", path.parent, exc)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(
+                f"another nodeguard uses the state directory {path.parent} (its lock "
+                f"{path.name}.lock is held): give each agent its own --path.state"
+            ) from None
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        """Save and let the state directory go."""
+        self.save()
+        self.release()
+
+    def release(self) -> None:
+        """Let the state directory go without saving (as a killed process does)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _load(self, path: Path) -> None:
         try:
+            size = path.stat().st_size
+            if size > MAX_BYTES:
+                self._set_aside(path, f"too large: {size} bytes, over {MAX_BYTES}")
+                return
             raw = path.read_bytes()
         except FileNotFoundError:
             return
@@ -78,7 +122,7 @@ class StateFile:
             self._set_aside(path, f"unreadable: {exc}")
             return
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, parse_constant=_no_constant)
         except ValueError as exc:
             self._set_aside(path, f"corrupt: not JSON ({exc})")
             return
@@ -159,7 +203,7 @@ class StateFile:
             separators=(",", ":"),
             sort_keys=True,
         ).encode()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
+from nodeguard.statefile import StateFile
 from tests.controlplane.cluster import TestCluster
 from tests.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
 from tests.deploy.fixtures import applier, kustomize_bin, manifests  # noqa: F401  (fixtures)
@@ -131,3 +133,18 @@ async def synced_watcher(*, kubeconfig: Path, node: str) -> AsyncIterator[PodWat
         stop.set()
         await asyncio.wait_for(task, 40)
         kube.close()
+
+
+_states: dict[Path, StateFile] = {}
+
+
+def state_at(*, path: Path, **kw: Any) -> StateFile:
+    """A StateFile at ``path`` as a new agent process would open it: the previous one opened
+    here (the "process" before the restart) lets go of the directory first, as a dead process
+    does."""
+    old = _states.pop(path, None)
+    if old is not None:
+        old.release()
+    state = StateFile(path=path, **kw)
+    _states[path] = state
+    return state

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.schema import Rule
 from nodeguard.rules.signals import SHARE, SIGNALS, History, Target, signal
 from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
-from nodeguard.statefile import StateFile
-from tests.conftest import cgroup_memory
+from nodeguard.statefile import MAX_BYTES, StateFile
+from tests.conftest import cgroup_memory, state_at
 
 # Stand-in signals: the node's value and each container's value come from these dicts, set by
 # the test before each step.
@@ -223,14 +225,14 @@ def test_a_dropped_resolve_is_emitted_again() -> None:
 def test_a_restarted_agent_still_resolves(tmp_path: Any) -> None:
     path = tmp_path / "state.json"
     r = rule(resolve=[{"action": "uncordon"}])
-    first = RuleEngine(rules=[r], state=StateFile(path=path, node="node-a"))
+    first = RuleEngine(rules=[r], state=state_at(path=path, node="node-a"))
     first.finished(step(first, 0, 0.9)[0], at=0)
-    restarted = RuleEngine(rules=[r], state=StateFile(path=path, node="node-a"))
+    restarted = RuleEngine(rules=[r], state=state_at(path=path, node="node-a"))
     assert restarted.state() == {"r": (0, 1)}
     (resolved,) = step(restarted, 60, 0.1)
     assert resolved.kind == "resolved"
     restarted.finished(resolved, at=61)
-    assert RuleEngine(rules=[r], state=StateFile(path=path, node="node-a")).state() == {"r": (0, 0)}
+    assert RuleEngine(rules=[r], state=state_at(path=path, node="node-a")).state() == {"r": (0, 0)}
 
 
 def test_cooldown_and_cap_survive_a_restart(tmp_path: Any) -> None:
@@ -238,10 +240,10 @@ def test_cooldown_and_cap_survive_a_restart(tmp_path: Any) -> None:
     # later. Both the cooldown and the cap are in the state file.
     path = tmp_path / "state.json"
     r = rule(cooldown="5m", maxFirings={"count": 1, "window": "1h"})
-    first = RuleEngine(rules=[r], state=StateFile(path=path, node="node-a"))
+    first = RuleEngine(rules=[r], state=state_at(path=path, node="node-a"))
     first.finished(step(first, 0, 0.9)[0], at=1)
     step(first, 2, 0.1)  # cleared
-    again = RuleEngine(rules=[r], state=StateFile(path=path, node="node-a"))
+    again = RuleEngine(rules=[r], state=state_at(path=path, node="node-a"))
     assert step(again, 8, 0.9) == []
     assert again.counts[("r", "suppressed_cooldown")] == 1
     assert step(again, 400, 0.9) == []  # the cooldown is over; the cap (1 per hour) is not
@@ -257,7 +259,7 @@ def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
     def engine() -> RuleEngine:
         return RuleEngine(
             rules=[r],
-            state=StateFile(path=path, node="node-a", clock=lambda: clock["now"], lazy_seconds=0),
+            state=state_at(path=path, node="node-a", clock=lambda: clock["now"], lazy_seconds=0),
         )
 
     first = engine()
@@ -268,7 +270,7 @@ def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
     assert [f.kind for f in step(engine(), 1031, 0.9)] == ["firing"]
     second = RuleEngine(
         rules=[rule(name="s", **{"for": "30s"})],
-        state=StateFile(
+        state=state_at(
             path=tmp_path / "b.json", node="n", clock=lambda: clock["now"], lazy_seconds=0
         ),
     )
@@ -276,7 +278,7 @@ def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
     clock["now"] = 1031 + 600  # ten minutes down: nobody saw whether it dipped
     later = RuleEngine(
         rules=[rule(name="s", **{"for": "30s"})],
-        state=StateFile(path=tmp_path / "b.json", node="n", clock=lambda: clock["now"]),
+        state=state_at(path=tmp_path / "b.json", node="n", clock=lambda: clock["now"]),
     )
     assert step(later, clock["now"], 0.9) == []
     assert step(later, clock["now"] + 31, 0.9) != []
@@ -297,7 +299,7 @@ def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
 def test_an_unusable_state_file_means_acting_less(tmp_path: Any, content: bytes) -> None:
     path = tmp_path / "state.json"
     path.write_bytes(content)
-    state = StateFile(path=path, node="node-a", clock=lambda: 1000.0)
+    state = state_at(path=path, node="node-a", clock=lambda: 1000.0)
     assert state.recovered is not None
     assert not path.exists() and list(tmp_path.glob("state.json.bad-*"))  # set aside, kept
     r = rule(cooldown="5m", maxFirings={"count": 2, "window": "1h"})
@@ -309,7 +311,7 @@ def test_an_unusable_state_file_means_acting_less(tmp_path: Any, content: bytes)
     assert step(engine, 1700, 0.1) == []
     assert step(engine, 1701, 0.9) == [] and engine.counts[("r", "suppressed_cap")] == 1
     state.save()
-    assert StateFile(path=path, node="node-a").recovered is None  # a good file again
+    assert state_at(path=path, node="node-a").recovered is None  # a good file again
 
 
 def test_a_failed_firing_that_changed_nothing_fires_again_after_its_cooldown() -> None:
@@ -325,3 +327,60 @@ def test_a_reload_that_changes_a_firing_rule_keeps_its_undo() -> None:
     engine.finished(step(engine, 0, 0.9)[0], at=0)
     engine.set_rules([rule(description="edited", resolve=[{"action": "uncordon"}])])
     assert [f.kind for f in step(engine, 5, 0.1)] == ["resolved"]
+
+
+def test_one_bad_value_in_the_rule_state_makes_every_rule_wait(tmp_path: Any) -> None:
+    # Found by a reviewer: one unreadable entry dropped every rule's cooldown, so the agent
+    # acted more after the restart. Now the readable entries stand and every rule waits.
+    path = tmp_path / "state.json"
+    r = rule(cooldown="1h", maxFirings={"count": 1, "window": "1h"})
+    first = RuleEngine(rules=[r], state=state_at(path=path, node="node-a", clock=lambda: 100.0))
+    first.finished(step(first, 0, 0.9)[0], at=1)
+    data = json.loads(path.read_text())
+    data["sections"]["rules"]["old-rule"] = {"fired": ["yesterday"]}
+    path.write_text(json.dumps(data))
+    again = RuleEngine(rules=[r], state=state_at(path=path, node="node-a", clock=lambda: 100.0))
+    assert step(again, 100, 0.1) == [] and step(again, 101, 0.9) == []
+    assert step(again, 3000, 0.9) == []  # the cap: one an hour, counted from the first
+    # A NaN (Python's JSON reader takes it) makes the whole file unusable: set aside.
+    path.write_text(json.dumps(data).replace('"yesterday"', "NaN"))
+    assert state_at(path=path, node="node-a").recovered is not None
+
+
+def test_a_second_agent_on_one_state_directory_is_refused(tmp_path: Any) -> None:
+    first = state_at(path=tmp_path / "state.json", node="node-a")
+    with pytest.raises(RuntimeError, match="another nodeguard uses the state directory"):
+        StateFile(path=tmp_path / "state.json", node="node-a")
+    first.release()
+    StateFile(path=tmp_path / "state.json", node="node-a").release()
+
+
+def test_a_huge_state_file_is_set_aside_unread(tmp_path: Any) -> None:
+    path = tmp_path / "state.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_BYTES + 1)
+    state = state_at(path=path, node="node-a")
+    assert state.recovered is not None and "too large" in state.recovered
+
+
+def test_a_clock_that_steps_back_does_not_silence_a_rule() -> None:
+    # Found by a reviewer: times written while the clock was ahead held the rule back for the
+    # whole jump. A last action "in the future" counts as now.
+    engine = RuleEngine(rules=[rule(cooldown="1m")])
+    (f,) = step(engine, 10_000, 0.9)
+    engine.finished(f, at=10_000)
+    step(engine, 10_001, 0.1)  # cleared
+    assert step(engine, 500, 0.9) == []  # the clock stepped back 9,500 s: one cooldown...
+    assert [x.kind for x in step(engine, 561, 0.9)] == ["firing"]  # ...not 9,500 s
+
+
+def test_limits_and_backoffs_are_never_longer_than_their_window_after_a_step_back() -> None:
+    now = {"t": 10_000.0}
+    limiter = EvictionLimiter(max_units=1, window=600, clock=lambda: now["t"])
+    backoff = EvictionBackoff(base=10, cap=300, clock=lambda: now["t"])
+    limiter.record("n")
+    backoff.refused("u")
+    now["t"] = 1_000.0  # the clock stepped back
+    assert not limiter.allows("n") and backoff.until("u") == 1_300.0
+    now["t"] = 1_601.0
+    assert limiter.allows("n") and backoff.until("u") is None

@@ -355,3 +355,88 @@ def test_census_counts_as_katib_does() -> None:
 
 def _nodeguard() -> list[str]:
     return [sys.executable, "-m", "nodeguard"]
+
+
+async def test_the_last_resume_in_a_namespace_restarts_every_experiment_it_held(
+    katib: Katib, cluster: Cluster, kube: KubeClient
+) -> None:
+    # Found by a reviewer: a and b paused, every trial ended, a resumed while b still held the
+    # namespace, then b: Katib reconciled only b, and a, no longer marked, stayed stopped for
+    # good. A neighbour never paused but held by the quota must restart too.
+    ns, node = cluster.namespace("katib-held"), cluster.node()
+    for name in ("a", "b", "bystander"):
+        katib.experiment(ns, name, parallel=1, max_trials=5)
+        _started(katib, ns, name, 1)
+    env = env_for(kube, node)
+    args = {"experiments": [f"{ns}/a", f"{ns}/b"]}
+    assert [
+        r.outcome for r in await run_action(env=env, node=node, action="pause_katib", args=args)
+    ] == ["done", "done"]
+    for name in ("a", "b", "bystander"):
+        (trial,) = katib.trials(ns, name)
+        katib.finish(ns, trial)
+    katib.wait(
+        "no running trial", lambda: not any(katib.running(ns, n) for n in ("a", "b", "bystander"))
+    )
+    (first,) = await run_action(
+        env=env, node=node, action="resume_katib", args={"experiments": [f"{ns}/a"]}
+    )
+    assert first.details["trials_that_may_start"] == 0 and "pause(s) of b" in first.message
+    await asyncio.sleep(2)
+    assert not katib.running(ns, "a")  # still held by b's quota
+    (last,) = await run_action(
+        env=env, node=node, action="resume_katib", args={"experiments": [f"{ns}/b"]}
+    )
+    assert "reconcile too (a, bystander)" in last.message, last.message
+    for name in ("a", "b", "bystander"):
+        katib.wait(f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1)
+
+
+async def test_a_pause_does_not_outlive_its_experiment(
+    katib: Katib, cluster: Cluster, kube: KubeClient
+) -> None:
+    ns, node = cluster.namespace("katib-gone"), cluster.node()
+    katib.experiment(ns, "a", parallel=1, max_trials=5)
+    katib.experiment(ns, "b", parallel=1, max_trials=5)
+    (trial_b,) = list(_started(katib, ns, "b", 1))
+    env = env_for(kube, node)
+    await run_action(env=env, node=node, action="pause_katib", args={"experiments": [f"{ns}/a"]})
+    quota = cluster.core.read_namespaced_resource_quota(quota_name("a"), ns)
+    exp_uid = _experiment(cluster, ns, "a")["metadata"]["uid"]
+    # Owned by the experiment: the garbage collector deletes it with the experiment.
+    (owner,) = quota.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid) == ("Experiment", "a", exp_uid)
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "a")
+    katib.finish(ns, trial_b)
+    # No garbage collector runs here: the resume by hand finds the orphan quota and frees b.
+    (res,) = await run_action(env=env, node=node, action="resume_katib")
+    assert res.outcome == "done" and "which is gone" in res.message, res.message
+    assert cluster.core.list_namespaced_resource_quota(ns).items == []
+    katib.wait("b to start a new trial", lambda: len(katib.running(ns, "b")) == 1)
+
+
+async def test_a_legacy_pause_of_an_unset_count_restores_katibs_default(
+    katib: Katib, cluster: Cluster, kube: KubeClient
+) -> None:
+    # Removing the field would leave Katib's controller dereferencing nil on every reconcile.
+    ns, node = cluster.namespace("katib-unset"), cluster.node()
+    katib.experiment(ns, "random", parallel=1, max_trials=10)
+    cluster.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        ns,
+        "experiments",
+        "random",
+        {
+            "metadata": {
+                "annotations": {
+                    "nodeguard.io/paused-parallel-trial-count": "unset",
+                    "nodeguard.io/paused-at-parallel-trial-count": "1",
+                    "nodeguard.io/paused-by": f"{node}/r",
+                }
+            }
+        },
+    )
+    (res,) = await run_action(env=env_for(kube, node), node=node, action="resume_katib")
+    assert res.outcome == "done" and "Katib's default" in res.message
+    assert _experiment(cluster, ns, "random")["spec"]["parallelTrialCount"] == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,11 +15,13 @@ from nodeguard.actions import registry
 from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.cordon import LABEL, CordonConfig, cordon, uncordon
+from nodeguard.actions.evict import GANGS_ANNOTATION as GANGS
 from nodeguard.actions.evict import evict
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.actions.ranking import EvictFilter, plan_eviction
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
+from tests.acting import env_for, run_action
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster, unique
 
@@ -535,38 +538,43 @@ def _lease(cluster: Cluster, name: str, holder: str, renew: dt.datetime) -> None
 
 async def test_a_held_lease_is_judged_on_our_own_clock(cluster: Cluster, kube: KubeClient) -> None:
     # The holder's renewTime is years old (its clock is behind, or it died): only watching it
-    # stay unchanged for leaseDurationSeconds on this agent's clock lets us take it over.
+    # stay unchanged for leaseDurationSeconds (2 s) on this agent's clock lets us take it over.
+    # The agent's clock here is a fake one that the Lease's own waits advance.
     node = cluster.node()
     name = unique("budget")
     _lease(cluster, name, "another-agent", dt.datetime(2020, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC))
-    short = CordonConfig(
-        budget_nodes=100, lease_name=name, lease_namespace="default", lock_timeout=1.0
-    )
-    res = await cordon(
-        kube=kube,
-        node=node,
-        rule="r",
-        reason="x",
-        identity="me",
-        dry_run=False,
-        config=short,
-    )
-    assert res.outcome == "refused" and "still held" in res.message
-    patient = CordonConfig(
-        budget_nodes=100, lease_name=name, lease_namespace="default", lock_timeout=10.0
-    )
-    started = asyncio.get_running_loop().time()
-    res = await cordon(
-        kube=kube,
-        node=node,
-        rule="r",
-        reason="x",
-        identity="me",
-        dry_run=False,
-        config=patient,
-    )
+    clock = FakeClock()
+
+    async def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    async def attempt(lock_timeout: float) -> Any:
+        return await cordon(
+            kube=kube,
+            node=node,
+            rule="r",
+            reason="x",
+            identity="me",
+            dry_run=False,
+            config=CordonConfig(
+                budget_nodes=100,
+                lease_name=name,
+                lease_namespace="default",
+                lock_timeout=lock_timeout,
+            ),
+            clock=clock,
+            sleep=sleep,
+        )
+
+    res = await attempt(1.0)
+    assert res.outcome == "refused" and "still held" in res.message, res.message
+    assert clock.now - 1000.0 == pytest.approx(
+        1.0
+    )  # gave up at its 1 s (a last try then), before the 2 s lease ran out
+    started = clock.now
+    res = await attempt(10.0)
     assert res.outcome == "done", res.message
-    assert asyncio.get_running_loop().time() - started >= 2.0
+    assert 2.0 <= clock.now - started < 4.0  # taken over once seen unchanged for 2 s
 
 
 async def test_a_cordon_made_while_waiting_is_left_alone(
@@ -766,3 +774,85 @@ async def test_a_rules_undo_leaves_another_rules_cordon(cluster: Cluster, kube: 
     )
     assert res.outcome == "noop" and "cordoned by rule slab-unreclaimable-high" in res.message
     assert cluster.core.read_node(node).spec.unschedulable is True
+
+
+async def test_a_gang_recorded_but_never_started_is_not_evicted_later(
+    cluster: Cluster, kube: KubeClient
+) -> None:
+    # Found by a reviewer: the record is written before the first eviction; a run stopped at
+    # that point and then abandoned left a record that, days later, made `act evict` evict the
+    # whole gang, outside the namespace it was told. A record whose members all still run is
+    # no decision: it is dropped. A half-evicted gang outside --namespace is left alone.
+    ns, other_ns = cluster.namespace("stale-gang"), cluster.namespace("elsewhere")
+    node, other = cluster.node(), cluster.node()
+    trial = {"katib.kubeflow.org/trial": "t2"}
+    # Priority 1000: above the default cap, so no plan of these runs may choose it.
+    members = [
+        cluster.pod(
+            namespace=ns,
+            node=n,
+            name=f"t2-{i}",
+            request="1Gi",
+            labels=trial,
+            priority_class="nodeguard-test-mid",
+        )
+        for i, n in enumerate((node, other))
+    ]
+    cluster.pod(namespace=other_ns, node=node, name="wanted", request="1Gi")
+    cluster.pod(namespace=ns, node=node, name="bystander", request="1Gi")
+    record = {
+        f"katib-trial/{ns}/t2": {
+            "members": [
+                [ns, m["metadata"]["name"], m["metadata"]["uid"], m["spec"]["nodeName"]]
+                for m in members
+            ],
+            "at": "2026-11-27T00:00:00Z",
+            "by": node,
+            "rule": "r",
+        }
+    }
+    cluster.core.patch_node(node, {"metadata": {"annotations": {GANGS: json.dumps(record)}}})
+    env = env_for(kube, node, usage={})
+    (res,) = await run_action(
+        env=env, node=node, action="evict", args={"free": "0", "namespaces": [other_ns]}
+    )
+    assert [u["pods"] for u in res.details["evicted"]] == [[f"{other_ns}/wanted"]]
+    assert _alive(cluster, ns, "t2-0") and _alive(cluster, ns, "t2-1")
+    # Outside --namespace: the record is left for a run that may touch it.
+    assert GANGS in (cluster.core.read_node(node).metadata.annotations or {})
+    (res,) = await run_action(env=env, node=node, action="evict", args={"free": "0"})
+    assert [u["pods"] for u in res.details["evicted"]] == [[f"{ns}/bystander"]]
+    assert _alive(cluster, ns, "t2-0") and _alive(cluster, ns, "t2-1")  # never started: dropped
+    assert GANGS not in (cluster.core.read_node(node).metadata.annotations or {})
+
+
+async def test_a_gangs_members_on_other_nodes_pass_the_same_filter(
+    cluster: Cluster, kube: KubeClient
+) -> None:
+    # Found by a reviewer: the default priority cap (999) was applied to this node's member of
+    # a trial only; its member at priority 100000 on another node was evicted with it.
+    ns, node, other = cluster.namespace("gang-cap"), cluster.node(), cluster.node()
+    trial = {"katib.kubeflow.org/trial": "t1"}
+    cluster.pod(
+        namespace=ns,
+        node=node,
+        name="low",
+        request="1Gi",
+        labels=trial,
+        priority_class="nodeguard-test-low",
+    )
+    cluster.pod(
+        namespace=ns,
+        node=other,
+        name="high",
+        request="1Gi",
+        labels=trial,
+        priority_class="nodeguard-test-high",
+    )
+    (res,) = await run_action(
+        env=env_for(kube, node), node=node, action="evict", args={"free": "0"}
+    )
+    assert res.details["evicted"] == []
+    (skip,) = res.details["skipped"]
+    assert skip["pod"] == f"{ns}/high" and "above the rule's maximum 999" in skip["reason"]
+    assert _alive(cluster, ns, "low") and _alive(cluster, ns, "high")

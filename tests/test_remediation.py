@@ -19,10 +19,9 @@ from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.schema import ActionSpec
 from nodeguard.sampler import Sampler, SamplerConfig
-from nodeguard.statefile import StateFile
 from tests.acting import env_for
 from tests.agent import get, running_agent
-from tests.conftest import host_flags, host_paths
+from tests.conftest import host_flags, host_paths, state_at
 
 GiB = 1 << 30
 
@@ -48,7 +47,7 @@ def firing(rule: str = "r", *, actions: tuple[str, ...] = ("record",), **kw: Any
 
 
 def remediator(tmp_path: Path, **kw: Any) -> Remediator:
-    state = kw.pop("state", None) or StateFile(path=tmp_path / "state.json", node="node-a")
+    state = kw.pop("state", None) or state_at(path=tmp_path / "state.json", node="node-a")
     return Remediator(
         env=env_for(None, "node-a"),
         incidents=IncidentStore(directory=tmp_path / "incidents"),

@@ -331,3 +331,66 @@ async def test_claims_wait_for_an_api_server_that_is_down(cluster: Any, control_
         assert await AlertClaims(kube=kube, claimant="b").claim(node=node, key=key) == "claimed"
     finally:
         kube.close()
+
+
+async def test_starts_at_is_rfc_3339_only(setup: Any) -> None:
+    # pydantic also reads a Unix time, or a time without a zone: neither is Alertmanager's.
+    client, _, queue = setup
+    for bad in ("1764496800", "2026-11-30", "2026-11-30T10:00:00Zjunk"):
+        status, body = await post(client, payload(alert(starts=bad)))
+        assert status == 400 and "RFC 3339" in body["error"], (bad, body)
+    assert queue.items == []
+
+
+async def test_a_claim_is_kept_while_its_alert_keeps_firing(
+    cluster: Any, control_plane: Any
+) -> None:
+    # Alertmanager re-sends a firing alert every repeat_interval to any agent. Each copy that
+    # finds the claim extends it, so it never expires while the alert fires; and 70 other
+    # deliveries for the node do not push it out.
+    node = cluster.node()
+    kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    now = {"t": 1_000_000.0}
+    try:
+        a = AlertClaims(kube=kube, claimant="agent-a", clock=lambda: now["t"])
+        b = AlertClaims(kube=kube, claimant="agent-b", clock=lambda: now["t"])
+        key = delivery_key(WebhookAlert.model_validate(alert(fingerprint="long")))
+        assert await a.claim(node=node, key=key) == "claimed"
+        for i in range(70):
+            other = delivery_key(WebhookAlert.model_validate(alert(fingerprint=f"x{i}")))
+            assert await a.claim(node=node, key=other) == "claimed"
+        for _ in range(12):  # two days of re-sends every 4 h
+            now["t"] += 4 * 3600
+            assert await b.claim(node=node, key=key) == "duplicate"
+        now["t"] += 25 * 3600  # no copy for 25 h: the alert stopped; forgotten
+        assert await b.claim(node=node, key=key) == "claimed"
+    finally:
+        kube.close()
+
+
+def test_the_open_webhook_only_listens_on_loopback(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    from tests.agent import free_port
+    from tests.conftest import host_flags
+
+    port = free_port()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodeguard",
+            "run",
+            *host_flags("v2-systemd-containerd"),
+            f"--path.state={tmp_path}",
+            f"--listen-address=:{port}",
+            "--webhook.allow-unauthenticated",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "only with --listen-address on loopback" in done.stderr

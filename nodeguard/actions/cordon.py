@@ -172,9 +172,11 @@ class BudgetLease:
         deadline = self._clock() + self._timeout
         delay = 0.05
         while not await self._try_acquire():
-            if self._clock() > deadline:
+            left = deadline - self._clock()
+            if left <= 0:
                 raise TimeoutError(f"Lease {self._ns}/{self._name} still held by another agent")
-            await self._sleep(delay * (0.5 + random.random()))
+            # never sleep past the deadline: one last try at it, then give up on time
+            await self._sleep(min(delay * (0.5 + random.random()), left))
             delay = min(delay * 2, 1.0)
         self._acquired_at = self._clock()
         return self
@@ -308,8 +310,11 @@ async def cordon(
     identity: str,
     dry_run: bool,
     config: CordonConfig = CordonConfig(),
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> ActionResult:
-    """Cordon ``node`` if the budget allows. Outcomes: done; noop (already cordoned, by us or
+    """Cordon ``node`` if the budget allows (``clock``/``sleep``: the Lease's, see
+    :class:`BudgetLease`). Outcomes: done; noop (already cordoned, by us or
     by someone else — then left alone, also when that happened while we waited for the Lease);
     refused (budget spent; or the Lease not obtained in time or held too long);
     failed (API error; ``retry`` when transient). ``identity`` must be unique per agent process
@@ -352,6 +357,8 @@ async def cordon(
             duration=config.lease_seconds,
             timeout=config.lock_timeout,
             dry_run=dry_run,
+            clock=clock,
+            sleep=sleep,
         ) as lease:
             marked = await kube.list_nodes(label_selector=f"{LABEL}=true")
             ours = [

@@ -41,6 +41,7 @@ from nodeguard.actions.ranking import (
     EvictFilter,
     EvictionPlan,
     Unit,
+    excluded_by,
     gang_of,
     gpu_eviction_plan,
     never_evicted,
@@ -323,6 +324,7 @@ class _Walk:
     progress: MutableMapping[str, Any]
     checkpoint: Callable[[], None]
     one_shot: bool = False
+    flt: EvictFilter = dataclasses.field(default_factory=EvictFilter)
     outcomes: list[UnitOutcome] = dataclasses.field(default_factory=list)
     stop: Stop | None = None
 
@@ -383,11 +385,20 @@ class _Walk:
         _, gangs = await _read_gangs(self.kube, self.node)
         for key, record in sorted(gangs.items()):
             members = _members_of(record)
+            if self.flt.namespaces is not None and not all(
+                m.namespace in self.flt.namespaces for m in members
+            ):
+                continue  # outside what this run may touch: left for a run that may
+            live = await _live(self.kube, members)
+            if len(live) == len(members):
+                # Recorded, but no member was ever evicted (stopped before the first eviction,
+                # then abandoned): nothing to finish, and no decision to act on now.
+                if not self.dry_run:
+                    await _write_gangs(self.kube, self.node, _forget(key), dry_run=False)
+                continue
             try:
                 # Only what still runs: a member already evicted was reported by its run.
-                evicted = await _evict_all(
-                    self.kube, await _live(self.kube, members), dry_run=self.dry_run
-                )
+                evicted = await _evict_all(self.kube, live, dry_run=self.dry_run)
             except _Refused as refused:
                 retry_in = self.backoff.refused(key, retry_after=refused.retry_after)
                 self.outcomes.append(
@@ -448,7 +459,9 @@ class _Walk:
             metas = await self.members(unit)
         except KubeError as exc:
             raise _Failed(exc, []) from exc
-        never = [(m, r) for m in metas if (r := never_evicted(m))]
+        # Every member, on every node, as the plan judged this node's: never evicted pods, and
+        # the rule's (or command's) own filter (priority, namespaces, labels).
+        never = [(m, r) for m in metas if (r := never_evicted(m) or excluded_by(m, self.flt))]
         if never:
             m, r = never[0]
             self.outcomes.append(
@@ -585,28 +598,20 @@ def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[Audit
         meta = pods.get((namespace, pod))
         return ObjectRef(kind="Pod", name=pod, namespace=namespace, uid=meta.uid if meta else "")
 
+    def evicted(pod: str, why: str) -> None:
+        message = f"{verb} {pod} from {walk.node} for rule {walk.rule}{why}"
+        out.append(
+            AuditEvent(obj=ref(pod), reason="NodeguardEvicted", message=message, type="Warning")
+        )
+
     for o in walk.outcomes:
         if isinstance(o, Evicted):
             for p in o.pods:
-                out.append(
-                    AuditEvent(
-                        obj=ref(p),
-                        reason="NodeguardEvicted",
-                        message=f"{verb} {p} from {walk.node} for rule {walk.rule} "
-                        f"({walk.note}): {o.why}",
-                        type="Warning",
-                    )
-                )
+                evicted(p, f" ({walk.note}): {o.why}")
         elif isinstance(o, Blocked) and not o.in_backoff:
             for p in o.partial:
-                out.append(
-                    AuditEvent(
-                        obj=ref(p),
-                        reason="NodeguardEvicted",
-                        message=f"{verb} {p} from {walk.node} for rule {walk.rule}: part of "
-                        f"{o.unit}, whose member {o.pod} a PodDisruptionBudget refused",
-                        type="Warning",
-                    )
+                evicted(
+                    p, f": part of {o.unit}, whose member {o.pod} a PodDisruptionBudget refused"
                 )
             message = (
                 f"eviction of {o.pod} refused ({o.reason}); never by DELETE; {_later(walk, o)}"
@@ -621,15 +626,7 @@ def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[Audit
             )
     if walk.stop is not None:
         for p in walk.stop.partial:
-            out.append(
-                AuditEvent(
-                    obj=ref(p),
-                    reason="NodeguardEvicted",
-                    message=f"{verb} {p} from {walk.node} for rule {walk.rule}, before "
-                    f"{walk.stop.message}",
-                    type="Warning",
-                )
-            )
+            evicted(p, f", before {walk.stop.message}")
     return tuple(out)
 
 
@@ -648,6 +645,7 @@ async def evict(
     progress: MutableMapping[str, Any] | None = None,
     checkpoint: Callable[[], None] = lambda: None,
     one_shot: bool = False,
+    flt: EvictFilter | None = None,
 ) -> ActionResult:
     """Evict units of ``plan`` in order until ``target_bytes`` are freed (0: just the first).
     With a target, units whose working set is unknown are skipped, never evicted blind. Gangs
@@ -655,7 +653,8 @@ async def evict(
 
     Outcomes: done (at least one unit evicted, or would be); blocked (every candidate refused
     by a PodDisruptionBudget or in backoff); refused (the per-node limit is spent before
-    anything was evicted); noop (no candidate); failed (an API error stopped it: what was
+    anything was evicted, or a target with no candidate's working set known); noop (no
+    candidate); failed (an API error stopped it: what was
     evicted is listed and evented all the same, ``retry`` when transient). The result carries
     one Event per pod evicted or refused; it is not audited here.
     """
@@ -670,6 +669,7 @@ async def evict(
         progress=progress if progress is not None else {},
         checkpoint=checkpoint,
         one_shot=one_shot,
+        flt=flt or EvictFilter(),
     )
     await walk.run(plan, target_bytes, usage or {})
     evicted = [o for o in walk.outcomes if isinstance(o, Evicted)]
@@ -685,6 +685,8 @@ async def evict(
         outcome = "refused"
     elif blocked:
         outcome = "blocked"
+    elif any(s.reason == "working set unknown" for s in skipped):
+        outcome = "refused"  # a target nobody can measure: say so, rather than "nothing to do"
     else:
         outcome = "noop"
     verb = "would evict" if dry_run else "evicted"
@@ -710,6 +712,11 @@ async def evict(
         message += f"; skipped: {s.pod} ({s.reason})"
     if stop is not None:
         message += f"; {stop.message}"
+    if outcome == "refused" and stop is None:
+        message += (
+            "; no working set known for the candidates, so no memory target can be met "
+            "(nodeguard act: --agent-url http://NODE:9847, or --free 0 for the first unit)"
+        )
     by_name = {(p.namespace, p.name): p for u, _ in plan.ranked for p in u.pods}
     return ActionResult(
         action="evict",
@@ -857,6 +864,7 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
         progress=call.progress,
         checkpoint=call.checkpoint,
         one_shot=call.one_shot,
+        flt=args.filter(),
     )
     return [dataclasses.replace(result, details={**result.details, "plan": plan_record(plan)})]
 

@@ -80,6 +80,7 @@ _PAUSE_ANNOTATIONS = (ANN_BY, ANN_AT, ANN_REASON, ANN_QUOTA)
 LEGACY_COUNT = "nodeguard.io/paused-parallel-trial-count"
 LEGACY_FLOOR = "nodeguard.io/paused-at-parallel-trial-count"
 _UNSET = "unset"
+DEFAULT_PARALLEL = 3
 
 
 def quota_name(experiment: str) -> str:
@@ -267,12 +268,25 @@ async def _read(kube: KubeClient, namespace: str, name: str) -> _Target:
 
 
 def _quota_body(t: _Target, *, by: str, reason: str) -> JSON:
+    meta = t.experiment.get("metadata", {})
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": {
             "name": quota_name(t.name),
             "namespace": t.namespace,
+            # Owned by the experiment: deleting it deletes the pause (the garbage collector),
+            # so a pause never outlives what it paused. Not blocking: no finalizer rights needed.
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "Experiment",
+                    "name": t.name,
+                    "uid": meta.get("uid", ""),
+                    "controller": False,
+                    "blockOwnerDeletion": False,
+                }
+            ],
             "labels": {QUOTA_LABEL: "true", EXPERIMENT_LABEL: t.name},
             "annotations": {
                 ANN_BY: by,
@@ -297,44 +311,48 @@ def _scope(t: _Target) -> str:
     )
 
 
-def _result(
-    t: _Target | None,
-    *,
-    action: str,
-    node: str,
-    dry_run: bool,
-    outcome: Outcome,
-    message: str,
-    reason: str,
-    namespace: str,
-    name: str,
-    retry: bool = False,
-    **details: Any,
-) -> ActionResult:
-    ref = (
-        t.ref
-        if t is not None
-        else ObjectRef(
-            kind="Experiment", name=name, namespace=namespace, api_version=f"{GROUP}/{VERSION}"
+@dataclass(slots=True, kw_only=True)
+class _Results:
+    """Makes the results of one action on one experiment, each with its Event on the
+    experiment (``target``, once read; by name before that)."""
+
+    action: str
+    node: str
+    dry_run: bool
+    namespace: str
+    name: str
+    target: _Target | None = None
+
+    def __call__(
+        self, outcome: Outcome, message: str, reason: str, *, retry: bool = False, **details: Any
+    ) -> ActionResult:
+        ref = (
+            self.target.ref
+            if self.target is not None
+            else ObjectRef(
+                kind="Experiment",
+                name=self.name,
+                namespace=self.namespace,
+                api_version=f"{GROUP}/{VERSION}",
+            )
         )
-    )
-    return ActionResult(
-        action=action,
-        node=node,
-        dry_run=dry_run,
-        outcome=outcome,
-        message=message,
-        details={"experiment": f"{namespace}/{name}", **details},
-        events=(
-            AuditEvent(
-                obj=ref,
-                reason=reason,
-                message=message,
-                type="Normal" if outcome in ("done", "noop") else "Warning",
+        return ActionResult(
+            action=self.action,
+            node=self.node,
+            dry_run=self.dry_run,
+            outcome=outcome,
+            message=message,
+            details={"experiment": f"{self.namespace}/{self.name}", **details},
+            events=(
+                AuditEvent(
+                    obj=ref,
+                    reason=reason,
+                    message=message,
+                    type="Normal" if outcome in ("done", "noop") else "Warning",
+                ),
             ),
-        ),
-        retry=retry,
-    )
+            retry=retry,
+        )
 
 
 async def pause_experiment(
@@ -353,26 +371,14 @@ async def pause_experiment(
     say which trials keep running, that Katib deletes none, and how many may start while
     paused (none)."""
 
-    def result(outcome: Outcome, message: str, reason_: str, **details: Any) -> ActionResult:
-        return _result(
-            target,
-            action="pause_katib",
-            node=node,
-            dry_run=dry_run,
-            outcome=outcome,
-            message=message,
-            reason=reason_,
-            namespace=namespace,
-            name=name,
-            **details,
-        )
-
-    target: _Target | None = None
+    result = _Results(
+        action="pause_katib", node=node, dry_run=dry_run, namespace=namespace, name=name
+    )
     what = f"Katib experiment {namespace}/{name}"
     try:
-        target = await _read(kube, namespace, name)
+        target = result.target = await _read(kube, namespace, name)
         c = target.census
-        facts = {
+        facts: dict[str, Any] = {
             "running_trials": list(c.running),
             "pending_trials": list(c.pending),
             "trials_katib_deletes": 0,
@@ -461,8 +467,15 @@ def _legacy_patch(t: _Target) -> tuple[JSON, str]:
         raise ValueError(f"annotation {LEGACY_COUNT}={recorded!r} is not a count")
     if floor is not None and str(current) != floor:
         return {}, f"parallelTrialCount {current} kept (set by someone else while paused)"
-    original = None if recorded == _UNSET else int(recorded)
-    return {"parallelTrialCount": original}, f"parallelTrialCount {current} -> {recorded}"
+    if recorded == _UNSET:
+        # Unset before the pause: Katib's defaulting webhook would set 3
+        # (experiments/v1beta1 constants.go DefaultTrialParallelCount), and its controller
+        # dereferences the field, so removing it would stop the experiment for good.
+        return (
+            {"parallelTrialCount": DEFAULT_PARALLEL},
+            f"parallelTrialCount {current} -> {DEFAULT_PARALLEL} (unset before; Katib's default)",
+        )
+    return {"parallelTrialCount": int(recorded)}, f"parallelTrialCount {current} -> {recorded}"
 
 
 async def resume_experiment(
@@ -480,24 +493,12 @@ async def resume_experiment(
     nodeguard, or by another rule); failed (not found: ``details["not_found"]``; an API
     error, ``retry`` when transient)."""
 
-    def result(outcome: Outcome, message: str, reason_: str, **details: Any) -> ActionResult:
-        return _result(
-            target,
-            action="resume_katib",
-            node=node,
-            dry_run=dry_run,
-            outcome=outcome,
-            message=message,
-            reason=reason_,
-            namespace=namespace,
-            name=name,
-            **details,
-        )
-
-    target: _Target | None = None
+    result = _Results(
+        action="resume_katib", node=node, dry_run=dry_run, namespace=namespace, name=name
+    )
     what = f"Katib experiment {namespace}/{name}"
     try:
-        target = await _read(kube, namespace, name)
+        target = result.target = await _read(kube, namespace, name)
         paused_by = target.paused_by()
         if paused_by is None:
             return result("noop", f"{what} was not paused by nodeguard", "NodeguardKatibNoop")
@@ -509,12 +510,7 @@ async def resume_experiment(
             )
         said = []
         if target.quota is not None:
-            meta = target.quota["metadata"]
-            with contextlib.suppress(NotFound):  # deleted meanwhile: the same end
-                await kube.delete_resource_quota(
-                    name=meta["name"], namespace=namespace, uid=meta["uid"], dry_run=dry_run
-                )
-            said.append(f"ResourceQuota {meta['name']} deleted")
+            said.append(await _delete_quota(kube, target.quota, dry_run=dry_run))
         spec_patch: JSON = {}
         if LEGACY_COUNT in target.annotations:
             spec_patch, restored = _legacy_patch(target)
@@ -539,8 +535,13 @@ async def resume_experiment(
             patch=patch,
             dry_run=dry_run,
         )
+        kicked: tuple[str, ...] = ()
+        if not target.other_pauses:
+            # The namespace is free again: every experiment the quota held (not only this one)
+            # must reconcile, or one whose trials all ended while held never starts another.
+            kicked = await _kick(kube, namespace, target.neighbours, dry_run=dry_run)
     except NotFound:
-        return result("failed", f"{what} not found", "NodeguardKatibFailed", not_found=True)
+        return await _resume_gone(kube, node=node, namespace=namespace, name=name, dry_run=dry_run)
     except (KubeError, ValueError) as exc:
         transient = isinstance(exc, KubeError) and exc.transient
         return result(
@@ -561,11 +562,80 @@ async def resume_experiment(
     else:
         may = c.may_start()
         starts = f"Katib reconciles now and may start {may} trial(s)"
+        if kicked:
+            starts += f"; the other experiments the quota held reconcile too ({_names(kicked)})"
     message = (
-        f"{verb} {what} ({'; '.join(said)}): {starts} ({len(c.running)} running, "
-        f"{len(c.pending)} pending, parallelTrialCount {c.parallel})"
+        f"{verb} {what} ({'; '.join(said) or 'its mark removed'}): {starts} "
+        f"({len(c.running)} running, {len(c.pending)} pending, parallelTrialCount {c.parallel})"
     )
     return result("done", message, "NodeguardKatibResumed", trials_that_may_start=may)
+
+
+async def _delete_quota(kube: KubeClient, quota: JSON, *, dry_run: bool) -> str:
+    meta = quota["metadata"]
+    with contextlib.suppress(NotFound):  # deleted meanwhile: the same end
+        await kube.delete_resource_quota(
+            name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], dry_run=dry_run
+        )
+    return f"ResourceQuota {meta['name']} deleted"
+
+
+async def _kick(
+    kube: KubeClient, namespace: str, names: Iterable[str], *, dry_run: bool
+) -> tuple[str, ...]:
+    """Update each experiment (``nodeguard.io/resumed-at``) so Katib reconciles it: Katib does
+    not retry a Trial create the quota refused. The ones updated (gone ones skipped)."""
+    kicked = []
+    for other in names:
+        try:
+            await kube.patch_custom(
+                group=GROUP,
+                version=VERSION,
+                plural=EXPERIMENTS,
+                namespace=namespace,
+                name=other,
+                patch={"metadata": {"annotations": {ANN_RESUMED: _now()}}},
+                dry_run=dry_run,
+            )
+        except NotFound:
+            continue
+        kicked.append(other)
+    return tuple(kicked)
+
+
+async def _resume_gone(
+    kube: KubeClient, *, node: str, namespace: str, name: str, dry_run: bool
+) -> ActionResult:
+    """The experiment was deleted while paused: its pause quota must not outlive it (the
+    garbage collector deletes it through its owner reference; without one, or before it runs,
+    this does), and the namespace's other experiments reconcile."""
+    what = f"Katib experiment {namespace}/{name}"
+    pauses = await kube.list_resource_quotas(
+        label_selector=f"{QUOTA_LABEL}=true", namespace=namespace
+    )
+    mine = [q for q in pauses if q["metadata"]["name"] == quota_name(name)]
+    result = _Results(
+        action="resume_katib", node=node, dry_run=dry_run, namespace=namespace, name=name
+    )
+    if not mine:
+        return result("failed", f"{what} not found", "NodeguardKatibFailed", not_found=True)
+    said = await _delete_quota(kube, mine[0], dry_run=dry_run)
+    kicked: tuple[str, ...] = ()
+    if len(pauses) == 1:
+        others = await kube.list_custom(
+            group=GROUP, version=VERSION, plural=EXPERIMENTS, namespace=namespace
+        )
+        kicked = await _kick(
+            kube,
+            namespace,
+            [str(o["metadata"]["name"]) for o in others if _finished(o) is None],
+            dry_run=dry_run,
+        )
+    verb = "would resume" if dry_run else "resumed"
+    message = f"{verb} the pause of {what}, which is gone: {said}" + (
+        f"; the experiments the quota held reconcile ({_names(kicked)})" if kicked else ""
+    )
+    return result("done", message, "NodeguardKatibResumed")
 
 
 async def paused_experiments(

@@ -40,8 +40,11 @@ class EvictionLimiter:
 
     def _times(self, node: str) -> list[float]:
         now = self.clock()
-        times = [float(t) for t in self.store.get(node, []) if now - self.window < float(t)]
-        if len(times) != len(self.store.get(node, [])):
+        # A time after now: the clock stepped back; it counts as now, never for a whole jump.
+        times = [
+            min(float(t), now) for t in self.store.get(node, []) if now - self.window < float(t)
+        ]
+        if times != [float(t) for t in self.store.get(node, [])]:
             self.store[node] = times
         return times
 
@@ -92,8 +95,14 @@ class EvictionBackoff:
         state = self.store.get(key)
         if state is None:
             return None
+        now = self.clock()
         retry_at = float(state[1])
-        if retry_at <= self.clock():
+        if retry_at > now + self.cap:
+            # The clock stepped back: never longer than the cap from now, and kept so.
+            retry_at = now + self.cap
+            self.store[key] = [state[0], retry_at]
+            self.changed()
+        if retry_at <= now:
             return None
         return retry_at
 

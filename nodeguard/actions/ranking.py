@@ -32,6 +32,7 @@ __all__ = [
     "EvictionPlan",
     "Exclusion",
     "Unit",
+    "excluded_by",
     "gang_of",
     "gpu_eviction_plan",
     "never_evicted",
@@ -159,7 +160,9 @@ def never_evicted(pod: PodMeta) -> str | None:
     return None
 
 
-def _filtered(pod: PodMeta, flt: EvictFilter) -> str | None:
+def excluded_by(pod: PodMeta, flt: EvictFilter) -> str | None:
+    """Why ``flt`` (a rule's or a command's filter) does not allow evicting ``pod``, ``None``
+    if it does."""
     if flt.namespaces is not None and pod.namespace not in flt.namespaces:
         return f"namespace {pod.namespace} not in the rule's namespaces"
     if flt.max_priority is not None and pod.priority > flt.max_priority:
@@ -189,7 +192,7 @@ def plan_eviction(
 
     units: list[Unit] = []
     for (kind, namespace, name), members in gangs.items():
-        reasons = [(p, never_evicted(p) or _filtered(p, flt)) for p in members]
+        reasons = [(p, never_evicted(p) or excluded_by(p, flt)) for p in members]
         bad = [(p, r) for p, r in reasons if r]
         if bad:
             for p, r in reasons:

@@ -4,12 +4,18 @@ Alertmanager delivers to the nodeguard Service, which spreads deliveries over al
 copies an HA Alertmanager pair sends, a retry, or an alert's firing and its resolution can land
 on different agents, whose own memory (:class:`~nodeguard.alerts.webhook.AlertDedupe`) cannot
 see each other. The target Node carries the claims instead, in the annotation
-``nodeguard.io/alert-deliveries`` (JSON: ``seen``, the recent delivery keys with their expiry
-and the agent that claimed each; ``resolved``, the latest resolved instant per fingerprint
-digest). A claim is a merge patch carrying the Node's resourceVersion: of two agents claiming
-the same delivery at once, exactly one succeeds and the other reads again and finds it taken
-(optimistic concurrency). A conflict is never taken for a win: the claimer reads and tries
-again (with jittered backoff) until the Node says who has it.
+``nodeguard.io/alert-deliveries`` (JSON: ``claimants``, the agents' names; ``seen``, each recent
+delivery as ``[digest, expiry, claimant index]``; ``resolved``, the latest resolved instant per
+fingerprint digest). A claim is a merge patch carrying the Node's resourceVersion: of two agents
+claiming the same delivery at once, exactly one succeeds and the other reads again and finds it
+taken (optimistic concurrency). A conflict is never taken for a win: the claimer reads and
+tries again (with jittered backoff) until the Node says who has it.
+
+A claim lives ``ttl`` (24 h) after the last time a copy of its delivery was seen: Alertmanager
+re-sends a firing alert every ``repeat_interval`` to any agent, and each re-send that finds the
+claim extends it (once a claim is past a tenth of its life), so an alert that keeps firing never
+acts twice. At most :data:`KEEP` deliveries are kept per Node (about 60 bytes each, well within
+the 256 KiB that all of a Node's annotations may take); past that the soonest to expire go.
 
 The remediator claims a delivery just before its first step (:meth:`AlertClaims.claim`), not
 when the delivery arrives: while the API server is down the claim waits, like any step, and
@@ -22,6 +28,7 @@ agents would report two runs where a real pair makes one.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
@@ -32,12 +39,14 @@ from typing import Any, Literal
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Conflict, KubeError
 
-__all__ = ["ANNOTATION", "AlertClaims", "Claim", "parse_key"]
+__all__ = ["ANNOTATION", "KEEP", "AlertClaims", "Claim", "parse_key"]
 
 log = logging.getLogger(__name__)
 
 ANNOTATION = "nodeguard.io/alert-deliveries"
-_KEEP = 64  # delivery keys kept per node, newest last (each under 80 bytes)
+#: Deliveries kept per Node.
+KEEP = 1024
+_MAX_ANNOTATION = 192 * 1024  # what is read of the annotation at most, in characters
 
 Claim = Literal["claimed", "ours", "duplicate", "stale", "unavailable"]
 
@@ -49,10 +58,14 @@ def parse_key(key: str) -> tuple[str, int, str]:
     return fingerprint, int(instant), status
 
 
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
 class AlertClaims:
     """Claims deliveries on their target Node for agent ``claimant`` (its node name). ``ttl``:
-    how long a claim is remembered after its last delivery; ``attempts``: reads and writes
-    before a Node that keeps changing is given up on for now (``unavailable``)."""
+    how long a claim is remembered after its delivery was last seen; ``attempts``: reads and
+    writes before a Node that keeps changing is given up on for now (``unavailable``)."""
 
     def __init__(
         self,
@@ -73,6 +86,7 @@ class AlertClaims:
         resolution already handled), ``unavailable`` (the Node cannot be read or written now:
         the API server is down, the Node is gone, RBAC; or it kept changing under us)."""
         fingerprint, instant, status = parse_key(key)
+        digest = _digest(key)
         for attempt in range(self._attempts):
             try:
                 current = await self._kube.get_node(name=node)
@@ -82,19 +96,37 @@ class AlertClaims:
             meta = current.get("metadata", {})
             data = self._decode((meta.get("annotations") or {}).get(ANNOTATION))
             now = self._clock()
+            claimants: list[str] = data["claimants"]
             seen = [e for e in data["seen"] if float(e[1]) > now]
-            holder = next((str(e[2]) for e in seen if e[0] == key), None)
-            if holder is not None:
-                return "ours" if holder == self._claimant else "duplicate"
-            resolved = data["resolved"].get(fingerprint)
-            if status == "firing" and resolved is not None and instant <= int(resolved):
-                return "stale"
-            seen.append([key, now + self._ttl, self._claimant])
-            if status == "resolved" and (resolved is None or instant >= int(resolved)):
-                data["resolved"].pop(fingerprint, None)
-                data["resolved"][fingerprint] = instant
+            found = next((e for e in seen if e[0] == digest), None)
+            answer: Claim
+            if found is not None:
+                holder = claimants[found[2]] if 0 <= found[2] < len(claimants) else ""
+                answer = "ours" if holder == self._claimant else "duplicate"
+                if float(found[1]) - now > self._ttl * 0.9:
+                    return answer  # fresh enough: no write for a copy seen just now
+                found[1] = int(now + self._ttl)  # seen again: remembered a full ttl from now
+            else:
+                resolved = data["resolved"].get(fingerprint)
+                if status == "firing" and resolved is not None and instant <= int(resolved):
+                    return "stale"
+                if self._claimant not in claimants:
+                    claimants.append(self._claimant)
+                seen.append([digest, int(now + self._ttl), claimants.index(self._claimant)])
+                if status == "resolved" and (resolved is None or instant >= int(resolved)):
+                    data["resolved"].pop(fingerprint, None)
+                    data["resolved"][fingerprint] = instant
+                answer = "claimed"
+            seen.sort(key=lambda e: float(e[1]))
+            seen = seen[-KEEP:]
+            used = sorted({e[2] for e in seen})
+            remap = {old: new for new, old in enumerate(used)}
             value = json.dumps(
-                {"seen": seen[-_KEEP:], "resolved": dict(list(data["resolved"].items())[-_KEEP:])},
+                {
+                    "claimants": [claimants[i] for i in used if 0 <= i < len(claimants)],
+                    "seen": [[e[0], e[1], remap[e[2]]] for e in seen],
+                    "resolved": dict(list(data["resolved"].items())[-KEEP:]),
+                },
                 separators=(",", ":"),
             )
             patch = {
@@ -110,22 +142,29 @@ class AlertClaims:
                 await self._sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
                 continue
             except KubeError as exc:
+                if answer != "claimed":
+                    return answer  # only the refresh was lost: the answer stands
                 log.warning("cannot claim an alert delivery on node %s: %s", node, exc)
                 return "unavailable"
-            return "claimed"
+            return answer
         log.warning("node %s kept changing while claiming an alert delivery; later", node)
         return "unavailable"
 
     @staticmethod
     def _decode(text: str | None) -> dict[str, Any]:
+        empty: dict[str, Any] = {"claimants": [], "seen": [], "resolved": {}}
+        if text and len(text) > _MAX_ANNOTATION:
+            log.warning("%s is over %d characters: ignored", ANNOTATION, _MAX_ANNOTATION)
+            return empty
         try:
             data = json.loads(text or "{}")
+            claimants = [str(c) for c in data.get("claimants", [])]
             seen = [
-                list(e)
+                [str(e[0]), int(e[1]), int(e[2])]
                 for e in data.get("seen", [])
-                if isinstance(e, list) and len(e) == 3 and isinstance(e[0], str)
+                if isinstance(e, list) and len(e) == 3
             ]
             resolved = {str(k): int(v) for k, v in dict(data.get("resolved", {})).items()}
         except (ValueError, TypeError, AttributeError):
-            return {"seen": [], "resolved": {}}
-        return {"seen": seen, "resolved": resolved}
+            return empty
+        return {"claimants": claimants, "seen": seen, "resolved": resolved}

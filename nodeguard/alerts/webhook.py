@@ -40,8 +40,10 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 import zlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -79,6 +81,8 @@ Outcome = Literal[
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# RFC 3339 section 5.6 date-time: full-date "T" full-time, the zone required.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 
 #: Bounds of the fields of an alert, in characters (and entries). Alertmanager's fingerprints
 #: are 16 hex digits and its times 20-35 characters; labels and annotations are Prometheus's,
@@ -142,6 +146,9 @@ class WebhookAlert(_Loose):
     def _rfc3339(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> dt.datetime:
         if isinstance(value, str) and len(value) > LIMITS["time"]:
             raise ValueError(f"longer than {LIMITS['time']} characters")
+        if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+            # pydantic also takes Unix times and dates without a zone: not Alertmanager's.
+            raise ValueError(f"not an RFC 3339 time with a zone: {str(value)[:64]!r}")
         try:
             parsed: dt.datetime = handler(value)
         except ValidationError:
@@ -272,9 +279,9 @@ class WebhookReceiver:
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
         self._open, self._body_timeout = unauthenticated, body_timeout
         self.dedupe = dedupe or AlertDedupe()
-        self.counts: dict[tuple[str, str], int] = {}
-        self.requests: dict[int, int] = {}
-        self.claims: dict[str, int] = {}
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.requests: Counter[int] = Counter()
+        self.claims: Counter[str] = Counter()
 
     def claimer(self, claims: AlertClaims) -> Callable[[Firing], Awaitable[str]]:
         """The remediator's claim of an alert's delivery on its target Node, counted in
@@ -282,13 +289,13 @@ class WebhookReceiver:
 
         async def claim(firing: Firing) -> str:
             outcome = await claims.claim(node=firing.node, key=firing.key)
-            self.claims[outcome] = self.claims.get(outcome, 0) + 1
+            self.claims[outcome] += 1
             return outcome
 
         return claim
 
     def _answer(self, status: int, body: dict[str, Any]) -> web.Response:
-        self.requests[status] = self.requests.get(status, 0) + 1
+        self.requests[status] += 1
         headers = {"WWW-Authenticate": 'Bearer realm="nodeguard"'} if status == 401 else None
         return web.json_response(body, status=status, headers=headers)
 
@@ -362,7 +369,7 @@ class WebhookReceiver:
         full = False
         for alert in payload.alerts:
             outcome = await self._decide(alert)
-            self.counts[(alert.status, outcome)] = self.counts.get((alert.status, outcome), 0) + 1
+            self.counts[(alert.status, outcome)] += 1
             outcomes.append(
                 {
                     "fingerprint": alert.fingerprint,

@@ -105,7 +105,6 @@ class Remediator:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._firings: dict[str, Firing] = {}
         self._restored: dict[str, Firing] = {}
-        self._reserved = 0
         self._waiting: set[asyncio.Task[None]] = set()
         self.in_flight = 0
         self.abandoned_total = 0
@@ -117,27 +116,12 @@ class Remediator:
         return self._queue.qsize()
 
     def full(self) -> bool:
-        """Whether :meth:`submit` would refuse now (counting reservations)."""
-        return self._queue.qsize() + self._reserved >= self.queue_size
+        """Whether :meth:`submit` would refuse now."""
+        return self._queue.qsize() >= self.queue_size
 
-    def reserve(self) -> bool:
-        """Hold one place in the queue (the webhook, before it claims a delivery
-        cluster-wide); False when full. Give it back with :meth:`release`, or use it with
-        ``submit(..., reserved=True)``."""
-        if self.full():
-            return False
-        self._reserved += 1
-        return True
-
-    def release(self) -> None:
-        """Give back a place taken with :meth:`reserve`."""
-        self._reserved = max(0, self._reserved - 1)
-
-    def submit(self, firing: Firing, *, reserved: bool = False) -> bool:
+    def submit(self, firing: Firing) -> bool:
         """Journal and queue a firing without waiting; False when the queue is full."""
-        if reserved:
-            self.release()
-        elif self.full():
+        if self.full():
             log.error(
                 "remediation queue full (%d): dropping %s %s on %s",
                 self.queue_size,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -81,35 +82,42 @@ class RuleEngine:
         self._states: dict[tuple[str, str], _State] = {}
         self._fired: dict[str, list[float]] = {}
         self._held_until: dict[str, float] = {}
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counts: Counter[tuple[str, str]] = Counter()
         self._cap_logged: set[str] = set()
-        self._load()
+        unreadable = self._load()
         self.set_rules(rules)
+        if unreadable and self._store is not None:
+            self.assume_recent(now=self._store.now())  # act less, never more, than it would
 
     # -- the state file ------------------------------------------------------------------------
-    def _load(self) -> None:
+    def _load(self) -> bool:
+        """Read the ``rules`` section; True when part of it could not be read (then every rule
+        is held as after a lost state file: see :meth:`assume_recent`)."""
         if self._store is None:
-            return
+            return False
         section = self._store.section("rules")
+        now = self._store.now()
         keep_pending = (
-            self._store.saved_at is not None
-            and self._store.now() - self._store.saved_at <= PENDING_GAP
+            self._store.saved_at is not None and now - self._store.saved_at <= PENDING_GAP
         )
-        try:
-            for rule, data in section.items():
-                self._fired[rule] = [float(t) for t in data.get("fired", [])]
+        unreadable = False
+        for rule, data in section.items():
+            try:
+                self._fired[rule] = [_time(t, now) for t in data.get("fired", [])]
                 if data.get("held_until") is not None:
-                    self._held_until[rule] = float(data["held_until"])
+                    self._held_until[rule] = _time(data["held_until"], now, future=True)
                 for target, st in data.get("targets", {}).items():
                     self._states[(rule, target)] = _State(
-                        pending_since=_num(st.get("p")) if keep_pending else None,
+                        pending_since=_opt_time(st.get("p"), now) if keep_pending else None,
                         firing=bool(st.get("f")),
                         busy=bool(st.get("b")),
-                        last_acted=_num(st.get("a")),
+                        last_acted=_opt_time(st.get("a"), now),
                     )
-        except (AttributeError, TypeError, ValueError) as exc:
-            log.warning("rule state unreadable (%s): starting without it", exc)
-            self._states, self._fired, self._held_until = {}, {}, {}
+            except (AttributeError, TypeError, ValueError) as exc:
+                # What a rule did is unknown: the others' records stand, and every rule waits.
+                log.warning("rule state of %s unreadable (%s): rules wait a cooldown", rule, exc)
+                unreadable = True
+        return unreadable
 
     def _write(self, *, now: bool) -> None:
         if self._store is None:
@@ -198,12 +206,16 @@ class RuleEngine:
         return out
 
     def _count(self, rule: str, what: str) -> None:
-        self.counts[(rule, what)] = self.counts.get((rule, what), 0) + 1
+        self.counts[(rule, what)] += 1
 
     def _capped(self, rule: Rule, now: float) -> bool:
         if rule.max_firings is None:
             return False
-        times = [t for t in self._fired.get(rule.name, []) if t > now - rule.max_firings.window]
+        times = [
+            min(t, now)  # the clock stepped back: never a firing in the future
+            for t in self._fired.get(rule.name, [])
+            if t > now - rule.max_firings.window
+        ]
         self._fired[rule.name] = times
         return len(times) >= rule.max_firings.count
 
@@ -304,6 +316,8 @@ class RuleEngine:
         since = now if st.pending_since is None else st.pending_since
         if now - since < rule.for_:
             return None
+        if st.last_acted is not None and st.last_acted > now:
+            st.last_acted = now  # the clock stepped back: a cooldown from the future never ends
         held = self._held_until.get(rule.name)
         if (
             st.busy
@@ -379,8 +393,20 @@ class RuleEngine:
         return [k for k, st in self._states.items() if st.busy]
 
 
-def _num(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _time(value: Any, now: float, *, future: bool = False) -> float:
+    """A time from the state file: a finite number of seconds; one after ``now`` (the clock
+    went back across the restart) counts as ``now``, unless it may be in the ``future`` (a hold
+    until a time). Raises ``ValueError``/``TypeError`` on anything else."""
+    if isinstance(value, bool):
+        raise TypeError(f"not a time: {value!r}")
+    t = float(value)
+    if not math.isfinite(t):
+        raise ValueError(f"not a time: {value!r}")
+    return t if future else min(t, now)
+
+
+def _opt_time(value: Any, now: float) -> float | None:
+    return None if value is None else _time(value, now)
 
 
 def _fmt(value: float | None) -> str:
