@@ -154,7 +154,7 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
         namespace=ns, node=node, name="trainer", request="8Gi", priority_class="nodeguard-test-high"
     )
 
-    def act(*extra: str) -> str:
+    def act(*extra: str, status: int = 0) -> str:
         out = subprocess.run(
             [
                 sys.executable,
@@ -174,14 +174,16 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
             check=False,
             env={"COLUMNS": "200", "PATH": ""},
         )
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == status, (out.stdout, out.stderr)
         return out.stdout
 
     # No agent to say how much each pod uses: a memory target cannot be measured (the default
-    # target, as a rule's: 5 % of the node's memory capacity).
-    for blind in (act("--free", "1Gi"), act()):
-        assert "DRY RUN evict noop: would evict 0 unit(s)" in blind
+    # target, as a rule's: 5 % of the node's memory capacity), so nothing would be evicted and
+    # the run is refused (exit status 3), saying how to measure or to take just the first unit.
+    for blind in (act("--free", "1Gi", status=3), act(status=3)):
+        assert "DRY RUN evict refused: would evict 0 unit(s)" in blind
         assert blind.count("(working set unknown)") == 1
+        assert "--agent-url http://NODE:9847, or --free 0 for the first unit" in blind
     text = act("--free", "0")  # the first unit only
     plan = text[text.index("Eviction plan") : text.index("Never evicted here")]
     assert "pandas-prep" in plan and "trainer" not in plan
