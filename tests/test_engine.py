@@ -10,7 +10,7 @@ import pytest
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.schema import Rule
-from nodeguard.rules.signals import SHARE, SIGNALS, History, Target, signal
+from nodeguard.rules.signals import SHARE, SIGNALS, register
 from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
 from nodeguard.statefile import MAX_BYTES, StateFile
 from tests.conftest import cgroup_memory, state_at
@@ -21,14 +21,22 @@ NODE: dict[str, float | None] = {"v": None}
 CONTAINERS: dict[str, float] = {}
 
 if "test_node_value" not in SIGNALS:
-
-    @signal("test_node_value", scope="node", unit="ratio", valid=SHARE, help="stand-in")
-    def _node(_s: NodeSnapshot, _h: History, _t: Target) -> float | None:
-        return NODE["v"]
-
-    @signal("test_container_value", scope="container", unit="ratio", valid=SHARE, help="stand-in")
-    def _ctr(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
-        return CONTAINERS.get(t.key)
+    register(
+        "test_node_value",
+        scope="node",
+        unit="ratio",
+        valid=SHARE,
+        help="stand-in",
+        fn=lambda _s, _h, _t: NODE["v"],
+    )
+    register(
+        "test_container_value",
+        scope="container",
+        unit="ratio",
+        valid=SHARE,
+        help="stand-in",
+        fn=lambda _s, _h, t: CONTAINERS.get(t.key),
+    )
 
 
 def rule(**over: Any) -> Rule:

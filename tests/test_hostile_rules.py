@@ -267,7 +267,9 @@ def test_rule_files_together_are_bounded(tmp_path: Path) -> None:
     load_rules([tmp_path / f"r{i}.yaml" for i in range(count - 1)])  # one less is fine
 
 
-def test_reload_keeps_the_last_good_rules_and_counts_each_bad_file(tmp_path: Path) -> None:
+def test_reload_keeps_the_last_good_rules_and_counts_each_bad_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text(GOOD_RULE)
     source = RuleSource(paths=[path])
@@ -279,15 +281,18 @@ def test_reload_keeps_the_last_good_rules_and_counts_each_bad_file(tmp_path: Pat
         else:
             path.write_text(text)
         os.utime(path, (i, i))  # a change the stamp sees even within one second
+        caplog.clear()
         assert source.maybe_reload() is False
         assert source.errors_total == i
-        assert source.last_error is not None and source.last_error.startswith(f"{path}:")
+        assert [r.levelname for r in caplog.records] == ["ERROR"]
+        assert f"the last good rules stay in force:\n{path}:" in caplog.text
         assert [r.name for r in source.current.rules] == ["low"]
     path.unlink()
     os.mkfifo(path)
+    caplog.clear()
     assert source.maybe_reload() is False
     assert source.errors_total == len(bad) + 1
-    assert source.last_error == f"{path}:1: (file): a FIFO, not a regular file"
+    assert f"in force:\n{path}:1: (file): a FIFO, not a regular file" in caplog.text
 
 
 def test_a_file_with_a_byte_order_mark_is_fine(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def _check(tmp_path: Path, text: str) -> tuple[int, str]:
         ),
         (
             GOOD_RULE + GOOD_RULE.split("  rules:\n")[1],
-            "F:11: spec.rules[1].name: duplicate rule name 'low'",
+            "F:11: spec.rules[1].name: duplicate rule name 'low' (also at F:5)",
         ),
         (
             GOOD_RULE.replace("      scope: node\n", "      scope: node\n      severity: high\n"),
@@ -195,10 +195,18 @@ def test_good_file(tmp_path: Path) -> None:
 
 
 def test_duplicate_names_across_files(tmp_path: Path) -> None:
-    (tmp_path / "a.yaml").write_text(GOOD_RULE)
-    (tmp_path / "b.yaml").write_text(GOOD_RULE)
-    with pytest.raises(RuleError, match="duplicate rule name 'low'"):
+    # One check for both: the agent's load and `nodeguard check` give the same line, at the
+    # second file's name, pointing at the first.
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(GOOD_RULE)
+    b.write_text("# the same rule again\n" + GOOD_RULE)
+    message = f"{b}:6: spec.rules[0].name: duplicate rule name 'low' (also at {a}:5)"
+    with pytest.raises(RuleError) as err:
         load_rules([tmp_path])
+    assert err.value.messages == [message]
+    out = io.StringIO()
+    assert check_files([tmp_path], out=out) == 1
+    assert out.getvalue() == (f"Checking {a}\n  SUCCESS: 1 rules found\nChecking {b}\n{message}\n")
 
 
 def test_thresholds_take_their_signals_unit(tmp_path: Path) -> None:
@@ -224,3 +232,11 @@ def test_thresholds_take_their_signals_unit(tmp_path: Path) -> None:
     )
     path.write_text(eta)
     assert load_rules([path]).rules[0].when[0].value == 90.0
+
+
+def test_duplicate_names_on_one_line(tmp_path: Path) -> None:
+    rule = "{name: low, scope: node, when: [{signal: node_memory_available_ratio, op: '<', value: 0.05}], actions: [{action: cordon}]}"  # noqa: E501
+    text = f"apiVersion: nodeguard.io/v1alpha1\nkind: RuleSet\nspec: {{rules: [{rule}, {rule}]}}\n"
+    rc, out = _check(tmp_path, text)
+    assert rc == 1
+    assert "F:3: spec.rules[1].name: duplicate rule name 'low' (also at F:3)" in out

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nodeguard.cli.flags import add_log_level
-from nodeguard.rules.load import RuleError, expand_paths, load_rule_file
-from nodeguard.rules.schema import AlertRule, Rule
+from nodeguard.rules.load import RuleError, RuleNames, expand_paths, load_rule_file
 
 __all__ = ["add_arguments", "check_files", "run"]
 
@@ -37,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_files(files: Sequence[Path], *, out: TextIO) -> int:
     """Check each file; write a line per file and one per problem; the exit status."""
     failed = False
-    seen: dict[str, Path] = {}
+    names = RuleNames()
     for path in expand_paths(files):
         out.write(f"Checking {path}\n")
         try:
@@ -48,12 +47,10 @@ def check_files(files: Sequence[Path], *, out: TextIO) -> int:
             for msg in exc.messages:
                 out.write(f"{msg}\n")
             continue
-        items: list[Rule | AlertRule] = [*rf.spec.rules, *rf.spec.alerts]
-        dupes = [r.name for r in items if r.name in seen]
-        for name in dupes:
+        dupes = names.claim(path=path, rule_file=rf)
+        for msg in dupes:
             failed = True
-            out.write(f"{path}: spec.rules: duplicate rule name {name!r} (also in {seen[name]})\n")
-        seen.update({r.name: path for r in items})
+            out.write(f"{msg}\n")
         if not dupes:
             extra = f", {len(rf.spec.alerts)} alert rules" if rf.spec.alerts else ""
             out.write(f"  SUCCESS: {len(rf.spec.rules)} rules found{extra}\n")

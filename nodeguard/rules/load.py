@@ -142,6 +142,40 @@ def _read_at_most(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def _name_lines(node: yaml.Node | None, rf: RuleFile) -> list[int]:
+    """The line of each rule's then each alert rule's ``name`` (1 where the tree has none)."""
+    locs: list[list[int | str]] = [["spec", "rules", i, "name"] for i in range(len(rf.spec.rules))]
+    locs += [["spec", "alerts", i, "name"] for i in range(len(rf.spec.alerts))]
+    return [_line_of(node, loc) or 1 for loc in locs]
+
+
+class RuleNames:
+    """Rule and alert-rule names, unique within a file and across the files loaded together
+    (the engine keys its state, the incidents and the webhook's mapping by name)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}  # name -> "path:line" of its first use
+
+    def claim(self, *, path: Path, rule_file: RuleFile) -> list[str]:
+        """Take the names of ``rule_file`` (rules, then alert rules); one ``FILE:LINE: FIELD:
+        duplicate rule name`` message for each name already taken."""
+        lines = rule_file.name_lines()
+        items = [("rules", i, r.name) for i, r in enumerate(rule_file.spec.rules)]
+        items += [("alerts", i, a.name) for i, a in enumerate(rule_file.spec.alerts)]
+        messages = []
+        for (section, i, name), line in zip(items, lines, strict=True):
+            where = f"{path}:{line}"
+            first = self._seen.get(name)
+            if first is None:
+                self._seen[name] = where
+            else:
+                messages.append(
+                    f"{where}: {field_path(['spec', section, i, 'name'])}: "
+                    f"duplicate rule name {name!r} (also at {first})"
+                )
+        return messages
+
+
 def load_rule_file(path: Path, *, limit: int = MAX_FILE_BYTES) -> RuleFile:
     """Parse and validate one rule file. Raises :class:`RuleError` with every problem found,
     and nothing else, whatever the file holds."""
@@ -180,17 +214,8 @@ def _parse(path: Path, text: str) -> RuleFile:
                 msg = unknown_field(holder, str(loc[-1]))
             messages.append(f"{path}:{line or 1}: {field_path(loc)}: {msg}")
         raise RuleError(messages) from None
-    seen: set[str] = set()
-    duplicates = []
-    named = [("rules", i, r.name) for i, r in enumerate(rf.spec.rules)]
-    named += [("alerts", i, a.name) for i, a in enumerate(rf.spec.alerts)]
-    for section, i, name in named:
-        if name in seen:
-            loc = ["spec", section, i, "name"]
-            duplicates.append(
-                f"{path}:{_line_of(node, loc)}: {field_path(loc)}: duplicate rule name {name!r}"
-            )
-        seen.add(name)
+    rf.set_name_lines(_name_lines(node, rf))
+    duplicates = RuleNames().claim(path=path, rule_file=rf)
     if duplicates:
         raise RuleError(duplicates)
     return rf
@@ -223,7 +248,7 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
     messages: list[str] = []
     rules: list[Rule] = []
     alerts: list[AlertRule] = []
-    seen: dict[str, Path] = {}
+    names = RuleNames()
     files = expand_paths(paths)
     budget = MAX_TOTAL_BYTES
     for path in files:
@@ -242,13 +267,7 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
         except RuleError as exc:
             messages += exc.messages
             continue
-        items: list[Rule | AlertRule] = [*rf.spec.rules, *rf.spec.alerts]
-        for item in items:
-            if item.name in seen:
-                messages.append(
-                    f"{path}:1: spec: duplicate rule name {item.name!r} (also in {seen[item.name]})"
-                )
-            seen[item.name] = path
+        messages += names.claim(path=path, rule_file=rf)
         rules += rf.spec.rules
         alerts += rf.spec.alerts
     if messages:
@@ -267,8 +286,8 @@ def _size(path: Path) -> int:
 
 class RuleSource:
     """Rule files that reload on change (mtime and size) or on demand (SIGHUP), keeping the
-    last good rules when a new version is bad. ``errors_total`` counts bad loads;
-    ``last_error`` holds the latest problem (``None`` after a good load)."""
+    last good rules when a new version is bad (each logged with file, line and field).
+    ``errors_total`` counts bad loads, ``reloads_total`` good ones."""
 
     def __init__(self, *, paths: Sequence[Path]) -> None:
         self.paths = list(paths)
@@ -276,7 +295,6 @@ class RuleSource:
         self._stamp = self._stamps()
         self.errors_total = 0
         self.reloads_total = 0
-        self.last_error: str | None = None
 
     def _stamps(self) -> tuple[tuple[str, float, int], ...]:
         stamps = []
@@ -298,12 +316,10 @@ class RuleSource:
             new = load_rules(self.paths)
         except RuleError as exc:
             self.errors_total += 1
-            self.last_error = str(exc)
             log.error("rule reload failed; the last good rules stay in force:\n%s", exc)
             return False
         self.current = new
         self.reloads_total += 1
-        self.last_error = None
         log.info(
             "rules reloaded: %d rule(s) and %d alert rule(s) from %d file(s)",
             len(new.rules),

@@ -26,6 +26,8 @@ duplicate rule names are errors at load time, never at 3 a.m. when the rule trip
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -67,6 +69,14 @@ class _Strict(BaseModel):
 
 
 _UNIT_WORDS = {"ratio": "a ratio", "bytes": "in bytes", "seconds": "in seconds", "count": "a count"}
+
+
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
 
 
 class Condition(_Strict):
@@ -131,12 +141,7 @@ class Condition(_Strict):
         """Whether the observed value satisfies the condition; no data never does."""
         if observed is None:
             return False
-        return {
-            ">": observed > self.value,
-            ">=": observed >= self.value,
-            "<": observed < self.value,
-            "<=": observed <= self.value,
-        }[self.op]
+        return _COMPARE[self.op](observed, self.value)
 
     def __str__(self) -> str:
         return f"{self.signal} {self.op} {self.value:g}"
@@ -261,3 +266,13 @@ class RuleFile(_Strict):
     kind: Literal["RuleSet"]
     metadata: _Metadata = Field(default_factory=_Metadata)
     spec: _Spec
+    _lines: list[int] = PrivateAttr(default_factory=list)
+
+    def set_name_lines(self, lines: list[int]) -> None:
+        """Where each name is in the file (rules, then alert rules), for messages."""
+        self._lines = lines
+
+    def name_lines(self) -> list[int]:
+        """The line of each rule's, then each alert rule's name (1 when not known)."""
+        count = len(self.spec.rules) + len(self.spec.alerts)
+        return self._lines if len(self._lines) == count else [1] * count

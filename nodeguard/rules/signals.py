@@ -3,7 +3,7 @@
 A signal is a function of the current snapshot and the agent's own recent history for one
 target (the node, a pod, a container, a GPU). It returns ``None`` when the data is not there (no
 limit, PSI off, no pod metadata, no GPU), and a condition on ``None`` never holds. Adding a
-signal is one function with :func:`signal`.
+signal is one function and one :func:`register` call under its literal name.
 
 Ratios are 0..1 (a share; the overcommit and request ratios go above 1); bytes are bytes;
 seconds are seconds. Each signal declares its :class:`Range`: a threshold outside it can never
@@ -37,7 +37,7 @@ __all__ = [
     "Scope",
     "Signal",
     "Target",
-    "signal",
+    "register",
     "targets",
 ]
 
@@ -197,24 +197,15 @@ class Signal:
 
 SIGNALS: dict[str, Signal] = {}
 
+SignalFn = Callable[[NodeSnapshot, History, Target], float | None]
 
-def signal(
-    name: str, *, scope: Scope, unit: str, valid: Range, help: str
-) -> Callable[
-    [Callable[[NodeSnapshot, History, Target], float | None]],
-    Callable[[NodeSnapshot, History, Target], float | None],
-]:
-    """Register a signal function under ``name``."""
 
-    def register(
-        fn: Callable[[NodeSnapshot, History, Target], float | None],
-    ) -> Callable[[NodeSnapshot, History, Target], float | None]:
-        if name in SIGNALS:
-            raise ValueError(f"signal {name} registered twice")
-        SIGNALS[name] = Signal(name=name, scope=scope, unit=unit, valid=valid, help=help, fn=fn)
-        return fn
-
-    return register
+def register(name: str, *, scope: Scope, unit: str, valid: Range, help: str, fn: SignalFn) -> None:
+    """Register ``fn`` as the signal ``name`` (each name is written out where it is registered,
+    so that ``grep`` finds it). Raises ``ValueError`` for a name registered twice."""
+    if name in SIGNALS:
+        raise ValueError(f"signal {name} registered twice")
+    SIGNALS[name] = Signal(name=name, scope=scope, unit=unit, valid=valid, help=help, fn=fn)
 
 
 def _ratio(part: float | None, whole: float | None) -> float | None:
@@ -224,7 +215,7 @@ def _ratio(part: float | None, whole: float | None) -> float | None:
 
 
 # -- node ----------------------------------------------------------------------------------------
-def _mem_ratio(attr: str) -> Callable[[NodeSnapshot, History, Target], float | None]:
+def _mem_ratio(attr: str) -> SignalFn:
     def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
         m = snap.meminfo
         return None if m is None else _ratio(getattr(m, attr), m.total_bytes)
@@ -232,23 +223,11 @@ def _mem_ratio(attr: str) -> Callable[[NodeSnapshot, History, Target], float | N
     return fn
 
 
-for _name, _attr, _help in (
-    ("node_memory_available_ratio", "available_bytes", "MemAvailable / MemTotal"),
-    ("node_page_cache_ratio", "page_cache_bytes", "page cache (file LRU) / MemTotal"),
-    ("node_slab_reclaimable_ratio", "slab_reclaimable_bytes", "SReclaimable / MemTotal"),
-    ("node_slab_unreclaimable_ratio", "slab_unreclaimable_bytes", "SUnreclaim / MemTotal"),
-):
-    signal(_name, scope="node", unit="ratio", valid=SHARE, help=_help)(_mem_ratio(_attr))
-
-
-@signal(
-    "node_memory_available_bytes", scope="node", unit="bytes", valid=ABOVE_ZERO, help="MemAvailable"
-)
 def _available(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
     return None if snap.meminfo is None else snap.meminfo.available_bytes
 
 
-def _psi(kind: str, window: str) -> Callable[[NodeSnapshot, History, Target], float | None]:
+def _psi(kind: str, window: str) -> SignalFn:
     def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
         line = getattr(snap.pressure, kind, None) if snap.pressure else None
         return None if line is None else float(getattr(line, window))
@@ -256,20 +235,7 @@ def _psi(kind: str, window: str) -> Callable[[NodeSnapshot, History, Target], fl
     return fn
 
 
-for _kind in ("some", "full"):
-    for _window in ("avg10", "avg60"):
-        signal(
-            f"node_psi_{_kind}_{_window}",
-            scope="node",
-            unit="ratio",
-            valid=SHARE,
-            help=f"memory PSI {_kind} {_window}, share of time stalled",
-        )(_psi(_kind, _window))
-
-
-def _overcommit(
-    total: Callable[[PodMemoryTotals], int],
-) -> Callable[[NodeSnapshot, History, Target], float | None]:
+def _overcommit(total: Callable[[PodMemoryTotals], int]) -> SignalFn:
     def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
         totals = snap.pod_memory_totals()
         if totals is None or snap.node_meta is None:
@@ -279,20 +245,94 @@ def _overcommit(
     return fn
 
 
-signal(
+register(
+    "node_memory_available_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="MemAvailable / MemTotal",
+    fn=_mem_ratio("available_bytes"),
+)
+register(
+    "node_page_cache_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="page cache (file LRU) / MemTotal",
+    fn=_mem_ratio("page_cache_bytes"),
+)
+register(
+    "node_slab_reclaimable_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="SReclaimable / MemTotal",
+    fn=_mem_ratio("slab_reclaimable_bytes"),
+)
+register(
+    "node_slab_unreclaimable_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="SUnreclaim / MemTotal",
+    fn=_mem_ratio("slab_unreclaimable_bytes"),
+)
+register(
+    "node_memory_available_bytes",
+    scope="node",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="MemAvailable",
+    fn=_available,
+)
+register(
+    "node_psi_some_avg10",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="memory PSI some avg10, share of time stalled",
+    fn=_psi("some", "avg10"),
+)
+register(
+    "node_psi_some_avg60",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="memory PSI some avg60, share of time stalled",
+    fn=_psi("some", "avg60"),
+)
+register(
+    "node_psi_full_avg10",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="memory PSI full avg10, share of time stalled",
+    fn=_psi("full", "avg10"),
+)
+register(
+    "node_psi_full_avg60",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="memory PSI full avg60, share of time stalled",
+    fn=_psi("full", "avg60"),
+)
+register(
     "node_memory_requests_allocatable_ratio",
     scope="node",
     unit="ratio",
     valid=ABOVE_ZERO,
     help="sum of pod memory requests / node allocatable",
-)(_overcommit(lambda t: t.requests_bytes))
-signal(
+    fn=_overcommit(lambda t: t.requests_bytes),
+)
+register(
     "node_memory_limits_allocatable_ratio",
     scope="node",
     unit="ratio",
     valid=ABOVE_ZERO,
     help="sum of pod memory limits / node allocatable (overcommit above 1)",
-)(_overcommit(lambda t: t.limits_bytes))
+    fn=_overcommit(lambda t: t.limits_bytes),
+)
 
 
 # -- pod and container ---------------------------------------------------------------------------
@@ -380,96 +420,124 @@ def _request(t: Target) -> int | None:
     return t.meta.container_requests.get(name) if name else None
 
 
-def _register_workload(scope: Literal["pod", "container"]) -> None:
-    @signal(
-        f"{scope}_working_set_bytes",
-        scope=scope,
-        unit="bytes",
-        valid=ABOVE_ZERO,
-        help=f"{scope} working set (usage - inactive_file)",
-    )
-    def _ws(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
-        return None if t.memory is None else t.memory.working_set_bytes
-
-    @signal(
-        f"{scope}_working_set_limit_ratio",
-        scope=scope,
-        unit="ratio",
-        valid=SHARE,
-        help=f"{scope} working set / effective memory limit",
-    )
-    def _ws_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
-        m = t.memory
-        return None if m is None else _ratio(m.working_set_bytes, m.effective_limit_bytes)
-
-    @signal(
-        f"{scope}_working_set_request_ratio",
-        scope=scope,
-        unit="ratio",
-        valid=ABOVE_ZERO,
-        help=f"{scope} working set / memory request (from the pod spec)",
-    )
-    def _ws_request(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
-        m = t.memory
-        return None if m is None else _ratio(m.working_set_bytes, _request(t))
-
-    @signal(
-        f"{scope}_seconds_to_limit",
-        scope=scope,
-        unit="seconds",
-        valid=ABOVE_ZERO,
-        help=f"{scope}: seconds until the working set reaches the limit at its recent growth",
-    )
-    def _eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
-        m = t.memory
-        return (
-            None if m is None else seconds_to_limit(h.working_set(t.key), m.effective_limit_bytes)
-        )
-
-    @signal(
-        f"{scope}_oom_kills_10m",
-        scope=scope,
-        unit="count",
-        valid=ABOVE_ZERO,
-        help=f"{scope} OOM kills (cgroup counter) in the last 10 minutes",
-    )
-    def _ooms(_s: NodeSnapshot, h: History, t: Target) -> float | None:
-        return _kills_in_window(h.oom_kills(t.key))
+def _working_set(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    return None if t.memory is None else t.memory.working_set_bytes
 
 
-_register_workload("pod")
-_register_workload("container")
+def _ws_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    m = t.memory
+    return None if m is None else _ratio(m.working_set_bytes, m.effective_limit_bytes)
+
+
+def _ws_request(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    m = t.memory
+    return None if m is None else _ratio(m.working_set_bytes, _request(t))
+
+
+def _eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
+    m = t.memory
+    return None if m is None else seconds_to_limit(h.working_set(t.key), m.effective_limit_bytes)
+
+
+def _ooms(_s: NodeSnapshot, h: History, t: Target) -> float | None:
+    return _kills_in_window(h.oom_kills(t.key))
+
+
+# The same functions for a pod (its pod-level cgroup) and for each of its containers.
+register(
+    "pod_working_set_bytes",
+    scope="pod",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="pod working set (usage - inactive_file)",
+    fn=_working_set,
+)
+register(
+    "container_working_set_bytes",
+    scope="container",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="container working set (usage - inactive_file)",
+    fn=_working_set,
+)
+register(
+    "pod_working_set_limit_ratio",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod working set / effective memory limit",
+    fn=_ws_limit,
+)
+register(
+    "container_working_set_limit_ratio",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container working set / effective memory limit",
+    fn=_ws_limit,
+)
+register(
+    "pod_working_set_request_ratio",
+    scope="pod",
+    unit="ratio",
+    valid=ABOVE_ZERO,
+    help="pod working set / memory request (from the pod spec)",
+    fn=_ws_request,
+)
+register(
+    "container_working_set_request_ratio",
+    scope="container",
+    unit="ratio",
+    valid=ABOVE_ZERO,
+    help="container working set / memory request (from the pod spec)",
+    fn=_ws_request,
+)
+register(
+    "pod_seconds_to_limit",
+    scope="pod",
+    unit="seconds",
+    valid=ABOVE_ZERO,
+    help="pod: seconds until the working set reaches the limit at its recent growth",
+    fn=_eta,
+)
+register(
+    "container_seconds_to_limit",
+    scope="container",
+    unit="seconds",
+    valid=ABOVE_ZERO,
+    help="container: seconds until the working set reaches the limit at its recent growth",
+    fn=_eta,
+)
+register(
+    "pod_oom_kills_10m",
+    scope="pod",
+    unit="count",
+    valid=ABOVE_ZERO,
+    help="pod OOM kills (cgroup counter) in the last 10 minutes",
+    fn=_ooms,
+)
+register(
+    "container_oom_kills_10m",
+    scope="container",
+    unit="count",
+    valid=ABOVE_ZERO,
+    help="container OOM kills (cgroup counter) in the last 10 minutes",
+    fn=_ooms,
+)
 
 
 # -- GPU -----------------------------------------------------------------------------------------
-@signal(
-    "gpu_memory_used_ratio",
-    scope="gpu",
-    unit="ratio",
-    valid=SHARE,
-    help="GPU memory in use (used + reserved, i.e. total - free) / total",
-)
 def _gpu_used_ratio(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
     # total - free: the same on drivers with memory info v1 (used includes reserved) and v2.
     m = t.gpu.memory if t.gpu else None
     return None if m is None else _ratio(m.total_bytes - m.free_bytes, m.total_bytes)
 
 
-@signal(
-    "gpu_memory_free_bytes", scope="gpu", unit="bytes", valid=ABOVE_ZERO, help="GPU memory free"
-)
 def _gpu_free(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
     m = t.gpu.memory if t.gpu else None
     return None if m is None else m.free_bytes
 
 
-@signal(
-    "pod_gpu_memory_used_bytes",
-    scope="pod",
-    unit="bytes",
-    valid=ABOVE_ZERO,
-    help="GPU memory used by the pod's processes, all GPUs together",
-)
 def _pod_gpu(snap: NodeSnapshot, _h: History, t: Target) -> float | None:
     if snap.gpu is None or t.pod is None:
         return None
@@ -479,3 +547,29 @@ def _pod_gpu(snap: NodeSnapshot, _h: History, t: Target) -> float | None:
     if None in mine:
         return None  # a process whose memory NVML does not give
     return float(sum(u for u in mine if u is not None))
+
+
+register(
+    "gpu_memory_used_ratio",
+    scope="gpu",
+    unit="ratio",
+    valid=SHARE,
+    help="GPU memory in use (used + reserved, i.e. total - free) / total",
+    fn=_gpu_used_ratio,
+)
+register(
+    "gpu_memory_free_bytes",
+    scope="gpu",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="GPU memory free",
+    fn=_gpu_free,
+)
+register(
+    "pod_gpu_memory_used_bytes",
+    scope="pod",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="GPU memory used by the pod's processes, all GPUs together",
+    fn=_pod_gpu,
+)
