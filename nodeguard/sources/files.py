@@ -160,8 +160,8 @@ def _pick(text: str, keys: frozenset[str]) -> dict[str, int]:
     """The loop of :func:`parse_flat_keyed` for a :func:`_plain` text, by searching for each key
     at a line start. A line ``key value`` there splits into exactly the key and the rest; the
     rest (any further token or spaces included) converts with ``int`` exactly when the loop's
-    two-token line would; later lines win."""
-    found: list[tuple[int, str, int]] = []
+    two-token line would; later lines win. The keys come in no particular order."""
+    found: dict[str, int] = {}
     t = "\n" + text
     for key in keys:
         needle = f"\n{key} "
@@ -175,7 +175,6 @@ def _pick(text: str, keys: frozenset[str]) -> dict[str, int]:
             except ValueError:
                 pass
             else:
-                found.append((at, key, value))
+                found[key] = value  # the later line wins, as in the loop
             at = t.find(needle, start)
-    found.sort()  # file order, as the loop inserts
-    return {key: value for _, key, value in found}
+    return found
