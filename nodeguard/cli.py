@@ -32,6 +32,7 @@ from nodeguard.commands import check_files, show_incidents
 from nodeguard.connections import ConnectionLimits, connection_cap
 from nodeguard.kube.errors import KubeError
 from nodeguard.logs import install_log_filters
+from nodeguard.metric_filter import add_metric_filter_flags, metric_filter_from_args
 from nodeguard.paths import HostPaths
 from nodeguard.report import render_report
 from nodeguard.rules.load import RuleError
@@ -214,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=200,
         help="incident records kept, oldest removed first (default 200)",
     )
+    add_metric_filter_flags(run)
     w = run.add_argument_group("Alertmanager webhook (POST /webhook/alertmanager)")
     w.add_argument(
         "--webhook.token-file",
@@ -402,6 +404,7 @@ def _run(args: argparse.Namespace) -> int:
         limits=ConnectionLimits(
             max_connections=connection_cap(wanted=args.max_connections, held_files=held)
         ),
+        metric_filter=metric_filter_from_args(args),
     )
     try:
         return asyncio.run(run_agent(cfg))

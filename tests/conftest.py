@@ -106,14 +106,15 @@ def cgroup_memory(path: str, *, used: int) -> CgroupMemory:
 
 
 def exposition(snap: NodeSnapshot) -> str:
-    """``/metrics`` of a snapshot, in the text format, as the exporter renders it."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    """``/metrics`` of a snapshot, in the text format, as prometheus_client writes the
+    exporter's families (the plain path, which the fast writer equals)."""
+    from prometheus_client import generate_latest
 
-    from nodeguard.exporter import SnapshotCollector
+    from nodeguard.exporter import snapshot_families
+    from nodeguard.exposition import plain_body
 
-    registry = CollectorRegistry()
-    registry.register(SnapshotCollector(latest=lambda: snap))
-    return generate_latest(registry).decode()
+    body = plain_body(families=snapshot_families(snap), own=(), encoder=generate_latest)
+    return body.decode()
 
 
 @contextlib.asynccontextmanager
