@@ -112,7 +112,9 @@ def version_key() -> str:
     return f"k8s-{k8s}-etcd-{etcd}-{digest.hexdigest()[:12]}"
 
 
-def _find_go() -> str:
+def find_go(*, building: str = f"kube-apiserver and etcd from {GO_DIR}") -> str:
+    """The Go toolchain: ``go`` on PATH, else /usr/local/go/bin/go. Raises
+    :class:`GoNotFoundError` saying what needed ``building``."""
     found = shutil.which("go")
     if found:
         return found
@@ -120,13 +122,14 @@ def _find_go() -> str:
     if fallback.is_file() and os.access(fallback, os.X_OK):
         return str(fallback)
     raise GoNotFoundError(
-        "the Kubernetes test control plane is not built yet and no Go toolchain was found "
-        "(looked for `go` on PATH and /usr/local/go/bin/go); install Go >= 1.25 to build "
-        f"kube-apiserver and etcd from {GO_DIR}"
+        "no Go toolchain was found (looked for `go` on PATH and /usr/local/go/bin/go); "
+        f"install Go >= 1.25 to build {building}"
     )
 
 
-def _go_build(go: str, module: Path, output: Path, ldflags: str) -> None:
+def go_build(go: str, module: Path, output: Path, ldflags: str) -> None:
+    """``go build`` of the main package of ``module`` into ``output``, static, reproducible;
+    raises :class:`ControlPlaneError` with the tail of its output when it fails."""
     cmd = [
         go,
         "build",
@@ -193,7 +196,7 @@ def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if complete():
             return binaries
-        go = _find_go()
+        go = find_go()
         log.warning(
             "building kube-apiserver and kube-controller-manager %s, etcd %s and Katib's "
             "experiment controller %s into %s (first run takes minutes)",
@@ -214,10 +217,10 @@ def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
                 " -X k8s.io/component-base/version.gitTreeState=clean"
                 f" -X k8s.io/client-go/pkg/version.gitVersion={k8s}"
             )
-            _go_build(go, ETCD_MODULE, staging / "etcd", "-s -w")
-            _go_build(go, APISERVER_MODULE, staging / "kube-apiserver", k8s_flags)
-            _go_build(go, CONTROLLER_MANAGER_MODULE, staging / "kube-controller-manager", k8s_flags)
-            _go_build(go, KATIB_MODULE, staging / "katib-experiment-controller", "-s -w")
+            go_build(go, ETCD_MODULE, staging / "etcd", "-s -w")
+            go_build(go, APISERVER_MODULE, staging / "kube-apiserver", k8s_flags)
+            go_build(go, CONTROLLER_MANAGER_MODULE, staging / "kube-controller-manager", k8s_flags)
+            go_build(go, KATIB_MODULE, staging / "katib-experiment-controller", "-s -w")
             shutil.rmtree(target, ignore_errors=True)
             staging.chmod(0o755)
             staging.rename(target)
