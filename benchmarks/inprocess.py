@@ -167,8 +167,11 @@ def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
     """Snapshots of ``containers`` real (empty) cgroups on this machine's cgroupfs
     (``benchmarks.hosts.kernel_host``), with the real ``/proc`` and ``/dev/kmsg``: the agent's
     way (cgroup files held open, re-read with pread) and with every file opened, read and
-    closed, alternating in this one process; CPU of the thread, median and p90."""
+    closed, alternating in this one process; then the agent's way again with memory moving in
+    every cgroup between two samples (``benchmarks.kernel_churn``, a round every 0.2 s, a
+    sample every 0.25 s); CPU of the thread, median and p90."""
     from benchmarks.hosts import kernel_host
+    from benchmarks.kernel_churn import containers_under, kernel_churn
     from nodeguard.paths import HostPaths
     from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
     from nodeguard.sources.open_files import descriptor_budget
@@ -205,6 +208,14 @@ def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
         held_open = getattr(held.latest, "cgroup_files_open", None) or getattr(
             held, "open_cgroup_files", 0
         )
+        moving: list[float] = []
+        with kernel_churn(root, cgroups=containers_under(root), period=0.2):
+            for _ in range(repeats):
+                time.sleep(0.25)  # a round of the churn in between
+                c0 = time.thread_time()
+                held.sample_once()
+                moving.append(time.thread_time() - c0)
+        cpus["held_moving"] = moving
         for sampler in samplers.values():
             sampler.close()
     return {

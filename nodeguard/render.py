@@ -151,6 +151,7 @@ class Renderer:
             self._lines = kept_lines
             self._chunks[openmetrics] = kept_chunks
             return chunks
+
     @staticmethod
     def _write(
         family: Family,
