@@ -71,7 +71,7 @@ def _own(snapshot: NodeSnapshot, out: Families) -> Iterator[Family]:
         for reason, n in sorted(st.skipped.items()):
             errors.add((st.name, reason), n)
     yield from (success, available, duration)
-    if errors.samples:
+    if errors.values:
         yield errors
 
 

@@ -89,12 +89,14 @@ def _header(family: Family, *, openmetrics: bool) -> str:
 
 @dataclass(slots=True, eq=False)
 class Chunk:
-    """One family as written: its text in UTF-8 (HELP, TYPE, samples), the samples it was
-    written from, and, once asked for, its raw deflate stream ending in a full flush (so that
-    chunks deflated at different times are one valid stream: :meth:`deflated`)."""
+    """One family as written: its text in UTF-8 (HELP, TYPE, samples), the label values and
+    values it was written from, and, once asked for, its raw deflate stream ending in a full
+    flush (so that chunks deflated at different times are one valid stream:
+    :meth:`deflated`)."""
 
     data: bytes
-    samples: list[tuple[tuple[str, ...], Value]]
+    keys: list[tuple[str, ...]]
+    values: list[Value]
     header: str
     _deflated: bytes | None = None
 
@@ -121,8 +123,9 @@ class Renderer:
         """The exposition of ``families`` in OpenMetrics 1.0.0 (without ``# EOF``) or in the
         text format 0.0.4, a chunk per family. A family whose header and samples equal the last
         one written under its name is that chunk again (unless a value is a float zero: ``0.0``
-        and ``-0.0`` are equal and written differently). Lines and chunks that this render did
-        not write are forgotten."""
+        and ``-0.0`` are equal and written differently). Label texts are kept for the families
+        written anew (those whose values move); chunks of families this render did not have
+        are forgotten."""
         with self._lock:
             chunks: list[Chunk] = []
             kept_lines: _Lines = {}
@@ -132,20 +135,20 @@ class Renderer:
                 name = family.sample_name
                 header = _header(family, openmetrics=openmetrics)
                 last = last_chunks.get(name)
-                old = self._lines.get(name) or {}
                 if (
                     last is not None
                     and not family.float_zero
                     and last.header == header
-                    and last.samples == family.samples
+                    and last.values == family.values
+                    and last.keys == family.keys
                 ):
-                    chunk = last
-                    kept_lines[name] = old
+                    chunk = last  # its label texts are let go: most such families never change
                 else:
                     out = [header]
+                    old = self._lines.get(name) or {}
                     self._write(family, old=old, new=kept_lines.setdefault(name, {}), out=out)
                     data = "".join(out).encode()
-                    chunk = Chunk(data=data, samples=family.samples, header=header)
+                    chunk = Chunk(data=data, keys=family.keys, values=family.values, header=header)
                 kept_chunks[name] = chunk
                 chunks.append(chunk)
             self._lines = kept_lines
@@ -162,7 +165,7 @@ class Renderer:
     ) -> None:
         names, name = family.labels, family.sample_name
         append, get = out.append, old.get
-        for values, value in family.samples:
+        for values, value in zip(family.keys, family.values, strict=True):
             head = get(values)
             if head is None:
                 head = f"{name}{_label_text(names, values)} "

@@ -29,7 +29,7 @@ def container_pods(pods: tuple[PodMemory, ...]) -> dict[str, str]:
     return {c.container_id: p.uid for p in pods for c in p.containers}
 
 
-# The int fields of a CgroupMemory, in the order of _MemoryFamilies._int_samples.
+# The int fields of a CgroupMemory, in the order of _MemoryFamilies._ints.
 _INT_FIELDS = operator.attrgetter(
     "usage_bytes",
     "working_set_bytes",
@@ -87,26 +87,25 @@ class _MemoryFamilies:
             f"{lv} memory PSI total stall time (v2 memory.pressure)",
             [*labels, "kind"],
         )
-        self._int_samples = tuple(
-            f.samples
-            for f in (
-                self.usage,
-                self.working_set,
-                self.anon,
-                self.file,
-                self.limit,
-                self.oom,
-                self.hits,
-                self.high,
-            )
+        # in the order of _INT_FIELDS
+        self._ints = (
+            self.usage,
+            self.working_set,
+            self.anon,
+            self.file,
+            self.limit,
+            self.oom,
+            self.hits,
+            self.high,
         )
 
     def add(self, values: tuple[str, ...], mem: CgroupMemory) -> None:
         # The hot loop of a render (every cgroup, 9 families): the values are ints (never a
         # float zero, see Family.add), so their samples are appended directly.
-        for samples, value in zip(self._int_samples, _INT_FIELDS(mem), strict=True):
+        for family, value in zip(self._ints, _INT_FIELDS(mem), strict=True):
             if value is not None:
-                samples.append((values, value))
+                family.keys.append(values)
+                family.values.append(value)
         if mem.pressure is not None:
             add_stall(self.stall, values, mem.pressure)
 
