@@ -12,14 +12,10 @@ the Go module proxy (about a minute here).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -27,10 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.agent import free_port, wait_ready  # noqa: E402
-from tests.controlplane.cluster import find_go, go_build, terminate  # noqa: E402
+from benchmarks.common import Proc, serving  # noqa: E402
+from tests.agent import free_port  # noqa: E402
+from tests.controlplane.cluster import cached_go_build  # noqa: E402
 
-__all__ = ["CADVISOR_VERSION", "MODULE", "Peer", "cadvisor", "ensure_built"]
+__all__ = ["CADVISOR_VERSION", "MODULE", "cadvisor", "ensure_built"]
 
 MODULE = Path(__file__).resolve().parent / "cadvisor"
 CADVISOR_VERSION = "v0.60.6"
@@ -46,39 +43,14 @@ def _key() -> str:
 
 
 def ensure_built(*, cache_dir: Path | None = None) -> Path:
-    """The cached peer binary, built first when missing (concurrent callers wait on a file lock
-    for the one that builds). Raises ``GoNotFoundError`` without Go, ``ControlPlaneError`` when
-    the build fails."""
+    """The cached peer binary, built first when missing. Raises ``GoNotFoundError`` without
+    Go, ``ControlPlaneError`` when the build fails."""
     root = Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
-    key = _key()
-    binary = root / key / "cadvisor-peer"
-    if os.access(binary, os.X_OK):
-        return binary
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.access(binary, os.X_OK):
-            return binary
-        go = find_go(building=f"the cAdvisor peer from {MODULE}")
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-        try:
-            go_build(go, MODULE, staging / "cadvisor-peer", "-s -w")
-            staging.chmod(0o755)
-            shutil.rmtree(root / key, ignore_errors=True)
-            staging.rename(root / key)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return binary
-
-
-class Peer(str):
-    """The peer's base URL, with its process ID."""
-
-    pid: int
+    return cached_go_build(module=MODULE, name="cadvisor-peer", root=root, key=_key())
 
 
 @contextlib.contextmanager
-def cadvisor(*, cgroup_roots: Sequence[str], log_path: Path) -> Iterator[Peer]:
+def cadvisor(*, cgroup_roots: Sequence[str], log_path: Path) -> Iterator[Proc]:
     """The peer on a free loopback port, watching the raw cgroups under ``cgroup_roots`` (paths
     from the hierarchy root, as the kubelet passes its cgroup roots: ``/kubepods``); yields
     its base URL once ``/metrics`` answers."""
@@ -86,22 +58,8 @@ def cadvisor(*, cgroup_roots: Sequence[str], log_path: Path) -> Iterator[Peer]:
     cmd = [str(ensure_built()), "-listen", f"127.0.0.1:{port}"]
     for root in cgroup_roots:
         cmd += ["-cgroup-root", root]
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        base = Peer(f"http://127.0.0.1:{port}")
-        base.pid = proc.pid
-        try:
-            wait_ready(
-                f"{base}/metrics",
-                proc=proc,
-                log_path=log_path,
-                what="cAdvisor",
-                timeout=60,
-                request_timeout=10,
-            )
-            yield base
-        finally:
-            terminate(proc, timeout=10)
+    with serving(cmd, port=port, log_path=log_path, what="cAdvisor", timeout=60) as base:
+        yield base
 
 
 def main() -> None:

@@ -188,13 +188,13 @@ class Proc(str):
 
 
 @contextlib.contextmanager
-def node_exporter(*, log_path: Path) -> Iterator[Proc]:
-    """Debian's node_exporter with its default collectors on a free loopback port, reading this
-    machine's /proc and /sys (what it reads on every node); yields its base URL."""
-    port = free_port()
-    cmd = [node_exporter_binary(), f"--web.listen-address=127.0.0.1:{port}"]
+def serving(
+    cmd: Sequence[str], *, port: int, log_path: Path, what: str, timeout: float
+) -> Iterator[Proc]:
+    """Run ``cmd`` (an exporter listening on loopback ``port``) until the block ends; yields
+    its base URL once ``/metrics`` answers 200. Its output goes to ``log_path``."""
     with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT)
         base = Proc(f"http://127.0.0.1:{port}")
         base.pid = proc.pid
         try:
@@ -202,13 +202,23 @@ def node_exporter(*, log_path: Path) -> Iterator[Proc]:
                 f"{base}/metrics",
                 proc=proc,
                 log_path=log_path,
-                what="node_exporter",
-                timeout=20,
-                request_timeout=5,
+                what=what,
+                timeout=timeout,
+                request_timeout=timeout / 4,
             )
             yield base
         finally:
             terminate(proc, timeout=10)
+
+
+@contextlib.contextmanager
+def node_exporter(*, log_path: Path) -> Iterator[Proc]:
+    """Debian's node_exporter with its default collectors on a free loopback port, reading this
+    machine's /proc and /sys (what it reads on every node); yields its base URL."""
+    port = free_port()
+    cmd = [node_exporter_binary(), f"--web.listen-address=127.0.0.1:{port}"]
+    with serving(cmd, port=port, log_path=log_path, what="node_exporter", timeout=20) as base:
+        yield base
 
 
 # -- the agent -----------------------------------------------------------------------------------

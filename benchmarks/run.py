@@ -513,22 +513,17 @@ def targets_table(rep: Report, res: dict[str, Any]) -> Any:
     )
     r330 = res["inprocess"].get(330) or next(iter(res["inprocess"].values()))
     k = (res.get("peers") or {}).get(330) or {}
-    if "nodeguard" in k:
-        ng, ne = k["nodeguard"], k["node_exporter"]
+    s330 = res["scrapes"].get(330) or next(iter(res["scrapes"].values()))
+    for where, loop in (("real cgroups", k), ("synthetic tree", s330)):
+        if "nodeguard" not in loop:
+            continue
+        ng, ne = loop["nodeguard"], loop["node_exporter"]
         for what, key in (("CPU", "cpu_ms"), ("latency", "ms")):
             t.add_row(
-                f"/metrics scrape {what} <= node_exporter's (real cgroups)",
+                f"/metrics scrape {what} <= node_exporter's ({where})",
                 f"{ng[key][0]:.1f} against {ne[key][0]:.1f} ms",
                 _ok(ng[key][0], ne[key][0]),
             )
-    s330 = res["scrapes"].get(330) or next(iter(res["scrapes"].values()))
-    ng, ne = s330["nodeguard"], s330["node_exporter"]
-    for what, key in (("CPU", "cpu_ms"), ("latency", "ms")):
-        t.add_row(
-            f"/metrics scrape {what} <= node_exporter's (synthetic tree)",
-            f"{ng[key][0]:.1f} against {ne[key][0]:.1f} ms",
-            _ok(ng[key][0], ne[key][0]),
-        )
     cpu = r330["snapshot_cpu_ms"][0]
     t.add_row("one snapshot <= 20 ms of CPU (synthetic tree)", f"{cpu:.1f} ms", _ok(cpu, 20))
     k330 = (res.get("kernel_snapshot") or {}).get(330)

@@ -26,6 +26,21 @@ def host_paths(name: str, *, state: Path | None = None) -> HostPaths:
     return HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg", state=state)
 
 
+def fixture_snapshot(name: str) -> NodeSnapshot:
+    """One snapshot of a committed fixture host tree, every collector but gpu."""
+    from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+
+    sampler = Sampler(
+        config=SamplerConfig(
+            paths=host_paths(name), node_name="n", collectors=frozenset(COLLECTORS) - {"gpu"}
+        )
+    )
+    try:
+        return sampler.sample_once()
+    finally:
+        sampler.close()
+
+
 def host_flags(name: str) -> list[str]:
     """The ``--path.*`` flags pointing ``nodeguard`` at a fixture host tree."""
     root = HOSTS / name

@@ -19,9 +19,8 @@ from prometheus_client.exposition import choose_encoder
 from nodeguard.exporter import snapshot_families
 from nodeguard.exposition import Exposition, encoder_for, make_metrics_handler, plain_body
 from nodeguard.families import Family
-from nodeguard.paths import HostPaths
-from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
 from nodeguard.snapshot import NodeSnapshot
+from tests.conftest import fixture_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
 # What Prometheus 2.x sends (scrape.go, acceptHeader for the default scrape protocols).
@@ -33,27 +32,12 @@ _LEGACY_METRIC = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")  # and no ':' (client_p
 _LEGACY_LABEL = re.compile(r"^(?!__)[a-zA-Z_][a-zA-Z0-9_]*$")  # allow-utf-8 quotes "__x"
 
 
-def _snapshot(host: str) -> NodeSnapshot:
-    root = FIXTURES / host
-    sampler = Sampler(
-        config=SamplerConfig(
-            paths=HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg"),
-            node_name="n",
-            collectors=frozenset(COLLECTORS) - {"gpu"},
-        )
-    )
-    try:
-        return sampler.sample_once()
-    finally:
-        sampler.close()
-
-
 HOSTS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_openmetrics_swap_writes_the_librarys_own_bytes(host: str) -> None:
-    families = snapshot_families(_snapshot(host))
+    families = snapshot_families(fixture_snapshot(host))
     lib, lib_type = choose_encoder(PROMETHEUS_ACCEPT)
     ours, our_type = encoder_for(PROMETHEUS_ACCEPT)
     assert our_type == lib_type
@@ -67,7 +51,7 @@ def test_openmetrics_swap_writes_the_librarys_own_bytes(host: str) -> None:
 @pytest.mark.parametrize("host", HOSTS)
 def test_every_name_written_is_a_legacy_name(host: str) -> None:
     """What makes the swap exact: escaping changes only names outside [a-zA-Z_][a-zA-Z0-9_]*."""
-    families = [f.to_prometheus() for f in snapshot_families(_snapshot(host))]
+    families = [f.to_prometheus() for f in snapshot_families(fixture_snapshot(host))]
     assert len(families) > 20
     for family in families:
         assert _LEGACY_METRIC.match(family.name), family.name

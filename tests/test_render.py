@@ -30,9 +30,8 @@ from prometheus_client.utils import floatToGoString
 from nodeguard.exporter import snapshot_families
 from nodeguard.exposition import Exposition, encoder_for, plain_body
 from nodeguard.families import Family, Kind
-from nodeguard.paths import HostPaths
 from nodeguard.render import Renderer, go_float
-from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+from nodeguard.sampler import COLLECTORS
 from nodeguard.snapshot import (
     CgroupMemory,
     CollectorStatus,
@@ -50,6 +49,7 @@ from nodeguard.snapshot import (
     Pressure,
     PressureLine,
 )
+from tests.conftest import fixture_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
 HOSTS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -105,16 +105,7 @@ def _both(
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_fixture_hosts_render_the_librarys_bytes(host: str) -> None:
-    root = FIXTURES / host
-    sampler = Sampler(
-        config=SamplerConfig(
-            paths=HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg"),
-            node_name="n",
-            collectors=frozenset(COLLECTORS) - {"gpu"},
-        )
-    )
-    snap = sampler.sample_once()
-    sampler.close()
+    snap = fixture_snapshot(host)
     exposition = Exposition(latest=lambda: snap, families=snapshot_families)
     for accept in ACCEPTS:
         fast, plain = _both(exposition, snapshot_families(snap), accept=accept, own=_own())

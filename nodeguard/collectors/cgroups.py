@@ -110,17 +110,7 @@ class _MemoryFamilies:
             add_stall(self.stall, values, mem.pressure)
 
     def all(self) -> tuple[Family, ...]:
-        return (
-            self.usage,
-            self.working_set,
-            self.anon,
-            self.file,
-            self.limit,
-            self.oom,
-            self.hits,
-            self.high,
-            self.stall,
-        )
+        return (*self._ints, self.stall)
 
 
 @register

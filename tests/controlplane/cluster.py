@@ -127,9 +127,10 @@ def find_go(*, building: str = f"kube-apiserver and etcd from {GO_DIR}") -> str:
     )
 
 
-def go_build(go: str, module: Path, output: Path, ldflags: str) -> None:
-    """``go build`` of the main package of ``module`` into ``output``, static, reproducible;
-    raises :class:`ControlPlaneError` with the tail of its output when it fails."""
+def go_build(go: str, module: Path, output: Path, ldflags: str, package: str = ".") -> None:
+    """``go build`` of ``package`` (the main package of ``module`` by default) into
+    ``output``, static, reproducible; raises :class:`ControlPlaneError` with the tail of its
+    output when it fails."""
     cmd = [
         go,
         "build",
@@ -140,7 +141,7 @@ def go_build(go: str, module: Path, output: Path, ldflags: str) -> None:
         ldflags,
         "-o",
         str(output),
-        ".",
+        package,
     ]
     env = {**os.environ, "CGO_ENABLED": "0"}
     started = time.monotonic()
@@ -149,6 +150,34 @@ def go_build(go: str, module: Path, output: Path, ldflags: str) -> None:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-_LOG_TAIL_LINES:])
         raise ControlPlaneError(f"`{' '.join(cmd)}` failed in {module}:\n{tail}")
     log.info("built %s in %.0fs", output.name, time.monotonic() - started)
+
+
+def cached_go_build(
+    *, module: Path, name: str, root: Path, key: str, package: str = ".", ldflags: str = "-s -w"
+) -> Path:
+    """``root/<key>/<name>``: the binary of ``package`` in the Go module ``module``, built
+    there first when it is missing (concurrent callers wait on a file lock for the one that
+    builds; a build goes to a staging directory renamed into place, so a half-built binary is
+    never found). Raises :class:`GoNotFoundError` without Go, :class:`ControlPlaneError` when
+    the build fails."""
+    binary = root / key / name
+    if os.access(binary, os.X_OK):
+        return binary
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.access(binary, os.X_OK):
+            return binary
+        go = find_go(building=f"{name} from {module}")
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        try:
+            go_build(go, module, staging / name, ldflags, package)
+            staging.chmod(0o755)
+            shutil.rmtree(binary.parent, ignore_errors=True)
+            staging.rename(binary.parent)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return binary
 
 
 def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
