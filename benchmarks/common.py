@@ -72,6 +72,17 @@ def ratio(a: float, b: float) -> float:
 
 
 # -- procfs --------------------------------------------------------------------------------------
+def cpu_ns(pid: int) -> int:
+    """CPU time of a process (all its threads), in nanoseconds: the sum of each thread's
+    ``schedstat`` (time on the CPU, to the nanosecond), precise enough to time one scrape,
+    where utime and stime count clock ticks of 10 ms."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), in seconds."""
     text = Path(f"/proc/{pid}/stat").read_text()
@@ -94,6 +105,7 @@ class Scrape:
     wire_bytes: int
     body_bytes: int
     content_type: str
+    body: bytes = b""
 
 
 class Scraper:
@@ -127,6 +139,7 @@ class Scraper:
                 wire_bytes=len(wire),
                 body_bytes=len(body),
                 content_type=resp.getheader("Content-Type") or "",
+                body=body,
             )
         raise AssertionError("unreachable")
 
@@ -175,13 +188,13 @@ class Proc(str):
 
 
 @contextlib.contextmanager
-def node_exporter(*, log_path: Path) -> Iterator[Proc]:
-    """Debian's node_exporter with its default collectors on a free loopback port, reading this
-    machine's /proc and /sys (what it reads on every node); yields its base URL."""
-    port = free_port()
-    cmd = [node_exporter_binary(), f"--web.listen-address=127.0.0.1:{port}"]
+def serving(
+    cmd: Sequence[str], *, port: int, log_path: Path, what: str, timeout: float
+) -> Iterator[Proc]:
+    """Run ``cmd`` (an exporter listening on loopback ``port``) until the block ends; yields
+    its base URL once ``/metrics`` answers 200. Its output goes to ``log_path``."""
     with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT)
         base = Proc(f"http://127.0.0.1:{port}")
         base.pid = proc.pid
         try:
@@ -189,13 +202,23 @@ def node_exporter(*, log_path: Path) -> Iterator[Proc]:
                 f"{base}/metrics",
                 proc=proc,
                 log_path=log_path,
-                what="node_exporter",
-                timeout=20,
-                request_timeout=5,
+                what=what,
+                timeout=timeout,
+                request_timeout=timeout / 4,
             )
             yield base
         finally:
             terminate(proc, timeout=10)
+
+
+@contextlib.contextmanager
+def node_exporter(*, log_path: Path) -> Iterator[Proc]:
+    """Debian's node_exporter with its default collectors on a free loopback port, reading this
+    machine's /proc and /sys (what it reads on every node); yields its base URL."""
+    port = free_port()
+    cmd = [node_exporter_binary(), f"--web.listen-address=127.0.0.1:{port}"]
+    with serving(cmd, port=port, log_path=log_path, what="node_exporter", timeout=20) as base:
+        yield base
 
 
 # -- the agent -----------------------------------------------------------------------------------

@@ -5,9 +5,12 @@ benchmarks/run.py so that nothing else in the runner shares its interpreter.
   one warm-up sample (which also finds the kubepods roots); wall time (``perf_counter``) and CPU
   time of the thread (``thread_time``), each the median and p90 of ``--repeats`` samples; and the
   median duration of each collector as the snapshot records it.
-- render: the snapshot's families as the agent writes them (prometheus_client's writers through
-  ``nodeguard.exposition``), in the format Prometheus asks for (OpenMetrics 1.0.0) and in the
-  classic text format, CPU time of the thread; body sizes, series.
+- render: the snapshot's part of ``/metrics`` as the agent writes it, each time of a new
+  snapshot (memory moved, a sample taken: not timed), in the format Prometheus asks for
+  (OpenMetrics 1.0.0, plain and gzipped) and in the classic text format; the same snapshot's
+  again (an HA pair's second scrape); and prometheus_client's writer over the same families
+  (the oracle, what the agent wrote before the fast writer). CPU time of the thread; body
+  sizes, series.
 
     python benchmarks/inprocess.py TREE [--repeats 30] -> one JSON object on stdout
 """
@@ -15,7 +18,6 @@ benchmarks/run.py so that nothing else in the runner shares its interpreter.
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import json
 import random
@@ -74,8 +76,10 @@ def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
         churn.step()
         for st in sampler.sample_once().collectors:
             per.setdefault(st.name, []).append(st.duration_seconds)
-    open_files = getattr(sampler, "open_cgroup_files", 0)
-    render = _render(sampler, repeats)
+    open_files = getattr(snap, "cgroup_files_open", None) or getattr(
+        sampler, "open_cgroup_files", 0
+    )
+    render = _render(sampler, repeats, churn)
     sampler.close()
     return {
         "nodeguard": f"{nodeguard.__version__} {Path(nodeguard.__file__).parent}",
@@ -90,45 +94,72 @@ def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
     }
 
 
-def _body(render: Any, accept: str, collector: Any) -> bytes:
-    body: bytes = render(accept=accept, names=(), parts=(collector,))[0]
-    return body
-
-
-def _render(sampler: Any, repeats: int) -> dict[str, Any]:
-    """The snapshot's part of ``/metrics`` as the agent writes it: ``nodeguard.exposition.render``
-    where the tree has it (the writer and negotiation the agent uses), else prometheus_client's
-    ``choose_encoder`` writer over a registry, as its aiohttp handler did."""
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.exposition import choose_encoder
-
+def _render(sampler: Any, repeats: int, churn: Churn) -> dict[str, Any]:
+    """The snapshot's part of ``/metrics`` as the agent writes it, from a new snapshot each time
+    (memory moved and a sample taken before each, not timed): ``nodeguard.exposition``'s
+    ``Exposition`` where the tree has it, else the tree's ``render`` over its
+    ``SnapshotCollector`` (the code before this page's third round)."""
     import nodeguard
     from benchmarks.common import PROMETHEUS_HEADERS
-    from nodeguard.exporter import SnapshotCollector
 
-    collector = SnapshotCollector(latest=lambda: sampler.latest)
-    # Only the tree under test's own module: an editable install of the working tree in .venv
+    # Only the tree under test's own modules: an editable install of the working tree in .venv
     # supplies modules a --before tree lacks, and would measure the new writer as the old one.
-    render: Any = None
-    if (Path(nodeguard.__file__).parent / "exposition.py").exists():
-        from nodeguard.exposition import render
-    out: dict[str, Any] = {"writer": "nodeguard.exposition" if render else "prometheus_client"}
-    for label, accept in (("om", PROMETHEUS_HEADERS["Accept"]), ("text", "")):
-        fn: Callable[[], bytes]
-        if render is not None:
-            fn = functools.partial(_body, render, accept, collector)
-        else:
-            registry = CollectorRegistry()
-            registry.register(collector)
-            fn = functools.partial(choose_encoder(accept)[0], registry)
+    here = Path(nodeguard.__file__).parent
+    om = PROMETHEUS_HEADERS["Accept"]
 
+    def fresh() -> None:
+        churn.step()
+        sampler.sample_once()
+
+    out: dict[str, Any] = {}
+    if (here / "collectors").is_dir():
+        from prometheus_client.exposition import choose_encoder
+
+        from nodeguard.exporter import snapshot_families
+        from nodeguard.exposition import Exposition, plain_body
+
+        ex = Exposition(latest=lambda: sampler.latest, families=snapshot_families)
+        cases: dict[str, Callable[[], bytes]] = {
+            "om": lambda: ex.render(accept=om, names=(), own=())[0],
+            "om_gzip": lambda: ex.render(accept=om, names=(), own=(), accept_encoding="gzip")[0],
+            "text": lambda: ex.render(accept="", names=(), own=())[0],
+            "plain_om": lambda: plain_body(
+                families=snapshot_families(sampler.latest), own=(), encoder=choose_encoder(om)[0]
+            ),
+        }
+        out["writer"] = "nodeguard.render"
+    else:
+        from nodeguard.exporter import SnapshotCollector
+        from nodeguard.exposition import render
+
+        collector = SnapshotCollector(latest=lambda: sampler.latest)
+        cases = {
+            "om": lambda: render(accept=om, names=(), parts=(collector,))[0],
+            "om_gzip": lambda: render(
+                accept=om, names=(), parts=(collector,), accept_encoding="gzip"
+            )[0],
+            "text": lambda: render(accept="", names=(), parts=(collector,))[0],
+        }
+        out["writer"] = "prometheus_client"
+    for label, fn in cases.items():
         fn()
         gc.collect()
-        _, cpus, body = _timed(fn, repeats)
+        _, cpus, body = _timed(fn, repeats, before=fresh)
         out[f"render_{label}_cpu_ms"] = [median(cpus) * 1e3, p90(cpus) * 1e3]
         out[f"body_{label}_bytes"] = len(body)
         if label == "text":
             out["series"] = sum(1 for ln in body.splitlines() if ln and not ln.startswith(b"#"))
+    if "plain_om" in cases:
+        # The same snapshot again (an HA pair's second scrape), and the oracle: the bytes the
+        # fast writer wrote are prometheus_client's, in both formats.
+        _, cpus, _ = _timed(cases["om_gzip"], repeats)
+        out["render_again_cpu_ms"] = [median(cpus) * 1e3, p90(cpus) * 1e3]
+        families = snapshot_families(sampler.latest)
+        out["identical"] = all(
+            ex.render(accept=accept, names=(), own=())[0]
+            == plain_body(families=families, own=(), encoder=choose_encoder(accept)[0])
+            for accept in (om, "")
+        )
     return out
 
 
@@ -136,8 +167,11 @@ def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
     """Snapshots of ``containers`` real (empty) cgroups on this machine's cgroupfs
     (``benchmarks.hosts.kernel_host``), with the real ``/proc`` and ``/dev/kmsg``: the agent's
     way (cgroup files held open, re-read with pread) and with every file opened, read and
-    closed, alternating in this one process; CPU of the thread, median and p90."""
+    closed, alternating in this one process; then the agent's way again with memory moving in
+    every cgroup between two samples (``benchmarks.kernel_churn``, a round every 0.2 s, a
+    sample every 0.25 s); CPU of the thread, median and p90."""
     from benchmarks.hosts import kernel_host
+    from benchmarks.kernel_churn import containers_under, kernel_churn
     from nodeguard.paths import HostPaths
     from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
     from nodeguard.sources.open_files import descriptor_budget
@@ -170,7 +204,18 @@ def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
                 cpus[name].append(time.thread_time() - c0)
                 st = snap.collector("cgroups")
                 cgroups[name].append(st.duration_seconds if st else 0.0)
-        held_open = samplers["held"].open_cgroup_files
+        held = samplers["held"]
+        held_open = getattr(held.latest, "cgroup_files_open", None) or getattr(
+            held, "open_cgroup_files", 0
+        )
+        moving: list[float] = []
+        with kernel_churn(root, cgroups=containers_under(root), period=0.2):
+            for _ in range(repeats):
+                time.sleep(0.25)  # a round of the churn in between
+                c0 = time.thread_time()
+                held.sample_once()
+                moving.append(time.thread_time() - c0)
+        cpus["held_moving"] = moving
         for sampler in samplers.values():
             sampler.close()
     return {

@@ -36,8 +36,8 @@ def main() -> None:
 
     from benchmarks.common import PROMETHEUS_HEADERS
     from benchmarks.hosts import Churn
-    from nodeguard.exporter import SnapshotCollector
-    from nodeguard.exposition import render
+    from nodeguard.exporter import snapshot_families
+    from nodeguard.exposition import Exposition
     from nodeguard.paths import HostPaths
     from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
     from nodeguard.sources.open_files import descriptor_budget
@@ -53,16 +53,20 @@ def main() -> None:
         )
     )
     sampler.sample_once()
-    collector = SnapshotCollector(latest=lambda: sampler.latest)
-    churn = None if args.static or args.render else Churn(tree, rng=random.Random(8))
+    exposition = Exposition(latest=lambda: sampler.latest, families=snapshot_families)
+    churn = None if args.static else Churn(tree, rng=random.Random(8))
     n, cpu = 0, 0.0
     end = time.monotonic() + args.seconds
     while time.monotonic() < end:
         if churn is not None:
             churn.step()  # memory moves between samples (in the profile too: filter it out)
+        if args.render:  # what Prometheus gets: OpenMetrics and gzip, of a new snapshot
+            sampler.sample_once()
         c0 = time.thread_time()
-        if args.render:  # what Prometheus gets: OpenMetrics, as the agent writes it
-            render(accept=PROMETHEUS_HEADERS["Accept"], names=(), parts=(collector,))
+        if args.render:
+            exposition.render(
+                accept=PROMETHEUS_HEADERS["Accept"], names=(), own=(), accept_encoding="gzip"
+            )
         else:
             sampler.sample_once()
         cpu += time.thread_time() - c0

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import subprocess
 import sys
 import threading
@@ -180,17 +181,30 @@ def _working_set(cg: KubeletCgroup) -> int | None:
 
 
 @contextlib.contextmanager
-def _promstack(*, workdir: Path, target: str, webhook: str) -> Iterator[tuple[str, str]]:
+def _promstack(
+    *, workdir: Path, target: str, webhook: str, token: Path
+) -> Iterator[tuple[str, str]]:
     """Prometheus and Alertmanager with the shipped settings (docs/prometheus-scrape.yml,
     docs/alertmanager.yml): scrape and evaluate every 15 s, the shipped alert rules unchanged,
-    group_wait 30 s; the nodeguard receiver without a token."""
+    group_wait 30 s; the nodeguard receiver with the agent's bearer token (``token``, a file)."""
     if PROMETHEUS is None or ALERTMANAGER is None:
         raise RuntimeError("Debian's prometheus and prometheus-alertmanager are needed")
     workdir.mkdir(parents=True, exist_ok=True)
     am_cfg = yaml.safe_load((ROOT / "docs/alertmanager.yml").read_text())
     am_cfg["receivers"] = [
         {"name": "default"},
-        {"name": "nodeguard", "webhook_configs": [{"url": webhook, "send_resolved": True}]},
+        {
+            "name": "nodeguard",
+            "webhook_configs": [
+                {
+                    "url": webhook,
+                    "send_resolved": True,
+                    "http_config": {
+                        "authorization": {"type": "Bearer", "credentials_file": str(token)}
+                    },
+                }
+            ],
+        },
     ]
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(am_cfg))
     am_port = free_port()
@@ -244,7 +258,10 @@ class Reaction(threading.Thread):
         wd = self.workdir
         wd.mkdir(parents=True, exist_ok=True)
         state = wd / "state"
+        token = wd / "webhook-token"
+        token.write_text(secrets.token_hex(32))  # the webhook is off without one
         args = [
+            f"--webhook.token-file={token}",
             f"--interval={INTERVAL:g}s",
             f"--rules={ROOT / 'rules/default.yaml'}",
             f"--rules={ROOT / 'rules/alertmanager.yaml'}",
@@ -259,6 +276,7 @@ class Reaction(threading.Thread):
                     workdir=wd / "promstack",
                     target=base.removeprefix("http://"),
                     webhook=f"{base}/webhook/alertmanager",
+                    token=token,
                 )
             )
             hogs = [

@@ -3,10 +3,10 @@
 
 - :func:`inprocess`: benchmarks/inprocess.py in a child process (nothing else in its interpreter);
   :func:`kernel_inprocess` the same over real cgroups on this machine's cgroupfs.
-- :func:`scrapes`: one ``nodeguard run`` on the tree (default rules; ``--interval=1h``, so that
-  after its first sample its CPU is the scrapes' alone) and the peer, scraped alternately with
-  Prometheus's headers (OpenMetrics, gzip) over kept-alive connections; latency of each scrape,
-  CPU per scrape from each process's utime + stime over the loop, RSS after it.
+- :func:`scrapes`: ``nodeguard run`` on the tree (default rules, a sample every second, memory
+  moving every second) and the peer in one loop of scrapes (benchmarks/scrape_loop.py): each
+  scrape's latency and the CPU the process spent on it, an agent's first scrape of a snapshot
+  and an HA pair's second, RSS after the loop.
 - :func:`sample_cpu`: one ``nodeguard run`` per tree, all at once, at the default 5 s interval
   with the default rules and no scrapes, memory moving in every cgroup between samples; CPU
   over the window divided by the samples taken, counted exactly (each sample opens the tree's
@@ -22,21 +22,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import (
-    ROOT,
-    Proc,
-    Scraper,
-    agent,
-    cpu_seconds,
-    env_with_src,
-    median,
-    p90,
-    rss_bytes,
-)
+from benchmarks.common import ROOT, Proc, agent, cpu_seconds, env_with_src, rss_bytes
 from benchmarks.hosts import Churn, HostTree
+from benchmarks.scrape_loop import Target, scrape_loop
 from benchmarks.soak import OpenCounter
 
 
@@ -91,44 +83,56 @@ def _agent_args(tree: HostTree, state: Path, interval: str) -> list[str]:
     ]
 
 
+@contextlib.contextmanager
+def moving(trees: list[HostTree], *, every: float) -> Iterator[None]:
+    """Memory moves in every cgroup of ``trees`` every ``every`` seconds
+    (:class:`benchmarks.hosts.Churn`), from a thread of this runner, for the block."""
+    stop = threading.Event()
+    movers = [Churn(tree.root, rng=random.Random(tree.containers)) for tree in trees]
+
+    def move() -> None:
+        while not stop.wait(every):
+            for m in movers:
+                m.step()
+
+    mover = threading.Thread(target=move, daemon=True)
+    mover.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        mover.join()
+
+
 def scrapes(
-    tree: HostTree, *, peer: Proc, count: int, workdir: Path, src: Path | None = None
+    tree: HostTree,
+    *,
+    peer: Proc,
+    rounds: int,
+    workdir: Path,
+    before: Path | None = None,
 ) -> dict[str, Any]:
+    """``/metrics`` of agents on the tree (sampling every second, memory moving every second)
+    beside the peer, in one loop (benchmarks/scrape_loop.py): each agent's first scrape of a
+    snapshot and an HA pair's second; ``before``: the code before, as a third target."""
     workdir.mkdir(parents=True, exist_ok=True)
-    args = _agent_args(tree, workdir / "state", "1h")
-    with agent(args=args, log_path=workdir / "agent.log", src=src) as ng:
-        ng_s, ne_s = Scraper(ng), Scraper(peer)
-        for _ in range(3):  # warm both (connections, first-scrape allocations)
-            ng_s.scrape()
-            ne_s.scrape()
-        ng_lat: list[float] = []
-        ne_lat: list[float] = []
-        cpu0 = (cpu_seconds(ng.pid), cpu_seconds(peer.pid))
-        last_ng = last_ne = None
-        for _ in range(count):
-            last_ng = ng_s.scrape()
-            ng_lat.append(last_ng.seconds)
-            last_ne = ne_s.scrape()
-            ne_lat.append(last_ne.seconds)
-        cpu1 = (cpu_seconds(ng.pid), cpu_seconds(peer.pid))
-        rss = (rss_bytes(ng.pid), rss_bytes(peer.pid))
-        ng_s.close()
-        ne_s.close()
-    assert last_ng is not None and last_ne is not None
-    return {
-        "ng_ms": [median(ng_lat) * 1e3, p90(ng_lat) * 1e3],
-        "ne_ms": [median(ne_lat) * 1e3, p90(ne_lat) * 1e3],
-        "ng_cpu_ms": (cpu1[0] - cpu0[0]) / count * 1e3,
-        "ne_cpu_ms": (cpu1[1] - cpu0[1]) / count * 1e3,
-        "ng_rss": rss[0],
-        "ne_rss": rss[1],
-        "ng_wire": last_ng.wire_bytes,
-        "ng_body": last_ng.body_bytes,
-        "ne_wire": last_ne.wire_bytes,
-        "ne_body": last_ne.body_bytes,
-        "ng_type": last_ng.content_type,
-        "ne_type": last_ne.content_type,
-    }
+    with contextlib.ExitStack() as stack:
+        targets = []
+        for name, src in (("nodeguard", None), ("before", before)):
+            if name == "before" and src is None:
+                continue
+            wd = workdir / name
+            ng = stack.enter_context(
+                agent(
+                    args=_agent_args(tree, wd / "state", "1s"),
+                    log_path=wd.with_suffix(".log"),
+                    src=src,
+                )
+            )
+            targets.append(Target(name, ng, ng.pid, pair=True))
+        targets.append(Target("node_exporter", peer, peer.pid))
+        stack.enter_context(moving([tree], every=1.0))
+        return scrape_loop(targets, rounds=rounds, period=1.25)
 
 
 def sample_cpu(
@@ -145,20 +149,9 @@ def sample_cpu(
                 agent(args=_agent_args(tree, wd / "state", "5s"), log_path=wd / "agent.log")
             )
             running.append((tree, ng, counter))
-        # Memory moves in every cgroup between samples (benchmarks.hosts.Churn), from a thread
-        # of this runner: the agents' CPU is theirs alone.
-        stop = threading.Event()
-        movers = [Churn(tree.root, rng=random.Random(tree.containers)) for tree in trees]
-
-        def move() -> None:
-            while not stop.wait(2.5):
-                for m in movers:
-                    m.step()
-
-        mover = threading.Thread(target=move, daemon=True)
-        mover.start()
-        stack.callback(mover.join)
-        stack.callback(stop.set)
+        # Memory moves in every cgroup between samples, from a thread of this runner: the
+        # agents' CPU is theirs alone.
+        stack.enter_context(moving(trees, every=2.5))
         time.sleep(6)  # past the first samples, the rule history filling
         start = [(cpu_seconds(ng.pid), counter.count()) for _, ng, counter in running]
         time.sleep(seconds)
@@ -174,4 +167,4 @@ def sample_cpu(
     return out
 
 
-__all__ = ["inprocess", "kernel_files", "kernel_inprocess", "p90", "sample_cpu", "scrapes"]
+__all__ = ["inprocess", "kernel_files", "kernel_inprocess", "moving", "sample_cpu", "scrapes"]

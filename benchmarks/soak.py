@@ -1,8 +1,9 @@
 """The footprint run: one ``nodeguard run`` sampling a full node (330 containers) at the default
-5 s interval with the default rules for ``--soak`` seconds (10 minutes), scraped every 15 s as
-Prometheus would, with pod churn (10 pods replaced by new ones every minute, as a busy node
-sees) and memory moving in every cgroup every 5 s (``benchmarks.hosts.Churn``), beside its own
-node_exporter scraped on the same schedule. RSS and CPU of both every 30 s.
+5 s interval with the default rules for ``--soak`` seconds (10 minutes), scraped every 15 s by
+an HA pair of Prometheus servers (two scrapes, one after the other), with pod churn (10 pods
+replaced by new ones every minute, as a busy node sees) and memory moving in every cgroup every
+5 s (``benchmarks.hosts.Churn``), beside its own node_exporter scraped on the same schedule and,
+with ``before``, the code before a change on the same tree. RSS and CPU of each every 30 s.
 
 Samples are counted exactly: every sample opens the tree's ``proc/meminfo`` once, and an inotify
 watch counts the opens. CPU per sample here includes the rule engine and the share of the scrapes.
@@ -10,6 +11,7 @@ watch counts the opens. CPU per sample here includes the rule engine and the sha
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -76,9 +78,12 @@ class OpenCounter:
 class Soak(threading.Thread):
     """Runs the footprint measurement in the background; ``result`` when done."""
 
-    def __init__(self, *, tree: HostTree, seconds: float, workdir: Path) -> None:
+    def __init__(
+        self, *, tree: HostTree, seconds: float, workdir: Path, before: Path | None = None
+    ) -> None:
         super().__init__(name="soak", daemon=True)
         self.tree, self.seconds, self.workdir = tree, seconds, workdir
+        self.before = before
         self.result: dict[str, Any] = {}
 
     def run(self) -> None:
@@ -93,21 +98,29 @@ class Soak(threading.Thread):
         rng = random.Random(88)
         moving = Churn(self.tree.root, rng=random.Random(89))
         counter = OpenCounter(self.tree.root / "proc/meminfo")
-        args = [
-            *self.tree.flags,
-            f"--path.state={wd / 'state'}",
-            f"--rules={ROOT / 'rules/default.yaml'}",
-            "--no-collector.gpu",
-        ]
+
+        def args(state: str) -> list[str]:
+            return [
+                *self.tree.flags,
+                f"--path.state={wd / state}",
+                f"--rules={ROOT / 'rules/default.yaml'}",
+                "--no-collector.gpu",
+            ]
+
         rows: list[dict[str, float]] = []
-        with (
-            agent(args=args, log_path=wd / "agent.log") as ng,
-            node_exporter(log_path=wd / "node_exporter.log") as ne,
-        ):
-            ng_s, ne_s = Scraper(ng), Scraper(ne)
+        with contextlib.ExitStack() as stack:
+            procs = {
+                "ng": stack.enter_context(agent(args=args("state"), log_path=wd / "agent.log"))
+            }
+            if self.before is not None:
+                procs["bf"] = stack.enter_context(
+                    agent(args=args("state-before"), log_path=wd / "before.log", src=self.before)
+                )
+            procs["ne"] = stack.enter_context(node_exporter(log_path=wd / "node_exporter.log"))
+            scrapers = {k: Scraper(p) for k, p in procs.items()}
             start = time.monotonic()
             samples0 = counter.count()
-            cpu0 = (cpu_seconds(ng.pid), cpu_seconds(ne.pid))
+            cpu0 = {k: cpu_seconds(p.pid) for k, p in procs.items()}
             next_scrape = next_record = start
             next_churn = start + CHURN_EVERY
             next_move = start
@@ -118,22 +131,18 @@ class Soak(threading.Thread):
                     moving.step()
                     next_move += MOVE_EVERY
                 if now >= next_record:
-                    rows.append(
-                        {
-                            "t": now - start,
-                            "ng_rss": rss_bytes(ng.pid),
-                            "ne_rss": rss_bytes(ne.pid),
-                            "ng_cpu": cpu_seconds(ng.pid) - cpu0[0],
-                            "ne_cpu": cpu_seconds(ne.pid) - cpu0[1],
-                            "samples": counter.count() - samples0,
-                        }
-                    )
+                    row = {"t": now - start, "samples": counter.count() - samples0}
+                    for k, p in procs.items():
+                        row[f"{k}_rss"] = rss_bytes(p.pid)
+                        row[f"{k}_cpu"] = cpu_seconds(p.pid) - cpu0[k]
+                    rows.append(row)
                     next_record += RECORD_EVERY
                     if now - start >= self.seconds:
                         break
                 if now >= next_scrape:
-                    ng_s.scrape()
-                    ne_s.scrape()
+                    for _ in range(2):  # an HA pair: both servers scrape every target
+                        for scraper in scrapers.values():
+                            scraper.scrape()
                     scrapes += 1
                     next_scrape += SCRAPE_EVERY
                 if now >= next_churn:
@@ -146,8 +155,8 @@ class Soak(threading.Thread):
                         min(next_record, next_scrape, next_churn, next_move) - time.monotonic(),
                     )
                 )
-            ng_s.close()
-            ne_s.close()
+            for scraper in scrapers.values():
+                scraper.close()
         counter.close()
         shutil.rmtree(self.tree.root, ignore_errors=True)
         return {"rows": rows, "scrapes": scrapes, "pods_replaced": churned, "seconds": self.seconds}

@@ -39,10 +39,10 @@ from nodeguard.alerts.claims import AlertClaims
 from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
 from nodeguard.connections import ConnectionGuard, ConnectionLimits, ConnectionsCollector
-from nodeguard.exporter import OpenFilesCollector
 from nodeguard.firing import Firing
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
+from nodeguard.metric_filter import MetricFilter
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector
 from nodeguard.remediation.recovery import adopt_from_cluster, resume_check
@@ -81,6 +81,7 @@ class AgentConfig:
     webhook_node_label: str = "node"
     webhook_max_body: int = 1 << 20
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    metric_filter: MetricFilter = field(default_factory=MetricFilter)
 
 
 STATE_FILE = "remediation-state.json"
@@ -215,7 +216,6 @@ async def run_agent(cfg: AgentConfig) -> int:
 
     sampler.add_listener(evaluate)
     registry.register(WebhookCollector(receiver=receiver))
-    registry.register(OpenFilesCollector(count=lambda: sampler.open_cgroup_files))
     registry.register(NodeInfoCollector(node_name=node))
     guard = ConnectionGuard(limits=cfg.limits)
     registry.register(ConnectionsCollector(guard=guard))
@@ -226,6 +226,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         webhook=receiver.handle,
         max_body=cfg.webhook_max_body,
         guard=guard,
+        metric_filter=cfg.metric_filter,
     )
     # Bodies are never decompressed by aiohttp: the webhook does it within its bounds, so a
     # body that is not what its Content-Encoding says is a 400, not an error in aiohttp.

@@ -22,8 +22,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from nodeguard.connections import ConnectionGuard, deadline_middleware
-from nodeguard.exporter import SnapshotCollector
-from nodeguard.exposition import make_metrics_handler
+from nodeguard.exporter import snapshot_families
+from nodeguard.exposition import Exposition, make_metrics_handler
+from nodeguard.metric_filter import MetricFilter
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.sampler import Sampler
 from nodeguard.snapshot import to_jsonable
@@ -42,11 +43,13 @@ def make_app(
     webhook: Handler | None = None,
     max_body: int = 1 << 20,
     guard: ConnectionGuard | None = None,
+    metric_filter: MetricFilter | None = None,
 ) -> web.Application:
     """The aiohttp application serving the endpoints above from ``sampler.latest``.
-    ``registry`` holds the collectors of state that lives on the event loop (rules, actions,
-    webhook); ``/metrics`` writes the snapshot's families first, then those. With ``guard``
-    (:mod:`nodeguard.connections`), each answer is written within its write timeout."""
+    ``registry`` holds the prometheus_client collectors of state that lives on the event loop
+    (rules, actions, webhook); ``/metrics`` writes the snapshot's families first, then those,
+    both through ``metric_filter``. With ``guard`` (:mod:`nodeguard.connections`), each answer
+    is written within its write timeout."""
     interval = sampler.config.interval
     started = time.time()
     stale_after = 3 * interval + 5
@@ -106,8 +109,13 @@ def make_app(
     middlewares = [deadline_middleware(guard)] if guard is not None else []
     app = web.Application(client_max_size=max_body, middlewares=middlewares)
     app.router.add_get("/", index)
-    snapshot_part = SnapshotCollector(latest=lambda: sampler.latest)
-    app.router.add_get("/metrics", make_metrics_handler(snapshot=snapshot_part, registry=registry))
+    keep = metric_filter.keeps if metric_filter is not None and metric_filter.active else None
+    exposition = Exposition(
+        latest=lambda: sampler.latest,
+        families=lambda snap: snapshot_families(snap, keep=keep),
+        keep=keep,
+    )
+    app.router.add_get("/metrics", make_metrics_handler(exposition=exposition, registry=registry))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/snapshot", snapshot)

@@ -46,12 +46,12 @@ QosClass = Literal["guaranteed", "burstable", "besteffort"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectorStatus:
-    """How one source fared in one sample.
+    """How one collector fared in one sample.
 
-    ``success`` is False only for a real error. A source whose data does not exist on this host
+    ``success`` is False only for a real error. A collector whose data does not exist on this host
     (file absent, PSI off in the kernel, no kubepods hierarchy) has ``success=True`` and
     ``available=False``: that is "no data", not a failure (node_exporter's ErrNoData).
-    ``skipped``: entries the source left out since the agent started, by reason (a bad file
+    ``skipped``: entries the collector left out since the agent started, by reason (a bad file
     costs that entry only: :mod:`nodeguard.sources.skipped`).
     """
 
@@ -461,11 +461,14 @@ class WorkloadLabels:
 class NodeSnapshot:
     """One sample of the node. ``timestamp`` is Unix seconds at the start of the sample.
 
-    Sources that are off or had no data leave their part ``None`` (or empty); ``collectors``
-    says which ran and how each fared. ``pod_meta`` (the UID a pod's cgroup carries ->
-    :class:`PodMeta`; :attr:`PodMeta.cgroup_uid`: a static pod's config hash) and
-    ``node_meta`` come from the Kubernetes API and are ``None`` without a cluster. ``gpu`` is
-    ``None`` without an NVIDIA driver or GPU.
+    Collectors that are off or had no data leave their part ``None`` (or empty);
+    ``collectors`` says which ran and how each fared (:mod:`nodeguard.collectors`). ``pod_meta``
+    (the UID a pod's cgroup carries -> :class:`PodMeta`; :attr:`PodMeta.cgroup_uid`: a static
+    pod's config hash) and ``node_meta`` come from the Kubernetes API and are ``None`` without a
+    cluster. ``gpu`` is ``None`` without an NVIDIA driver or GPU. ``cgroup_files_open``: the
+    cgroup files the cgroups collector holds open after the sample
+    (:mod:`nodeguard.sources.open_files`). ``extra``: the parts of collectors that no other part
+    of nodeguard reads, by collector name (what they render from).
     """
 
     timestamp: float
@@ -480,6 +483,8 @@ class NodeSnapshot:
     pod_meta: Mapping[str, PodMeta] | None = None
     node_meta: NodeMeta | None = None
     gpu: GpuInfo | None = None
+    cgroup_files_open: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def containers(self) -> list[tuple[PodMemory, ContainerMemory]]:
         """Every container with its pod, in pod order."""

@@ -29,6 +29,21 @@ def host_paths(name: str, *, state: Path | None = None) -> HostPaths:
     return HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg", state=state)
 
 
+def fixture_snapshot(name: str) -> NodeSnapshot:
+    """One snapshot of a committed fixture host tree, every collector but gpu."""
+    from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+
+    sampler = Sampler(
+        config=SamplerConfig(
+            paths=host_paths(name), node_name="n", collectors=frozenset(COLLECTORS) - {"gpu"}
+        )
+    )
+    try:
+        return sampler.sample_once()
+    finally:
+        sampler.close()
+
+
 def host_flags(name: str) -> list[str]:
     """The ``--path.*`` flags pointing ``nodeguard`` at a fixture host tree."""
     root = HOSTS / name
@@ -109,14 +124,15 @@ def cgroup_memory(path: str, *, used: int) -> CgroupMemory:
 
 
 def exposition(snap: NodeSnapshot) -> str:
-    """``/metrics`` of a snapshot, in the text format, as the exporter renders it."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    """``/metrics`` of a snapshot, in the text format, as prometheus_client writes the
+    exporter's families (the plain path, which the fast writer equals)."""
+    from prometheus_client import generate_latest
 
-    from nodeguard.exporter import SnapshotCollector
+    from nodeguard.exporter import snapshot_families
+    from nodeguard.exposition import plain_body
 
-    registry = CollectorRegistry()
-    registry.register(SnapshotCollector(latest=lambda: snap))
-    return generate_latest(registry).decode()
+    body = plain_body(families=snapshot_families(snap), own=(), encoder=generate_latest)
+    return body.decode()
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("script", ["run.py", "inprocess.py", "profile.py"])
+@pytest.mark.parametrize("script", ["run.py", "inprocess.py", "profile.py", "kernel_churn.py"])
 def test_benchmark_script_starts(script: str) -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), "--help"],
@@ -30,7 +30,9 @@ def test_benchmark_modules_import() -> None:
     code = (
         f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
         "import benchmarks.common, benchmarks.hosts, benchmarks.kernel_files, "
-        "benchmarks.reaction, benchmarks.scale, benchmarks.soak"
+        "benchmarks.reaction, benchmarks.scale, benchmarks.soak, benchmarks.agreement, "
+        "benchmarks.cadvisor_peer, benchmarks.kernel_churn, benchmarks.peers, "
+        "benchmarks.scrape_loop"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False

@@ -8,7 +8,7 @@ import pytest
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import ContainerMemory, PodMemory
 from nodeguard.sources import NoDataError
-from nodeguard.sources.cgroups import CgroupSource, normalise_limit
+from nodeguard.sources.cgroups import CgroupReader, normalise_limit
 from tests.conftest import host_paths
 from tests.fixtures.make_hosts import (
     CID,
@@ -26,7 +26,7 @@ MEM_TOTAL = 32 * GiB
 
 
 def read(name: str) -> tuple[int, dict[str, PodMemory], dict[str, ContainerMemory]]:
-    version, pods = CgroupSource(paths=host_paths(name)).read(mem_total=MEM_TOTAL)
+    version, pods = CgroupReader(paths=host_paths(name)).read(mem_total=MEM_TOTAL)
     by_uid = {p.uid: p for p in pods}
     by_cid = {c.container_id: c for p in pods for c in p.containers}
     return version, by_uid, by_cid
@@ -145,11 +145,11 @@ def test_no_kubepods_is_no_data(tmp_path) -> None:
     (tmp_path / "fs/cgroup").mkdir(parents=True)
     (tmp_path / "fs/cgroup/cgroup.controllers").write_text("memory\n")
     with pytest.raises(NoDataError, match="no kubepods"):
-        CgroupSource(paths=HostPaths(sysfs=tmp_path)).read(mem_total=None)
+        CgroupReader(paths=HostPaths(sysfs=tmp_path)).read(mem_total=None)
 
 
 def test_no_memory_controller_is_no_data(tmp_path) -> None:
     (tmp_path / "fs/cgroup").mkdir(parents=True)
     (tmp_path / "fs/cgroup/cgroup.controllers").write_text("cpu io\n")
     with pytest.raises(NoDataError, match="no cgroup memory controller"):
-        CgroupSource(paths=HostPaths(sysfs=tmp_path)).read(mem_total=None)
+        CgroupReader(paths=HostPaths(sysfs=tmp_path)).read(mem_total=None)

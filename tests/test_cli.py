@@ -157,6 +157,7 @@ METAVARS = {
     "NAMESPACE/NAME": "",
     "LABEL": "",
     "KEY=VALUE": "",
+    "REGEX,...": "regular expressions",
     "TEXT": "",
     "HOST:PORT": "",
 }

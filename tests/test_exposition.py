@@ -8,7 +8,6 @@ import asyncio
 import gzip
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -16,13 +15,12 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from nodeguard.exporter import SnapshotCollector
-from nodeguard.exposition import encoder_for, make_metrics_handler
-from nodeguard.paths import HostPaths
-from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+from nodeguard.exporter import snapshot_families
+from nodeguard.exposition import Exposition, encoder_for, make_metrics_handler, plain_body
+from nodeguard.families import Family
+from nodeguard.snapshot import NodeSnapshot
+from tests.conftest import fixture_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
 # What Prometheus 2.x sends (scrape.go, acceptHeader for the default scrape protocols).
@@ -34,42 +32,26 @@ _LEGACY_METRIC = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")  # and no ':' (client_p
 _LEGACY_LABEL = re.compile(r"^(?!__)[a-zA-Z_][a-zA-Z0-9_]*$")  # allow-utf-8 quotes "__x"
 
 
-def _registry(host: str) -> CollectorRegistry:
-    root = FIXTURES / host
-    sampler = Sampler(
-        config=SamplerConfig(
-            paths=HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg"),
-            node_name="n",
-            collectors=frozenset(COLLECTORS) - {"gpu"},
-        )
-    )
-    sampler.sample_once()
-    sampler.close()
-    registry = CollectorRegistry()
-    registry.register(SnapshotCollector(latest=lambda: sampler.latest))
-    return registry
-
-
 HOSTS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_openmetrics_swap_writes_the_librarys_own_bytes(host: str) -> None:
-    registry = _registry(host)
+    families = snapshot_families(fixture_snapshot(host))
     lib, lib_type = choose_encoder(PROMETHEUS_ACCEPT)
     ours, our_type = encoder_for(PROMETHEUS_ACCEPT)
     assert our_type == lib_type
     assert lib_type.startswith("application/openmetrics-text; version=1.0.0")
     assert ours is not lib  # swapped
-    body = ours(registry)
-    assert body == lib(registry)
+    body = plain_body(families=families, own=(), encoder=ours)
+    assert body == plain_body(families=families, own=(), encoder=lib)
     assert body.endswith(b"# EOF\n") and b"nodeguard_node_memory_available_bytes" in body
 
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_every_name_written_is_a_legacy_name(host: str) -> None:
     """What makes the swap exact: escaping changes only names outside [a-zA-Z_][a-zA-Z0-9_]*."""
-    families = list(_registry(host).collect())
+    families = [f.to_prometheus() for f in snapshot_families(fixture_snapshot(host))]
     assert len(families) > 20
     for family in families:
         assert _LEGACY_METRIC.match(family.name), family.name
@@ -86,23 +68,22 @@ def test_other_formats_are_the_librarys_choice() -> None:
     assert encoder_for(utf8)[1] == choose_encoder(utf8)[1]
 
 
-class _Blocking(Collector):
-    """A snapshot part whose collect() waits for ``release``: a slow render."""
+class _Blocking:
+    """Snapshot families that wait for ``release``: a slow render."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.started = threading.Event()
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-    def collect(self) -> Iterator[Metric]:
+    def __call__(self, snapshot: NodeSnapshot | None) -> list[Family]:
         self.started.set()
         assert self.release.wait(timeout=30), "never released"
-        g = GaugeMetricFamily("nodeguard_test_value_bytes", "a value", labels=["pod"])
-        g.add_metric(["a"], 1.0)
-        g.add_metric(["b"], 2.0)
-        yield g
+        family = Family(
+            name="nodeguard_test_value_bytes", kind="gauge", help="a value", labels=["pod"]
+        )
+        family.add(("a",), 1.0)
+        family.add(("b",), 2.0)
+        return [family]
 
 
 async def test_render_runs_off_the_event_loop_and_serves_both_parts() -> None:
@@ -111,7 +92,8 @@ async def test_render_runs_off_the_event_loop_and_serves_both_parts() -> None:
     actions = Counter("nodeguard_test_actions", "actions", registry=registry)
     actions.inc(3)
     app = web.Application()
-    app.router.add_get("/metrics", make_metrics_handler(snapshot=blocking, registry=registry))
+    exposition = Exposition(latest=lambda: None, families=blocking)
+    app.router.add_get("/metrics", make_metrics_handler(exposition=exposition, registry=registry))
 
     async def ping(_: web.Request) -> web.Response:
         return web.Response(text="pong")

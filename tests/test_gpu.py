@@ -333,14 +333,14 @@ def test_nvml_is_not_loaded_at_import_nor_by_registering_the_exporter(
 import pynvml
 from prometheus_client import CollectorRegistry, generate_latest
 import nodeguard.agent, nodeguard.cli
-from nodeguard.exporter import SnapshotCollector
+from nodeguard.exporter import snapshot_families
+from nodeguard.exposition import Exposition
 from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
 sampler = Sampler(config=SamplerConfig(paths=HostPaths(procfs={str(tmp_path / "proc")!r}),
                                        node_name="n", collectors=frozenset({{"gpu"}})))
-registry = CollectorRegistry(auto_describe=True)
-registry.register(SnapshotCollector(latest=lambda: sampler.latest))
-generate_latest(registry)
+exposition = Exposition(latest=lambda: sampler.latest, families=snapshot_families)
+exposition.render(accept="", names=(), own=())
 assert pynvml.nvmlLib is None, "loaded before the first sample"
 sampler.sample_once()
 assert pynvml.nvmlLib is not None
@@ -352,19 +352,15 @@ sampler.close()
     assert stub.calls() == ["init", "shutdown"]
 
 
-def test_openmetrics_writer_swap_gives_the_librarys_bytes_for_gpu_families(
-    make_stub: StubFactory, tmp_path: Path
-) -> None:
-    """nodeguard.exposition writes OpenMetrics with allow-utf-8 escaping where the library
-    would escape with underscores: the same bytes only while every name is a legacy one,
-    checked here over the GPU families too (MIG included)."""
+def test_gpu_families_render_the_librarys_bytes(make_stub: StubFactory, tmp_path: Path) -> None:
+    """The fast writer (nodeguard.render) gives prometheus_client's bytes over the GPU
+    families too (MIG included), in OpenMetrics and in the text format."""
     stub = make_stub(mig_scenario())
     proc = procfs(tmp_path)
     code = f"""
-from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
-from nodeguard.exporter import SnapshotCollector
-from nodeguard.exposition import encoder_for
+from nodeguard.exporter import snapshot_families
+from nodeguard.exposition import Exposition, plain_body
 from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
 from pathlib import Path
@@ -372,13 +368,14 @@ host = Path({str(V2_HOST)!r})
 paths = HostPaths(procfs=Path({str(proc)!r}), sysfs=host / "sys", kmsg=host / "kmsg")
 sampler = Sampler(config=SamplerConfig(paths=paths, node_name="n"))
 sampler.sample_once()
-registry = CollectorRegistry()
-registry.register(SnapshotCollector(latest=lambda: sampler.latest))
-accept = "application/openmetrics-text;version=1.0.0"
-ours, lib = encoder_for(accept)[0](registry), choose_encoder(accept)[0](registry)
-assert b"nodeguard_gpu_container_memory_used_bytes{{" in ours, ours
-assert b"nodeguard_gpu_mig_memory_used_bytes{{" in ours, ours
-assert ours == lib
+exposition = Exposition(latest=lambda: sampler.latest, families=snapshot_families)
+for accept in ("application/openmetrics-text;version=1.0.0", "text/plain;version=0.0.4"):
+    ours = exposition.render(accept=accept, names=(), own=())[0]
+    families = snapshot_families(sampler.latest)
+    lib = plain_body(families=families, own=(), encoder=choose_encoder(accept)[0])
+    assert b"nodeguard_gpu_container_memory_used_bytes{{" in ours, ours
+    assert b"nodeguard_gpu_mig_memory_used_bytes{{" in ours, ours
+    assert ours == lib
 sampler.close()
 """
     subprocess.run([sys.executable, "-c", code], env=stub.env(), check=True, timeout=60)

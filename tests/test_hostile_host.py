@@ -21,15 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.registry import CollectorRegistry
 
-from nodeguard.exporter import SnapshotCollector
 from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from nodeguard.sources.files import MAX_FILE_BYTES, FileTooLargeError, read_optional
-from tests.conftest import HOSTS
+from tests.conftest import HOSTS, exposition
 from tests.fixtures.make_hosts import CID, UID_B, UID_G
 
 NOBODY = 65534
@@ -87,9 +84,7 @@ def _containers(snap: NodeSnapshot) -> dict[str, CgroupMemory]:
 
 
 def _metrics(snap: NodeSnapshot) -> str:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(latest=lambda: snap))
-    return generate_latest(registry).decode()
+    return exposition(snap)
 
 
 def test_one_bad_cgroup_file_costs_its_own_values_only(

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from nodeguard.paths import HostPaths
-from nodeguard.sources.kmsg import OomEventParser, OomLogSource, parse_record
+from nodeguard.sources.kmsg import OomEventParser, OomLogReader, parse_record
 from nodeguard.sources.oom_events import ParsedKill
 from tests.conftest import HOSTS, host_paths
 from tests.fixtures.make_hosts import B_SLICE, CID, UID_B, kmsg, oom_records
@@ -75,7 +75,7 @@ def test_kill_without_context_still_counts() -> None:
 
 
 def test_fixture_log_counts(v2_host: HostPaths) -> None:
-    oom = OomLogSource(paths=v2_host).read()
+    oom = OomLogReader(paths=v2_host).read()
     assert oom.total == 2
     assert oom.by_constraint == {
         "CONSTRAINT_MEMCG": 1,
@@ -98,7 +98,7 @@ def _copy_host(tmp_path: Path) -> HostPaths:
 
 def test_counted_once_across_restarts(tmp_path: Path) -> None:
     paths = _copy_host(tmp_path)
-    first = OomLogSource(paths=paths)
+    first = OomLogReader(paths=paths)
     assert first.read().total == 2
     assert first.read().total == 2  # the same records read again are not new kills
     first.close()
@@ -116,7 +116,7 @@ def test_counted_once_across_restarts(tmp_path: Path) -> None:
     paths.kmsg.write_text(
         text + "".join(f"6,{last_seq + 1 + i},{9_000_000 + i},-;{r}\n" for i, r in enumerate(more))
     )
-    second = OomLogSource(paths=paths)
+    second = OomLogReader(paths=paths)
     oom = second.read()
     assert oom.total == 3
     assert oom.by_constraint == {
@@ -131,15 +131,15 @@ def test_counted_once_across_restarts(tmp_path: Path) -> None:
 
 def test_new_boot_starts_over(tmp_path: Path) -> None:
     paths = _copy_host(tmp_path)
-    OomLogSource(paths=paths).read()
+    OomLogReader(paths=paths).read()
     boot_id = paths.procfs / "sys/kernel/random/boot_id"
     boot_id.write_text("11111111-2222-3333-4444-555555555555\n")
     paths.kmsg.write_text(kmsg(["Linux version 6.1.0"]))
-    assert OomLogSource(paths=paths).read().total == 0
+    assert OomLogReader(paths=paths).read().total == 0
 
 
 def test_without_state_dir_nothing_is_written(tmp_path: Path) -> None:
-    oom = OomLogSource(paths=host_paths("v2-systemd-containerd")).read()
+    oom = OomLogReader(paths=host_paths("v2-systemd-containerd")).read()
     assert oom.total == 2
     assert not list(tmp_path.iterdir())
 
@@ -161,13 +161,13 @@ def test_old_kernel_kill_record_of_its_own(tmp_path: Path) -> None:
             "oom_reaper: reaped process 77 (java), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
         ],
     )
-    oom = OomLogSource(paths=paths).read()
+    oom = OomLogReader(paths=paths).read()
     assert oom.total == 1
     assert oom.recent[0].pid == 77 and oom.recent[0].anon_rss_bytes == 2_000_000 * 1024
 
 
 def test_known_constraints_start_at_zero(tmp_path: Path) -> None:
-    oom = OomLogSource(paths=_log_with(tmp_path, ["Linux version 6.1.0"])).read()
+    oom = OomLogReader(paths=_log_with(tmp_path, ["Linux version 6.1.0"])).read()
     assert oom.total == 0
     assert oom.by_constraint == {
         "CONSTRAINT_NONE": 0,
@@ -191,10 +191,10 @@ def test_container_counts_never_go_down(tmp_path: Path) -> None:
             memcg=memcg_b, pid=5000 + i, comm="b", anon_kb=1, constraint="CONSTRAINT_MEMCG"
         )
     paths = _log_with(tmp_path, records)
-    oom = OomLogSource(paths=paths).read()
+    oom = OomLogReader(paths=paths).read()
     assert oom.by_container == {f"{UID_B}/{CID[3]}": 300, f"{UID_B}/{CID[4]}": 100}
     assert len(oom.recent) == 256
-    assert OomLogSource(paths=paths).read().by_container[f"{UID_B}/{CID[3]}"] == 300
+    assert OomLogReader(paths=paths).read().by_container[f"{UID_B}/{CID[3]}"] == 300
 
 
 def test_restart_in_the_middle_of_a_group_kill(tmp_path: Path) -> None:
@@ -216,11 +216,11 @@ def test_restart_in_the_middle_of_a_group_kill(tmp_path: Path) -> None:
         "file-rss:0kB, shmem-rss:0kB",
     ]
     paths = _log_with(tmp_path, head)
-    first = OomLogSource(paths=paths)
+    first = OomLogReader(paths=paths)
     assert first.read().by_container == {f"{UID_B}/{CID[3]}": 1}
     first.close()
     paths.kmsg.write_text(kmsg([*head, *tail]))
-    oom = OomLogSource(paths=paths).read()
+    oom = OomLogReader(paths=paths).read()
     assert oom.by_container == {f"{UID_B}/{CID[3]}": 2}
     assert oom.repeats_by_container == {f"{UID_B}/{CID[3]}": 1}
     assert oom.total == 2
@@ -244,7 +244,7 @@ def test_state_of_an_older_agent_is_read(tmp_path: Path) -> None:
             }
         )
     )
-    oom = OomLogSource(paths=paths).read()
+    oom = OomLogReader(paths=paths).read()
     assert (oom.total, oom.by_container, oom.repeats_by_container) == (
         7,
         {f"{UID_B}/{CID[3]}": 7},

@@ -136,15 +136,17 @@ def test_fixture_without_memavailable() -> None:
 
 def test_missing_file_is_a_failure_not_no_data(tmp_path) -> None:
     # Every Linux procfs has meminfo: its absence is a wrong --path.procfs, to alert on.
+    from nodeguard.collectors.base import Parts, run
+    from nodeguard.collectors.meminfo import MeminfoCollector
     from nodeguard.paths import HostPaths
-    from nodeguard.sources import run_source
+    from nodeguard.sampler import SamplerConfig
 
-    result = run_source(
-        name="meminfo-missing", read=lambda: read_meminfo(paths=HostPaths(procfs=tmp_path))
-    )
-    assert result.value is None
-    assert not result.status.success
-    assert "FileNotFoundError" in (result.status.error or "")
+    config = SamplerConfig(paths=HostPaths(procfs=tmp_path), node_name="n")
+    parts = Parts()
+    status = run(MeminfoCollector(settings=config), parts)
+    assert parts.meminfo is None
+    assert not status.success
+    assert "FileNotFoundError" in (status.error or "")
     (tmp_path / "meminfo").write_text("MemFree: 1 kB\n")
     with pytest.raises(ValueError, match="no MemTotal"):
         read_meminfo(paths=HostPaths(procfs=tmp_path))

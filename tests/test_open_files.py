@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from nodeguard.collectors.cgroups import CgroupsCollector
 from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import to_jsonable
 from nodeguard.sources import NoDataError
-from nodeguard.sources.cgroups import CgroupSource
+from nodeguard.sources.cgroups import CgroupReader
 from nodeguard.sources.open_files import OpenFiles, descriptor_budget
 from tests.kernel_cgroup import writable_memory_controller
 
@@ -33,6 +34,12 @@ def _ino(path: Path) -> int:
 
 def _int(text: str) -> int:
     return int(text)
+
+
+def _held(sampler: Sampler) -> int:
+    """The cgroup files the sampler's cgroups collector holds open now."""
+    cgroups = next(c for c in sampler.collectors if isinstance(c, CgroupsCollector))
+    return cgroups.reader.open_files
 
 
 def _fds() -> int:
@@ -185,10 +192,10 @@ def test_snapshot_with_files_held_open_equals_reading_them_anew(host: str) -> No
         )
         try:
             snaps = [sampler.sample_once() for _ in range(3)]  # opened, then re-read twice
-            held = sampler.open_cgroup_files
+            held = _held(sampler)
         finally:
             sampler.close()
-        assert sampler.open_cgroup_files == 0
+        assert _held(sampler) == 0
         if max_open and snaps[0].pods:
             assert held > 0
         return [to_jsonable(s)["pods"] for s in snaps]
@@ -250,7 +257,7 @@ def test_cgroup_source_closes_the_files_of_a_pod_that_went(tmp_path: Path) -> No
     root = tmp_path / "host"
     shutil.copytree(FIXTURES / "v2-systemd-containerd", root, symlinks=True)
     paths = HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg")
-    source = CgroupSource(paths=paths, max_open_files=10_000)
+    source = CgroupReader(paths=paths, max_open_files=10_000)
     _, pods = source.read(mem_total=None)
     held = source.open_files
     assert len(pods) >= 2 and held >= 5 * len(pods)
@@ -270,7 +277,7 @@ def test_files_are_closed_when_the_kubepods_hierarchy_goes(tmp_path: Path) -> No
     root = tmp_path / "host"
     shutil.copytree(FIXTURES / "v2-systemd-containerd", root, symlinks=True)
     paths = HostPaths(procfs=root / "proc", sysfs=root / "sys", kmsg=root / "kmsg")
-    source = CgroupSource(paths=paths, max_open_files=10_000)
+    source = CgroupReader(paths=paths, max_open_files=10_000)
     source.read(mem_total=None)
     assert source.open_files > 0
     shutil.rmtree(root / "sys/fs/cgroup/kubepods.slice")  # the kubelet is gone
@@ -288,7 +295,7 @@ def test_close_waits_for_the_sample_in_flight_and_nothing_reopens(tmp_path: Path
         )
     )
     first = sampler.sample_once()
-    assert sampler.open_cgroup_files > 0
+    assert _held(sampler) > 0
     done = threading.Event()
     results: list[object] = []
 
@@ -300,10 +307,10 @@ def test_close_waits_for_the_sample_in_flight_and_nothing_reopens(tmp_path: Path
     worker.start()
     try:
         sampler.close()  # while samples run in the other thread
-        assert sampler.open_cgroup_files == 0
+        assert _held(sampler) == 0
     finally:
         done.set()
         worker.join(timeout=30)
     assert not worker.is_alive()
-    assert sampler.open_cgroup_files == 0  # later samples read without holding files
+    assert _held(sampler) == 0  # later samples read without holding files
     assert results and all(r == to_jsonable(first)["pods"] for r in results)

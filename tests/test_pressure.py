@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from nodeguard.collectors.base import Parts, run
+from nodeguard.collectors.pressure import PressureCollector
 from nodeguard.paths import HostPaths
-from nodeguard.sources import NoDataError, files, run_source
+from nodeguard.sampler import SamplerConfig
+from nodeguard.sources import NoDataError, files
 from nodeguard.sources.pressure import parse_pressure, read_node_pressure
 from tests.conftest import host_paths
 
@@ -61,13 +64,16 @@ def test_eopnotsupp_is_no_data_and_logged_once(
     monkeypatch.setattr(files, "read_file", read_file)
     paths = HostPaths(procfs=tmp_path)
     caplog.set_level(logging.INFO, logger="nodeguard")
-    results = [
-        run_source(name="pressure-eop", read=lambda: read_node_pressure(paths=paths))
-        for _ in range(3)
-    ]
-    assert all(r.status.success and not r.status.available for r in results)
-    assert all(r.value is None for r in results)
-    assert "not supported" in (results[0].status.error or "")
+
+    class Eop(PressureCollector):
+        name = "pressure-eop"  # its own name: "logged once" counts from a clean slate
+
+    collector = Eop(settings=SamplerConfig(paths=paths, node_name="n"))
+    parts = [Parts() for _ in range(3)]
+    results = [run(collector, p) for p in parts]
+    assert all(r.success and not r.available for r in results)
+    assert all(p.pressure is None for p in parts)
+    assert "not supported" in (results[0].error or "")
     no_data_logs = [r for r in caplog.records if "pressure-eop has no data" in r.getMessage()]
     assert len(no_data_logs) == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from nodeguard.sources.cgroups import CgroupSource
+from nodeguard.sources.cgroups import CgroupReader
 from nodeguard.sources.processes import parse_proc_cgroup, read_top_processes
 from tests.conftest import host_flags, host_paths
 from tests.fixtures.make_hosts import (
@@ -55,7 +55,7 @@ def test_top_processes_v1_memory_line() -> None:
 
 def _walk(host: str) -> dict[str, str]:
     """Container ID -> pod UID, from the host's cgroup walk (as the sampler passes it)."""
-    _, pods = CgroupSource(paths=host_paths(host)).read(mem_total=None)
+    _, pods = CgroupReader(paths=host_paths(host)).read(mem_total=None)
     return {c.container_id: p.uid for p in pods for c in p.containers}
 
 

@@ -15,6 +15,7 @@ from nodeguard.cli.flags import cordon_config, sampler_config
 from nodeguard.cli.run_flags import RUN_FLAG_GROUPS
 from nodeguard.connections import ConnectionLimits, connection_cap
 from nodeguard.kube.errors import KubeError
+from nodeguard.metric_filter import MetricFilter
 from nodeguard.rules.load import RuleError
 from nodeguard.sources.open_files import descriptor_budget
 
@@ -104,7 +105,13 @@ def config(args: argparse.Namespace) -> AgentConfig:
         limits=ConnectionLimits(
             max_connections=connection_cap(wanted=args.max_connections, held_files=held)
         ),
+        metric_filter=metric_filter(args),
     )
+
+
+def metric_filter(args: argparse.Namespace) -> MetricFilter:
+    """The filter ``--metric-allowlist`` / ``--metric-denylist`` describe."""
+    return MetricFilter(allow=tuple(args.metric_allowlist), deny=tuple(args.metric_denylist))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ Groups shared with other subcommands (host paths, collectors, cordon, ``--kubeco
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -181,13 +182,48 @@ def evict(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _patterns(text: str) -> tuple[str, ...]:
+    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise argparse.ArgumentTypeError(f"not a regular expression: {p!r} ({exc})") from None
+    return patterns
+
+
+def metrics(parser: argparse.ArgumentParser) -> None:
+    """``--metric-allowlist`` / ``--metric-denylist`` (mutually exclusive, as in
+    kube-state-metrics; :mod:`nodeguard.metric_filter`)."""
+    group = parser.add_argument_group("metric families (as kube-state-metrics takes them)")
+    flags = group.add_mutually_exclusive_group()
+    flags.add_argument(
+        "--metric-allowlist",
+        dest="metric_allowlist",
+        type=_patterns,
+        default=(),
+        metavar="REGEX,...",
+        help="write only the metric families whose name (a counter's with _total) one of "
+        "these regular expressions matches whole (default: every family)",
+    )
+    flags.add_argument(
+        "--metric-denylist",
+        dest="metric_denylist",
+        type=_patterns,
+        default=(),
+        metavar="REGEX,...",
+        help="write every metric family but those whose name one of these regular expressions "
+        "matches whole (e.g. 'nodeguard_pod_memory_.*'; default: none dropped)",
+    )
+
+
 def logging_(parser: argparse.ArgumentParser) -> None:
     """``--log.level``, at info for the agent."""
     add_log_level(parser, default="info")
 
 
-#: Every flag group of ``nodeguard run``, in ``--help`` order. A new group of run flags (the
-#: metric allow/deny lists, say) is a function above and a line here.
+#: Every flag group of ``nodeguard run``, in ``--help`` order. A new group of run flags is a
+#: function above and a line here.
 RUN_FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
     web,
     sampling,
@@ -195,5 +231,6 @@ RUN_FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
     webhook,
     cordon,
     evict,
+    metrics,
     logging_,
 )

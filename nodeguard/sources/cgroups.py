@@ -53,9 +53,8 @@ from nodeguard.sources.open_files import OpenFiles
 from nodeguard.sources.pressure import parse_pressure
 from nodeguard.sources.skipped import Skipped
 
-__all__ = ["CgroupLayout", "CgroupSource", "detect_layout", "normalise_limit", "read_limit"]
+__all__ = ["CgroupLayout", "CgroupReader", "detect_layout", "normalise_limit", "read_limit"]
 
-NAME = "cgroups"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -264,7 +263,7 @@ def find_kubepods_roots(
     return found
 
 
-class CgroupSource:
+class CgroupReader:
     """Reads every pod and container cgroup under the kubepods roots.
 
     ``read(mem_total=...)`` returns ``(cgroup_version, pods)``. Raises :class:`NoDataError` when
@@ -283,7 +282,7 @@ class CgroupSource:
         skipped: Skipped | None = None,
     ) -> None:
         self._paths = paths
-        self.skipped = skipped or Skipped(collector=NAME)
+        self.skipped = skipped or Skipped(collector="cgroups")
         self._rediscover = rediscover_seconds
         self._layout: CgroupLayout | None = None
         self._roots: list[Path] = []
@@ -346,7 +345,7 @@ class CgroupSource:
         self, path: str, parse: Callable[[str], T], *, ino: int, files: OpenFiles | None = None
     ) -> T | None:
         """``parse`` of one cgroup file, ``None`` when it does not exist or is skipped; read
-        with ``files`` (the source's own by default: kept open)."""
+        with ``files`` (the reader's own by default: kept open)."""
         try:
             return (files or self._files).read(path, parse, dir_ino=ino)
         except (OSError, ValueError) as exc:

@@ -1,7 +1,7 @@
 """GPU memory by device, MIG instance and process, through NVML (nvidia-ml-py's ``pynvml``).
 
 NVML is loaded and initialised once (``nvmlInit``), on the first sample, never at import, and
-shut down by :meth:`NvmlSource.close` when the agent exits. Per sample, for every device
+shut down by :meth:`NvmlReader.close` when the agent exits. Per sample, for every device
 (``nvmlDeviceGetCount_v2``, ``nvmlDeviceGetHandleByIndex_v2``): UUID, name, MIG mode, memory
 (``nvmlDeviceGetMemoryInfo_v2``, falling back to v1), the MIG devices where MIG is on, and the
 compute processes (``nvmlDeviceGetComputeRunningProcesses_v3``; on each MIG device when MIG is
@@ -13,7 +13,7 @@ What is missing stays missing:
 
 - no ``libnvidia-ml.so.1``, or no driver loaded, or no GPU: :class:`NoDataError`, and init is
   tried again every ``retry_seconds`` (a driver container may come up after the agent);
-- another init failure: an error of this source alone, retried likewise;
+- another init failure: an error of this collector alone, retried likewise;
 - a query a device does not support (NOT_SUPPORTED): that value of that device is ``None``;
 - a driver without the process query the binding calls (FUNCTION_NOT_FOUND): every device's
   ``processes`` is ``None``, device data is still read;
@@ -35,9 +35,8 @@ from nodeguard.snapshot import GpuDevice, GpuInfo, GpuMemory, GpuProcess, MigDev
 from nodeguard.sources import NoDataError
 from nodeguard.sources.processes import ProcessOwner, owner_of
 
-__all__ = ["NAME", "NvmlInitError", "NvmlSource"]
+__all__ = ["NvmlInitError", "NvmlReader"]
 
-NAME = "gpu"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -59,7 +58,7 @@ def _code(exc: pynvml.NVMLError) -> int:
     return int(exc.value)
 
 
-class NvmlSource:
+class NvmlReader:
     """Reads the GPUs through NVML; ``read()`` returns :class:`GpuInfo`.
 
     Keeps NVML initialised between samples, the UUID and name of each device index (so a GPU

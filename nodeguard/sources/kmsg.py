@@ -34,9 +34,8 @@ from nodeguard.sources.files import read_optional
 from nodeguard.sources.kmsg_record import KmsgRecord, parse_record
 from nodeguard.sources.oom_events import CONSTRAINTS, OomEventParser, ParsedKill
 
-__all__ = ["KmsgRecord", "OomEventParser", "OomLogSource", "parse_record"]
+__all__ = ["KmsgRecord", "OomEventParser", "OomLogReader", "parse_record"]
 
-NAME = "kmsg"
 log = logging.getLogger(__name__)
 
 _RECENT_MAX = 256
@@ -63,7 +62,7 @@ class _ContainerCount:
         self.victims, self.repeats, self.last = victims, repeats, last
 
 
-class OomLogSource:
+class OomLogReader:
     """Keeps reading the kernel log and counting OOM kills.
 
     ``read()`` drains the records that arrived since the last call and returns the running

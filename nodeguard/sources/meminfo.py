@@ -13,7 +13,6 @@ from nodeguard.sources.files import read_file
 
 __all__ = ["derive_meminfo", "parse_meminfo", "read_meminfo"]
 
-NAME = "meminfo"
 
 # MemAvailable reading 0 is believed unless MemFree exceeds this share of MemTotal: the kernel's
 # reserves (high watermarks + lowmem_reserve, mm/page_alloc.c) stay well below it.

@@ -18,8 +18,6 @@ from nodeguard.sources.files import read_text
 
 __all__ = ["parse_pressure", "read_node_pressure"]
 
-NAME = "pressure"
-
 
 def _parse_line(parts: list[str]) -> PressureLine | None:
     if (  # the kernel's own order, read without a dict (a node has hundreds of these files)

@@ -36,7 +36,6 @@ __all__ = [
     "read_top_processes",
 ]
 
-NAME = "processes"
 #: Characters of a process name kept: comm is 15; a name from the command line (psutil's, where
 #: comm is cut) can be as long as the process likes.
 MAX_NAME_CHARS = 128
@@ -105,8 +104,8 @@ def read_top_processes(
     Raises ``ValueError`` when procfs has no readable process: every real procfs has at least
     this one, so that is a wrong ``--path.procfs``.
     """
-    skipped = skipped or Skipped(collector=NAME)
-    # psutil reads procfs through a module-wide path; the sampler runs sources one at a time.
+    skipped = skipped or Skipped(collector="processes")
+    # psutil reads procfs through a module-wide path; the sampler runs collectors one at a time.
     if str(paths.procfs) != psutil.PROCFS_PATH:
         psutil.PROCFS_PATH = str(paths.procfs)
         psutil.process_iter.cache_clear()  # cached Process objects belong to the old procfs

@@ -1,9 +1,9 @@
-"""Entries a source skipped: one bad file costs that entry only, is counted, and is logged once.
+"""Entries a collector skipped: one bad file costs that entry only, is counted, and is logged once.
 
 A full node has hundreds of cgroups and a thousand processes; one of them with a file that cannot
 be read (EACCES, EIO), that is not text, that is longer than any such file can be, or whose
 content is not what the kernel writes (a negative size, a truncated ``statm``) must not blank
-every pod and process of the node. The source leaves that entry (a file's values, a process, a
+every pod and process of the node. The collector leaves that entry (a file's values, a process, a
 directory's children) out, and :class:`Skipped` counts it by reason: exported as
 ``nodeguard_collector_errors_total{collector,reason}`` (from each sample's
 :attr:`~nodeguard.snapshot.CollectorStatus.skipped`) and logged once per path and reason, so a

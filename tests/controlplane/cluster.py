@@ -113,7 +113,9 @@ def version_key() -> str:
     return f"k8s-{k8s}-etcd-{etcd}-{digest.hexdigest()[:12]}"
 
 
-def _find_go() -> str:
+def find_go(*, building: str = f"kube-apiserver and etcd from {GO_DIR}") -> str:
+    """The Go toolchain: ``go`` on PATH, else /usr/local/go/bin/go. Raises
+    :class:`GoNotFoundError` saying what needed ``building``."""
     found = shutil.which("go")
     if found:
         return found
@@ -121,13 +123,15 @@ def _find_go() -> str:
     if fallback.is_file() and os.access(fallback, os.X_OK):
         return str(fallback)
     raise GoNotFoundError(
-        "the Kubernetes test control plane is not built yet and no Go toolchain was found "
-        "(looked for `go` on PATH and /usr/local/go/bin/go); install Go >= 1.25 to build "
-        f"kube-apiserver and etcd from {GO_DIR}"
+        "no Go toolchain was found (looked for `go` on PATH and /usr/local/go/bin/go); "
+        f"install Go >= 1.25 to build {building}"
     )
 
 
-def _go_build(go: str, module: Path, output: Path, ldflags: str) -> None:
+def go_build(go: str, module: Path, output: Path, ldflags: str, package: str = ".") -> None:
+    """``go build`` of ``package`` (the main package of ``module`` by default) into
+    ``output``, static, reproducible; raises :class:`ControlPlaneError` with the tail of its
+    output when it fails."""
     cmd = [
         go,
         "build",
@@ -138,13 +142,42 @@ def _go_build(go: str, module: Path, output: Path, ldflags: str) -> None:
         ldflags,
         "-o",
         str(output),
-        ".",
+        package,
     ]
     env = {**os.environ, "CGO_ENABLED": "0"}
     result = subprocess.run(cmd, cwd=module, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-_LOG_TAIL_LINES:])
         raise ControlPlaneError(f"`{' '.join(cmd)}` failed in {module}:\n{tail}")
+
+
+def cached_go_build(
+    *, module: Path, name: str, root: Path, key: str, package: str = ".", ldflags: str = "-s -w"
+) -> Path:
+    """``root/<key>/<name>``: the binary of ``package`` in the Go module ``module``, built
+    there first when it is missing (concurrent callers wait on a file lock for the one that
+    builds; a build goes to a staging directory renamed into place, so a half-built binary is
+    never found). Raises :class:`GoNotFoundError` without Go, :class:`ControlPlaneError` when
+    the build fails."""
+    binary = root / key / name
+    if os.access(binary, os.X_OK):
+        return binary
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{key}.lock", "w") as lock:
+        progress.take_lock(lock, what=f"{name} ({key})")
+        if os.access(binary, os.X_OK):
+            return binary
+        go = find_go(building=f"{name} from {module}")
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        try:
+            with progress.step(f"building {name} (first use: a minute or more)"):
+                go_build(go, module, staging / name, ldflags, package)
+            staging.chmod(0o755)
+            shutil.rmtree(binary.parent, ignore_errors=True)
+            staging.rename(binary.parent)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return binary
 
 
 def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
@@ -192,7 +225,7 @@ def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
         progress.take_lock(lock, what=f"the test control plane {key}")
         if complete():
             return binaries
-        go = _find_go()
+        go = find_go()
         log.warning(
             "building kube-apiserver and kube-controller-manager %s, etcd %s and Katib's "
             "experiment controller %s into %s (first run: about 7 minutes on 2 cores)",
@@ -221,7 +254,7 @@ def ensure_built(*, cache_dir: Path | None = None) -> ControlPlaneBinaries:
             )
             for i, (module, name, flags) in enumerate(builds, 1):
                 with progress.step(f"building {name} ({i}/{len(builds)})"):
-                    _go_build(go, module, staging / name, flags)
+                    go_build(go, module, staging / name, flags)
             shutil.rmtree(target, ignore_errors=True)
             staging.chmod(0o755)
             staging.rename(target)

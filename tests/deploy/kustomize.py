@@ -15,16 +15,14 @@ import hashlib
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests import progress
+from tests.controlplane.cluster import cached_go_build
 
 MODULE = Path(__file__).resolve().parent / "go" / "kustomize"
 PACKAGE = "sigs.k8s.io/kustomize/kustomize/v5"
@@ -51,59 +49,11 @@ def _key() -> str:
     return f"kustomize-{version()}-{digest.hexdigest()[:12]}"
 
 
-def _go() -> str:
-    found = shutil.which("go")
-    if found:
-        return found
-    if os.access("/usr/local/go/bin/go", os.X_OK):
-        return "/usr/local/go/bin/go"
-    raise KustomizeError(
-        "kustomize is not built yet and no Go toolchain was found (`go` on PATH or "
-        f"/usr/local/go/bin/go); install Go >= 1.26 to build it from {MODULE}"
-    )
-
-
 def ensure_built(*, cache_dir: Path | None = None) -> Path:
     """The cached kustomize binary, built first if missing (concurrent callers wait on a lock
     for the one that builds)."""
     root = Path(cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE).expanduser()
-    key = _key()
-    binary = root / key / "kustomize"
-    if os.access(binary, os.X_OK):
-        return binary
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{key}.lock", "w") as lock:
-        progress.take_lock(lock, what=f"kustomize {version()}")
-        if os.access(binary, os.X_OK):
-            return binary
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-        try:
-            cmd = [
-                _go(),
-                "build",
-                "-trimpath",
-                "-buildvcs=false",
-                "-mod=readonly",
-                "-ldflags",
-                "-s -w",
-                "-o",
-                str(staging / "kustomize"),
-                PACKAGE,
-            ]
-            env = {**os.environ, "CGO_ENABLED": "0"}
-            with progress.step(f"building kustomize {version()} (first use: about a minute)"):
-                done = subprocess.run(
-                    cmd, cwd=MODULE, env=env, capture_output=True, text=True, check=False
-                )
-            if done.returncode != 0:
-                tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
-                raise KustomizeError(f"`{' '.join(cmd)}` failed in {MODULE}:\n{tail}")
-            shutil.rmtree(binary.parent, ignore_errors=True)
-            staging.chmod(0o755)
-            staging.rename(binary.parent)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return binary
+    return cached_go_build(module=MODULE, name="kustomize", root=root, key=_key(), package=PACKAGE)
 
 
 def build(directory: Path, *, binary: Path | None = None) -> list[dict[str, Any]]:

@@ -1,0 +1,177 @@
+"""``cgroups``: every pod and container memory cgroup of the kubepods hierarchy, v1 or v2
+(:mod:`nodeguard.sources.cgroups`: the files, the layouts, the held files), and the pods'
+identities and requests from the pod list where the snapshot has it.
+
+Working set is cAdvisor's (usage - inactive_file, clamped at 0); the limit is the smallest real
+limit up the tree, absent when none. Counters are the kernel's: OOM kills and limit hits from
+``memory.events`` (v2, hierarchical) or ``memory.oom_control`` / ``memory.failcnt`` (v1, this
+cgroup's own).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+
+from nodeguard.collectors.base import Collector, Parts, Settings, register
+from nodeguard.collectors.labels import WORKLOAD_LABELS
+from nodeguard.collectors.pressure import add_stall
+from nodeguard.families import Families, Family
+from nodeguard.snapshot import CgroupMemory, NodeSnapshot, PodMemory
+from nodeguard.sources.cgroups import CgroupReader
+
+__all__ = ["CgroupsCollector", "container_pods"]
+
+
+def container_pods(pods: tuple[PodMemory, ...]) -> dict[str, str]:
+    """Container ID -> pod UID, from the cgroup walk: where a process's cgroup path shows only
+    its container (a cgroup namespace), the walk knows the pod."""
+    return {c.container_id: p.uid for p in pods for c in p.containers}
+
+
+# The int fields of a CgroupMemory, in the order of _MemoryFamilies._ints.
+_INT_FIELDS = operator.attrgetter(
+    "usage_bytes",
+    "working_set_bytes",
+    "anon_bytes",
+    "file_bytes",
+    "effective_limit_bytes",
+    "oom_kills",
+    "limit_hits",
+    "high_events",
+)
+
+
+class _MemoryFamilies:
+    """The memory families of one level (``pod`` or ``container``), filled per cgroup."""
+
+    def __init__(self, out: Families, *, level: str) -> None:
+        lv, labels = level, WORKLOAD_LABELS
+        self.usage = out.gauge(f"{lv}_memory_usage_bytes", f"{lv} cgroup memory usage", labels)
+        self.working_set = out.gauge(
+            f"{lv}_memory_working_set_bytes",
+            f"{lv} working set: usage minus inactive_file, clamped at 0 (cAdvisor's)",
+            labels,
+        )
+        self.anon = out.gauge(f"{lv}_memory_anon_bytes", f"{lv} anonymous memory (v1 rss)", labels)
+        self.file = out.gauge(
+            f"{lv}_memory_file_bytes",
+            f"{lv} file-backed memory incl. shmem/tmpfs (v2 file, v1 total_cache)",
+            labels,
+        )
+        self.limit = out.gauge(
+            f"{lv}_memory_limit_bytes",
+            f"{lv} effective memory limit: the smallest real limit up the cgroup tree; "
+            "absent when none",
+            labels,
+        )
+        self.oom = out.counter(
+            f"{lv}_memory_oom_kills",
+            f"{lv} OOM kills by the cgroup counter (v2 memory.events, hierarchical; v1 "
+            "memory.oom_control, this cgroup's own only); absent when the kernel does not count",
+            labels,
+        )
+        self.hits = out.counter(
+            f"{lv}_memory_limit_hits",
+            f"{lv} times usage hit the limit (v2 memory.events max, hierarchical; v1 "
+            "memory.failcnt, this cgroup's own only)",
+            labels,
+        )
+        self.high = out.counter(
+            f"{lv}_memory_high_events",
+            f"{lv} times memory.high throttled reclaim (v2 memory.events high)",
+            labels,
+        )
+        self.stall = out.counter(
+            f"{lv}_memory_pressure_stall_seconds",
+            f"{lv} memory PSI total stall time (v2 memory.pressure)",
+            [*labels, "kind"],
+        )
+        # in the order of _INT_FIELDS
+        self._ints = (
+            self.usage,
+            self.working_set,
+            self.anon,
+            self.file,
+            self.limit,
+            self.oom,
+            self.hits,
+            self.high,
+        )
+
+    def add(self, values: tuple[str, ...], mem: CgroupMemory) -> None:
+        # The hot loop of a render (every cgroup, 9 families): the values are ints (never a
+        # float zero, see Family.add), so their samples are appended directly.
+        for family, value in zip(self._ints, _INT_FIELDS(mem), strict=True):
+            if value is not None:
+                family.keys.append(values)
+                family.values.append(value)
+        if mem.pressure is not None:
+            add_stall(self.stall, values, mem.pressure)
+
+    def all(self) -> tuple[Family, ...]:
+        return (*self._ints, self.stall)
+
+
+@register
+class CgroupsCollector(Collector):
+    """``parts.pods``, ``.cgroup_version`` and ``.cgroup_files_open``; the
+    ``nodeguard_{pod,container}_memory_*`` families, ``nodeguard_pod_info``,
+    ``nodeguard_pod_memory_request_bytes`` and ``nodeguard_cgroup_files_open``."""
+
+    name = "cgroups"
+    after = ("meminfo",)  # MemTotal: a limit at or above it is no limit
+
+    def __init__(self, *, settings: Settings) -> None:
+        super().__init__(settings=settings)
+        self.reader = CgroupReader(
+            paths=settings.paths, max_open_files=settings.max_open_files, skipped=self.skipped
+        )
+
+    def read(self, parts: Parts) -> None:
+        total = parts.meminfo.total_bytes if parts.meminfo else None
+        parts.cgroup_version, parts.pods = self.reader.read(mem_total=total)
+        parts.cgroup_files_open = self.reader.open_files
+
+    def close(self) -> None:
+        self.reader.close()
+
+    @staticmethod
+    def render(snapshot: NodeSnapshot, out: Families) -> Iterator[Family]:
+        labels = WORKLOAD_LABELS
+        pod_families = _MemoryFamilies(out, level="pod")  # container empty: the pod as a whole
+        container_families = _MemoryFamilies(out, level="container")
+        pod_info = out.gauge(
+            "pod_info",
+            "pods with a memory cgroup on this node; priority from the pod list where known",
+            [*labels, "uid", "qos_class", "priority_class"],
+        )
+        requests = out.gauge(
+            "pod_memory_request_bytes",
+            "pod memory request as the scheduler counts it (from the pod list)",
+            labels,
+        )
+        for pod in snapshot.pods:
+            pl = snapshot.labels_for(pod.uid, None)
+            pod_values = (pl.namespace, pl.pod, "")
+            meta = snapshot.pod_meta.get(pod.uid) if snapshot.pod_meta else None
+            priority_class = meta.priority_class if meta else ""
+            pod_info.add((*pod_values, pod.uid, pod.qos_class, priority_class), 1)
+            if meta is not None:
+                requests.add(pod_values, meta.memory_request_bytes)
+            pod_families.add(pod_values, pod.memory)
+            for c in pod.containers:
+                cl = snapshot.labels_for(pod.uid, c.container_id)
+                container_families.add((cl.namespace, cl.pod, cl.container), c.memory)
+        yield pod_info
+        yield requests
+        yield from pod_families.all()
+        yield from container_families.all()
+        if snapshot.cgroup_files_open is not None:
+            held = out.gauge(
+                "cgroup_files_open",
+                "cgroup files held open between samples and re-read with pread "
+                "(--collector.cgroups.keep-open)",
+            )
+            held.add((), snapshot.cgroup_files_open)
+            yield held

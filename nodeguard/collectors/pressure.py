@@ -1,0 +1,58 @@
+"""``pressure``: the node's memory PSI, ``/proc/pressure/memory``
+(:mod:`nodeguard.sources.pressure`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from nodeguard.collectors.base import Collector, Parts, register
+from nodeguard.collectors.labels import NO_WORKLOAD, node_counter, node_gauge
+from nodeguard.families import Families, Family
+from nodeguard.snapshot import NodeSnapshot, Pressure
+from nodeguard.sources.pressure import read_node_pressure
+
+__all__ = ["PressureCollector", "add_stall"]
+
+
+def add_stall(family: Family, values: tuple[str, ...], pressure: Pressure | None) -> None:
+    """``total_seconds`` of the ``some`` and ``full`` lines, under a last label ``kind``."""
+    if pressure is None:
+        return
+    for kind, line in (("some", pressure.some), ("full", pressure.full)):
+        if line is not None:
+            family.add((*values, kind), line.total_seconds)
+
+
+@register
+class PressureCollector(Collector):
+    """``parts.pressure``; ``nodeguard_node_memory_pressure_{stall_seconds_total,ratio}``."""
+
+    name = "pressure"
+
+    def read(self, parts: Parts) -> None:
+        parts.pressure = read_node_pressure(paths=self.settings.paths)
+
+    @staticmethod
+    def render(snapshot: NodeSnapshot, out: Families) -> Iterator[Family]:
+        psi = snapshot.pressure
+        if psi is None:
+            return
+        stall = node_counter(
+            out,
+            "node_memory_pressure_stall_seconds",
+            "node memory PSI total stall time (/proc/pressure/memory)",
+            ["kind"],
+        )
+        ratio = node_gauge(
+            out,
+            "node_memory_pressure_ratio",
+            "node memory PSI running average share of time stalled",
+            ["kind", "window"],
+        )
+        add_stall(stall, NO_WORKLOAD, psi)
+        for kind, line in (("some", psi.some), ("full", psi.full)):
+            if line is None:
+                continue
+            for window, share in (("10s", line.avg10), ("60s", line.avg60), ("300s", line.avg300)):
+                ratio.add((*NO_WORKLOAD, kind, window), share)
+        yield from (stall, ratio)
