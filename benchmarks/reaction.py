@@ -1,48 +1,53 @@
-"""Reaction time on the real kernel: memory hogs in kubelet-shaped cgroups (tests/kernel_cgroup.py)
-grow toward their limit; how soon nodeguard acts after the working set crosses 95 % of the limit,
-and how much time that leaves before the kernel OOM-kills the hog. Locally (``nodeguard run
---rules rules/default.yaml`` at the default 5 s interval, dry run, no cluster: the evict action
-reports ``refused``, the firing and its incident record are what count) and through Prometheus and
-Alertmanager (the shipped alert NodeguardContainerNearLimit with its ``for: 2m``, scraped and
-evaluated every 15 s as docs/prometheus-scrape.yml does, grouped as docs/alertmanager.yml does:
-group_wait 30 s; rules/alertmanager.yaml maps it to the same evict).
+"""Reaction on the real kernel: memory hogs in kubelet-shaped cgroups (tests/kernel_cgroup.py) grow
+toward their limits; how soon after the working set crosses 95 % of the limit each agent fires,
+and how much time that leaves before the kernel OOM-kills the hog. Two agents watch the same hogs
+at the same time, in one run, at the default 5 s interval:
 
-Hogs, all with a 512 MiB limit, watched by one agent, one Prometheus and one Alertmanager:
+- ``polling``: ``nodeguard run --focus.interval=0 --no-notify.thresholds --no-notify.psi
+  --no-notify.events``: samples every interval and nothing else (nodeguard before issue 15);
+- ``focused``: ``nodeguard run`` with the defaults: focus sampling (containers at 80 % of their
+  limit or more re-read every 250 ms) and the kernel's notifications (cgroup v1 thresholds at 80 %
+  and at the rules' 95 % of each limit, PSI triggers, cgroup v2 ``memory.events``).
 
-- ``fast-1..3``: tests/kernel_cgroup.py's hog, 1 MiB every 0.125 s (8 MiB/s), started a third of
-  an interval apart so that the crossing falls at different points of the sampling grid.
-- ``medium``: 8 MiB/s until the cgroup holds 93 % of the limit, then 0.5 MiB/s (256 KiB every
-  0.5 s): 51 s from 95 % to the limit, inside the default rule's 60 s horizon.
-- ``slow``: the same, then 0.125 MiB/s (64 KiB every 0.5 s), so that the working set stays above
-  95 % for 205 s: long enough for the Alertmanager path (which cannot act before 2 minutes of
-  ``for`` and 30 s of ``group_wait``) to deliver before the OOM kill, within the runner's 15
-  minutes. It crosses 95 % some 80 s into its slow phase, so the rule's 30 s growth fit sees only
-  the slow growth.
+Both run the default rule ``container-near-limit`` (working set >= 95 % of the limit and the
+predicted time to the limit <= 60 s) with ``maxFirings`` raised from 5 to 1,000 per 10 minutes, so
+that every one of the hogs can be a firing; dry run, no cluster (the evict action reports
+``refused``, "no Kubernetes API": the firing and its incident record are what count).
+
+Hogs (``1 MiB`` allocations, every page touched):
+
+- four groups of ten: 8 and 32 MiB/s toward 512 MiB and 1 GiB limits; within a group the hogs
+  start half a second apart, so that their crossings fall on every phase of the 5 s sampling grid;
+  a group starts when the one before it is over;
+- the slow-growth cases, from the start: three ``medium`` hogs (8 MiB/s up to 93 % of a 512 MiB
+  limit, then 0.5 MiB/s: 51 s from 95 % to the limit) and three ``slow`` ones (then 0.125 MiB/s:
+  205 s), growth too slow for a short fit to tell from noise.
 
 Times, all wall clock (``time.time()``):
 
 - crossing: the first time the runner, reading the container's ``memory.usage_in_bytes`` and
-  ``memory.stat`` ``total_inactive_file`` itself every 50 ms, sees usage - inactive_file >= 95 % of
-  the limit (the kernel's view; the same working set nodeguard computes);
-- first sample over: the timestamp of the first agent snapshot (``/snapshot``, polled every
-  0.5 s: every snapshot of a 5 s interval is seen) whose container ratio is >= 0.95;
-- firing: the incident record's ``time`` (the sample that fired; for the Alertmanager path, when
-  the webhook delivery arrived); action: the incident file's modification time, written once the
-  actions have run (the incident appears in ``GET /incidents`` at that moment);
-- OOM: when the runner saw the hog exit with SIGKILL (polled every 50 ms), confirmed by the
+  ``memory.stat`` ``total_inactive_file`` itself every 20 ms, sees usage - inactive_file >= 95 %
+  of the limit (the kernel's view; the working set nodeguard computes);
+- firing: the incident record's ``time``, the timestamp of the sample that fired;
+- action: the incident file's modification time, written once the actions have run;
+- OOM: when the runner saw the hog exit with SIGKILL (polled every 20 ms), confirmed by the
   cgroup's ``memory.oom_control`` ``oom_kill`` counter.
 
-Margin = OOM - action: positive means nodeguard acted first.
+Latency = firing - crossing; margin = OOM - action (positive: the agent acted first). Each agent's
+CPU time over the whole run is read from ``/proc/<pid>/stat``.
+
+Run: ``python -m benchmarks.reaction [--json FILE] [--markdown]`` (root, cgroup v1 or v2 with a
+writable memory controller); about 6 minutes and up to 13 GiB of memory.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
-import secrets
+import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,114 +56,108 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import ROOT, agent
-from tests.agent import free_port, get
+from benchmarks.common import CLK_TCK, ROOT, MiB, agent
 from tests.kernel_cgroup import (
     KubeletCgroup,
-    hog_in,
     kubelet_cgroup,
     process_in,
     writable_memory_controller,
 )
-from tests.promstack import ALERTMANAGER, PROMETHEUS, _process
 
-MiB = 1 << 20
-LIMIT = 512 * MiB
 THRESHOLD = 0.95
 INTERVAL = 5.0
 NODE = "bench-node"
+RULE = "container-near-limit"
+POLL = 0.02
+#: (rate in MiB/s, limit in MiB), ten hogs each.
+GROUPS = [(8, 512), (8, 1024), (32, 512), (32, 1024)]
+HOGS_PER_GROUP = 10
+#: name, bytes per 0.5 s after 93 % of a 512 MiB limit.
+SLOW = [("medium", 256 * 1024), ("slow", 64 * 1024)]
+SLOW_EACH = 3
+AGENTS: dict[str, list[str]] = {
+    "polling": [
+        "--focus.interval=0",
+        "--no-notify.thresholds",
+        "--no-notify.psi",
+        "--no-notify.events",
+    ],
+    "focused": [],
+}
 
-# Like tests/kernel_cgroup.py's HOG, in two phases: ``fast_step`` bytes every ``fast_pause`` s until
-# the cgroup's usage (read from ``usage_file``) reaches ``switch`` bytes, then ``slow_step`` every
-# ``slow_pause`` s; every page touched. Switching on the cgroup's own count (which also holds the
-# interpreter's pages and page tables) puts the 95 % crossing at the same point of the slow phase
-# in every run.
-RAMP_HOG = r"""
+# ``step`` bytes every ``pause`` s until the cgroup's usage (read from ``usage_file``) reaches
+# ``switch`` bytes, then ``slow_step`` every ``slow_pause`` s; every page touched. The pause is
+# kept on a schedule (not slept after each step), so that the rate holds at 32 MiB/s too.
+HOG = r"""
 import sys, time
-fast_step, fast_pause, switch, slow_step, slow_pause = (
+step, pause, switch, slow_step, slow_pause = (
     int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
 usage_file = sys.argv[6]
 sys.stdin.readline()
-chunks, slow = [], False
+chunks, slow, due = [], False, time.monotonic()
 while True:
-    if not slow:
+    if not slow and switch:
         with open(usage_file) as f:
             slow = int(f.read()) >= switch
-    step, pause = (slow_step, slow_pause) if slow else (fast_step, fast_pause)
-    chunks.append(bytearray(b"\x01" * step))
-    time.sleep(pause)
+    size, wait = (slow_step, slow_pause) if slow else (step, pause)
+    chunks.append(bytearray(b"\x01" * size))
+    due += wait
+    time.sleep(max(0.0, due - time.monotonic()))
 """
 
 
 @contextlib.contextmanager
-def ramp_hog_in(
-    cg: KubeletCgroup, *, switch: int, slow_step: int, slow_pause: float
+def hog(
+    cg: KubeletCgroup, *, rate: float, switch: int = 0, slow_step: int = 0
 ) -> Iterator[subprocess.Popen[str]]:
-    """tests/kernel_cgroup.py's ``hog_in``, with the two-phase hog above."""
+    """A hog in ``cg`` allocating 1 MiB at ``rate`` MiB/s (then ``slow_step`` bytes every 0.5 s
+    from ``switch`` bytes of usage, when given)."""
     usage = cg.container_dir / ("memory.usage_in_bytes" if cg.version == 1 else "memory.current")
-    with process_in(
-        cg,
-        [
-            sys.executable,
-            "-c",
-            RAMP_HOG,
-            str(MiB),
-            "0.125",
-            str(switch),
-            str(slow_step),
-            str(slow_pause),
-            str(usage),
-        ],
-    ) as proc:
+    argv = [sys.executable, "-c", HOG, str(MiB), str(1 / rate), str(switch), str(slow_step)]
+    with process_in(cg, [*argv, "0.5", str(usage)]) as proc:
         yield proc
 
 
 @dataclass
 class Hog:
     name: str
-    rate: str
+    group: str
     cg: KubeletCgroup
+    limit: int
     proc: subprocess.Popen[str] | None = None
     started: float | None = None
     crossing: float | None = None
-    first_sample_over: float | None = None
-    local_firing: float | None = None
-    local_action: float | None = None
-    local_outcome: str | None = None
-    am_firing: float | None = None
-    am_action: float | None = None
-    am_outcome: str | None = None
     oom: float | None = None
     returncode: int | None = None
     oom_kills: int | None = None
-    samples_seen: list[tuple[float, float]] = field(default_factory=list)
+    firing: dict[str, float] = field(default_factory=dict)
+    action: dict[str, float] = field(default_factory=dict)
+    outcome: dict[str, str] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         def rel(t: float | None) -> float | None:
-            return None if t is None or self.crossing is None else t - self.crossing
+            return None if t is None or self.crossing is None else round(t - self.crossing, 3)
 
-        return {
+        out: dict[str, Any] = {
             "hog": self.name,
-            "rate": self.rate,
+            "group": self.group,
+            "limit_bytes": self.limit,
             "crossing_after_start_s": None
             if self.crossing is None or self.started is None
-            else self.crossing - self.started,
-            "first_sample_over_s": rel(self.first_sample_over),
-            "local_firing_s": rel(self.local_firing),
-            "local_action_s": rel(self.local_action),
-            "local_outcome": self.local_outcome,
-            "am_action_s": rel(self.am_action),
-            "am_outcome": self.am_outcome,
+            else round(self.crossing - self.started, 3),
             "oom_s": rel(self.oom),
-            "local_margin_s": None
-            if self.oom is None or self.local_action is None
-            else self.oom - self.local_action,
-            "am_margin_s": None
-            if self.oom is None or self.am_action is None
-            else self.oom - self.am_action,
             "returncode": self.returncode,
             "oom_kills": self.oom_kills,
         }
+        for name in AGENTS:
+            out[f"{name}_firing_s"] = rel(self.firing.get(name))
+            out[f"{name}_action_s"] = rel(self.action.get(name))
+            out[f"{name}_outcome"] = self.outcome.get(name)
+            act = self.action.get(name)
+            out[f"{name}_margin_s"] = (
+                None if self.oom is None or act is None else round(self.oom - act, 3)
+            )
+        return out
 
 
 def _flat(path: Path) -> dict[str, int]:
@@ -172,234 +171,246 @@ def _flat(path: Path) -> dict[str, int]:
 
 
 def _working_set(cg: KubeletCgroup) -> int | None:
+    v1 = cg.version == 1
     try:
-        usage = int((cg.container_dir / "memory.usage_in_bytes").read_text())
+        name = "memory.usage_in_bytes" if v1 else "memory.current"
+        usage = int((cg.container_dir / name).read_text())
     except (OSError, ValueError):
         return None
-    inactive = _flat(cg.container_dir / "memory.stat").get("total_inactive_file", 0)
-    return max(0, usage - inactive)
+    stat = _flat(cg.container_dir / "memory.stat")
+    return max(0, usage - stat.get("total_inactive_file" if v1 else "inactive_file", 0))
 
 
-@contextlib.contextmanager
-def _promstack(
-    *, workdir: Path, target: str, webhook: str, token: Path
-) -> Iterator[tuple[str, str]]:
-    """Prometheus and Alertmanager with the shipped settings (docs/prometheus-scrape.yml,
-    docs/alertmanager.yml): scrape and evaluate every 15 s, the shipped alert rules unchanged,
-    group_wait 30 s; the nodeguard receiver with the agent's bearer token (``token``, a file)."""
-    if PROMETHEUS is None or ALERTMANAGER is None:
-        raise RuntimeError("Debian's prometheus and prometheus-alertmanager are needed")
+def _oom_kills(cg: KubeletCgroup) -> int | None:
+    if cg.version == 1:
+        return _flat(cg.container_dir / "memory.oom_control").get("oom_kill")
+    return _flat(cg.container_dir / "memory.events").get("oom_kill")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def bench_rules(path: Path) -> Path:
+    """The default ``container-near-limit`` rule, ``maxFirings`` raised to 1,000 per 10 min."""
+    spec = yaml.safe_load((ROOT / "rules/default.yaml").read_text())
+    rule = next(r for r in spec["spec"]["rules"] if r["name"] == RULE)
+    rule["maxFirings"] = {"count": 1000, "window": "10m"}
+    spec["spec"]["rules"] = [rule]
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+class Watch:
+    """The runner's own view of the hogs and the agents' incident records."""
+
+    def __init__(self, states: dict[str, Path]) -> None:
+        self.hogs: list[Hog] = []
+        self.states = states
+        self._seen: set[Path] = set()
+
+    def step(self) -> None:
+        now = time.time()
+        for h in self.hogs:
+            if h.proc is None or h.oom is not None:
+                continue
+            if h.proc.poll() is not None:
+                h.oom, h.returncode, h.oom_kills = now, h.proc.returncode, _oom_kills(h.cg)
+            elif h.crossing is None:
+                ws = _working_set(h.cg)
+                if ws is not None and ws >= THRESHOLD * h.limit:
+                    h.crossing = now
+
+    def incidents(self) -> None:
+        by_id = {h.cg.container_id: h for h in self.hogs}
+        for name, state in self.states.items():
+            for path in (state / "incidents").glob("*.json"):
+                if path in self._seen:
+                    continue
+                try:
+                    rec = json.loads(path.read_text())
+                    mtime = path.stat().st_mtime
+                except (OSError, ValueError):
+                    continue
+                self._seen.add(path)
+                if rec.get("kind") != "firing" or rec.get("rule") != RULE:
+                    continue
+                h = by_id.get(str(rec.get("target", "")).rsplit("/", 1)[-1])
+                if h is not None and name not in h.firing:
+                    h.firing[name], h.action[name] = rec["time"], mtime
+                    h.outcome[name] = ",".join(
+                        f"{a['action']}:{a['outcome']}" for a in rec.get("actions", [])
+                    )
+
+    def until(self, done: Any, *, deadline: float) -> None:
+        last = 0.0
+        while time.time() < deadline and not done():
+            self.step()
+            if time.time() - last >= 0.5:
+                last = time.time()
+                self.incidents()
+            time.sleep(POLL)
+        self.incidents()
+
+
+def run(
+    workdir: Path,
+    *,
+    groups: list[tuple[int, int]] = GROUPS,
+    per_group: int = HOGS_PER_GROUP,
+    slow_each: int = SLOW_EACH,
+) -> dict[str, Any]:
+    """The measurement; the data behind :func:`tables`."""
+    if writable_memory_controller() is None:
+        return {"error": "needs root and a writable cgroup memory controller"}
     workdir.mkdir(parents=True, exist_ok=True)
-    am_cfg = yaml.safe_load((ROOT / "docs/alertmanager.yml").read_text())
-    am_cfg["receivers"] = [
-        {"name": "default"},
-        {
-            "name": "nodeguard",
-            "webhook_configs": [
-                {
-                    "url": webhook,
-                    "send_resolved": True,
-                    "http_config": {
-                        "authorization": {"type": "Bearer", "credentials_file": str(token)}
-                    },
-                }
-            ],
-        },
-    ]
-    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(am_cfg))
-    am_port = free_port()
-    am = f"http://127.0.0.1:{am_port}"
-    am_cmd = [
-        ALERTMANAGER,
-        f"--config.file={workdir / 'alertmanager.yml'}",
-        f"--storage.path={workdir / 'am-data'}",
-        f"--web.listen-address=127.0.0.1:{am_port}",
-        "--cluster.listen-address=",
-    ]
-    prom_cfg = yaml.safe_load((ROOT / "docs/prometheus-scrape.yml").read_text())
-    prom_cfg["scrape_configs"][0]["static_configs"] = [{"targets": [target]}]
-    prom_cfg["rule_files"] = [str(ROOT / "rules/prometheus/nodeguard-alerts.yml")]
-    prom_cfg["alerting"] = {
-        "alertmanagers": [{"static_configs": [{"targets": [am.removeprefix("http://")]}]}]
-    }
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
-    prom_port = free_port()
-    prom = f"http://127.0.0.1:{prom_port}"
-    prom_cmd = [
-        PROMETHEUS,
-        f"--config.file={workdir / 'prometheus.yml'}",
-        f"--storage.tsdb.path={workdir / 'prom-data'}",
-        f"--web.listen-address=127.0.0.1:{prom_port}",
-    ]
-    with (
-        _process(am_cmd, log=workdir / "alertmanager.log", ready=f"{am}/-/ready"),
-        _process(prom_cmd, log=workdir / "prometheus.log", ready=f"{prom}/-/ready"),
-    ):
-        yield prom, am
-
-
-class Reaction(threading.Thread):
-    """Runs the reaction-time measurement in the background; ``result`` when done."""
-
-    def __init__(self, *, workdir: Path) -> None:
-        super().__init__(name="reaction", daemon=True)
-        self.workdir = workdir
-        self.result: dict[str, Any] = {}
-
-    def run(self) -> None:
-        try:
-            self.result = self._run()
-        except Exception as exc:  # reported in the tables, never kills the runner
-            self.result = {"error": f"{type(exc).__name__}: {exc}"}
-
-    def _run(self) -> dict[str, Any]:
-        if writable_memory_controller() is None:
-            return {"error": "needs root and a writable cgroup memory controller"}
-        wd = self.workdir
-        wd.mkdir(parents=True, exist_ok=True)
-        state = wd / "state"
-        token = wd / "webhook-token"
-        token.write_text(secrets.token_hex(32))  # the webhook is off without one
-        args = [
-            f"--webhook.token-file={token}",
-            f"--interval={INTERVAL:g}s",
-            f"--rules={ROOT / 'rules/default.yaml'}",
-            f"--rules={ROOT / 'rules/alertmanager.yaml'}",
-            f"--path.state={state}",
-            f"--node-name={NODE}",
-            "--no-collector.gpu",
-        ]
-        with contextlib.ExitStack() as stack:
-            base = stack.enter_context(agent(args=args, log_path=wd / "agent.log"))
-            prom, _ = stack.enter_context(
-                _promstack(
-                    workdir=wd / "promstack",
-                    target=base.removeprefix("http://"),
-                    webhook=f"{base}/webhook/alertmanager",
-                    token=token,
+    rules = bench_rules(workdir / "rules.yaml")
+    states = {name: workdir / name / "state" for name in AGENTS}
+    watch = Watch(states)
+    started = time.time()
+    with contextlib.ExitStack() as stack:
+        pids: dict[str, int] = {}
+        for name, extra in AGENTS.items():
+            (workdir / name).mkdir(exist_ok=True)
+            base = stack.enter_context(
+                agent(
+                    args=[
+                        f"--interval={INTERVAL:g}s",
+                        f"--rules={rules}",
+                        f"--path.state={states[name]}",
+                        f"--node-name={NODE}",
+                        "--no-collector.gpu",
+                        *extra,
+                    ],
+                    log_path=workdir / name / "agent.log",
                 )
             )
-            hogs = [
-                Hog(
-                    name=f"fast-{i + 1}",
-                    rate="8 MiB/s",
-                    cg=stack.enter_context(kubelet_cgroup(limit_bytes=LIMIT)),
+            assert base.pid is not None
+            pids[name] = base.pid
+        cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        slow_limit = 512 * MiB
+        for kind, step in SLOW:
+            for i in range(slow_each):
+                cg = stack.enter_context(kubelet_cgroup(limit_bytes=slow_limit))
+                h = Hog(name=f"{kind}-{i + 1}", group=kind, cg=cg, limit=slow_limit)
+                h.proc = stack.enter_context(
+                    hog(cg, rate=8, switch=int(slow_limit * 0.93), slow_step=step)
                 )
-                for i in range(3)
-            ]
-            ramps = [("medium", 256 * 1024, "0.5 MiB/s"), ("slow", 64 * 1024, "0.125 MiB/s")]
-            t0 = time.time()
-            for name, step, rate in ramps:
-                hog = Hog(
-                    name=name,
-                    rate=f"{rate} from 93 %",
-                    cg=stack.enter_context(kubelet_cgroup(limit_bytes=LIMIT)),
+                h.started = time.time()
+                watch.hogs.append(h)
+        for rate, limit_mib in groups:
+            group = f"{rate} MiB/s, {limit_mib} MiB"
+            limit = limit_mib * MiB
+            members: list[Hog] = []
+            with contextlib.ExitStack() as inner:
+                for i in range(per_group):
+                    if i:
+                        watch.until(lambda: False, deadline=time.time() + INTERVAL / per_group)
+                    cg = inner.enter_context(kubelet_cgroup(limit_bytes=limit))
+                    h = Hog(name=f"{rate}/{limit_mib}-{i + 1}", group=group, cg=cg, limit=limit)
+                    h.proc = inner.enter_context(hog(cg, rate=rate))
+                    h.started = time.time()
+                    members.append(h)
+                    watch.hogs.append(h)
+                ramp = limit_mib / rate
+                watch.until(
+                    lambda ms=members: all(m.oom is not None for m in ms),  # type: ignore[misc]
+                    deadline=time.time() + 1.5 * ramp + 30,
                 )
-                hog.proc = stack.enter_context(
-                    ramp_hog_in(hog.cg, switch=int(LIMIT * 0.93), slow_step=step, slow_pause=0.5)
-                )
-                hog.started = time.time()
-                hogs.append(hog)
-            for i, hog in enumerate(hogs[:3]):
-                if i:
-                    time.sleep(INTERVAL / 3)  # three phases of the sampling grid
-                hog.proc = stack.enter_context(
-                    hog_in(hog.cg, step=MiB, pause=0.125, up_to=4 * LIMIT)
-                )
-                hog.started = time.time()
-            self._watch(hogs, base=base, state=state, deadline=t0 + 480)
-            alerts = _alerts(prom)
-        return {
-            # The earliest the Alertmanager path can act after the crossing: the alert's
-            # `for: 2m` and Alertmanager's group_wait of 30 s (scrape and evaluation add 0-30 s).
-            "am_floor_s": 150.0,
-            "interval_s": INTERVAL,
-            "limit_bytes": LIMIT,
-            "threshold": THRESHOLD,
-            "hogs": [h.row() for h in hogs],
-            "prometheus_alerts_at_end": alerts,
-            "agent_log": (wd / "agent.log").read_text().splitlines()[-60:],
-        }
-
-    def _watch(self, hogs: list[Hog], *, base: str, state: Path, deadline: float) -> None:
-        next_snapshot = 0.0
-        done_at: float | None = None
-        while time.time() < deadline:
-            now = time.time()
-            for h in hogs:
-                if h.proc is not None and h.oom is None and h.proc.poll() is not None:
-                    h.oom, h.returncode = now, h.proc.returncode
-                    h.oom_kills = _flat(h.cg.container_dir / "memory.oom_control").get("oom_kill")
-                if h.crossing is None and h.oom is None:
-                    ws = _working_set(h.cg)
-                    if ws is not None and ws >= THRESHOLD * LIMIT:
-                        h.crossing = now
-            if now >= next_snapshot:
-                next_snapshot = now + 0.5
-                self._poll_snapshot(hogs, base)
-                self._poll_incidents(hogs, state)
-            if all(h.oom is not None for h in hogs):
-                # The Alertmanager path can still deliver for a hog that died just now.
-                done_at = done_at or now + 15
-                if now >= done_at:
-                    break
-            time.sleep(0.05)
-        self._poll_incidents(hogs, state)
-
-    @staticmethod
-    def _poll_snapshot(hogs: list[Hog], base: str) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            status, body = get(f"{base}/snapshot", timeout=5)
-            if status != 200:
-                return
-            snap = json.loads(body)
-            by_id = {c["container_id"]: c for p in snap["pods"] for c in p["containers"]}
-            for h in hogs:
-                c = by_id.get(h.cg.container_id)
-                if c is None or h.first_sample_over is not None:
-                    continue
-                ws, lim = c["memory"]["working_set_bytes"], c["memory"]["effective_limit_bytes"]
-                if ws is not None and lim and ws / lim >= THRESHOLD:
-                    h.first_sample_over = snap["timestamp"]
-
-    @staticmethod
-    def _poll_incidents(hogs: list[Hog], state: Path) -> None:
-        for path in sorted((state / "incidents").glob("*.json")):
-            try:
-                rec = json.loads(path.read_text())
-                mtime = path.stat().st_mtime
-            except (OSError, ValueError):
-                continue
-            if rec.get("kind") != "firing":
-                continue
-            outcome = ",".join(f"{a['action']}:{a['outcome']}" for a in rec.get("actions", []))
-            for h in hogs:
-                cid = h.cg.container_id
-                if rec["rule"] == "container-near-limit" and rec["target"].endswith(cid):
-                    if h.local_action is None:
-                        h.local_firing, h.local_action, h.local_outcome = (
-                            rec["time"],
-                            mtime,
-                            outcome,
-                        )
-                elif (
-                    rec["rule"] == "am-container-near-limit"
-                    and f"container={cid}" in rec["summary"]
-                ) and h.am_action is None:
-                    h.am_firing, h.am_action, h.am_outcome = rec["time"], mtime, outcome
+        watch.until(lambda: all(h.oom is not None for h in watch.hogs), deadline=started + 900)
+        watch.until(lambda: False, deadline=time.time() + 6)  # a firing just before a kill
+        cpu = {name: _cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+    return {
+        "interval_s": INTERVAL,
+        "threshold": THRESHOLD,
+        "duration_s": round(time.time() - started, 1),
+        "agent_cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+        "hogs": [h.row() for h in watch.hogs],
+        "agent_logs": {
+            name: (workdir / name / "agent.log").read_text().splitlines()[-40:] for name in AGENTS
+        },
+    }
 
 
-def _alerts(prom: str) -> list[dict[str, Any]]:
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        status, body = get(f"{prom}/api/v1/alerts", timeout=5)
-        if status == 200:
-            return [
+def _summary(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    lat = [r[f"{name}_firing_s"] for r in rows if r[f"{name}_firing_s"] is not None]
+    margins = [r[f"{name}_margin_s"] for r in rows if r[f"{name}_margin_s"] is not None]
+    first = sum(1 for m in margins if m > 0)
+    return {
+        "latency_median_s": statistics.median(lat) if lat else None,
+        "latency_max_s": max(lat) if lat else None,
+        "acted_first": first,
+        "margin_median_s": statistics.median(margins) if margins else None,
+        "margin_min_s": min(margins) if margins else None,
+    }
+
+
+def summarize(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row per group and agent."""
+    out = []
+    groups = dict.fromkeys(r["group"] for r in res["hogs"])
+    for group in groups:
+        rows = [r for r in res["hogs"] if r["group"] == group and r["oom_s"] is not None]
+        to_limit = [r["oom_s"] for r in rows]
+        for name in AGENTS:
+            out.append(
                 {
-                    "alertname": a["labels"].get("alertname"),
-                    "container": a["labels"].get("container"),
-                    "state": a["state"],
-                    "activeAt": a.get("activeAt"),
+                    "group": group,
+                    "agent": name,
+                    "hogs": len(rows),
+                    "crossing_to_kill_median_s": statistics.median(to_limit) if to_limit else None,
+                    **_summary(rows, name),
                 }
-                for a in json.loads(body)["data"]["alerts"]
-            ]
-    return []
+            )
+    return out
+
+
+def _s(v: float | None, fmt: str = "+.2f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def tables(res: dict[str, Any]) -> str:
+    """Markdown: a row per group and agent, then the agents' CPU."""
+    if "error" in res:
+        return f"reaction not measured: {res['error']}"
+    head = (
+        "| hogs | 95 % to kill (median) | agent | crossing -> firing, median / max | "
+        "acted before the kill | margin, median / least |\n|---|---:|---|---:|---:|---:|\n"
+    )
+    lines = []
+    for s in summarize(res):
+        lines.append(
+            f"| {s['group']} | {_s(s['crossing_to_kill_median_s'], '.1f')} s | {s['agent']} | "
+            f"{_s(s['latency_median_s'])} / {_s(s['latency_max_s'])} s | "
+            f"{s['acted_first']} of {s['hogs']} | "
+            f"{_s(s['margin_median_s'])} / {_s(s['margin_min_s'])} s |"
+        )
+    cpu = ", ".join(f"{k} {v:.1f} s" for k, v in res["agent_cpu_s"].items())
+    return head + "\n".join(lines) + f"\n\nAgent CPU over the {res['duration_s']:.0f} s run: {cpu}."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/nodeguard-reaction"))
+    parser.add_argument("--json", type=Path, help="write the full result here")
+    parser.add_argument("--tables-from", type=Path, help="print the tables of a saved result")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: three hogs in two groups, no slow ones"
+    )
+    args = parser.parse_args(argv)
+    if args.tables_from:
+        print(tables(json.loads(args.tables_from.read_text())))
+        return 0
+    if args.quick:
+        res = run(args.workdir, groups=[(8, 512), (32, 1024)], per_group=3, slow_each=0)
+    else:
+        res = run(args.workdir)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    print(tables(res))
+    return 1 if "error" in res else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,13 +7,15 @@ What runs, all at once where that keeps the total under 15 minutes (see docs/ben
 
 1. synthetic host trees at N = 100, 330 and 1,000 containers (benchmarks/hosts.py);
 2. in the background, the footprint run (benchmarks/soak.py: 10 minutes at N = 330, an HA
-   pair scraping) and the reaction-time run on the real kernel (benchmarks/reaction.py, with
-   Prometheus and Alertmanager);
+   pair scraping);
 3. in the foreground, per N: the in-process snapshot and render (benchmarks/inprocess.py), then
    ``/metrics`` of real agents beside node_exporter on the synthetic tree (benchmarks/scale.py),
-   then CPU per sample of real agents; once the reaction run is over (its margins are seconds),
-   ``/metrics`` beside cAdvisor and node_exporter on N real cgroups with memory moving, and the
-   value check of nodeguard against cAdvisor (benchmarks/peers.py).
+   then CPU per sample of real agents; then ``/metrics`` beside cAdvisor and node_exporter on N
+   real cgroups with memory moving, and the value check of nodeguard against cAdvisor
+   (benchmarks/peers.py).
+
+The reaction on the real kernel (seconds before an OOM kill) is a run of its own on a quiet
+machine: ``python -m benchmarks.reaction`` (benchmarks/reaction.py).
 
 Another program's load on the machine moves every figure, so nodeguard is always set beside
 node_exporter and cAdvisor measured in the same loop, and each figure is a median (with the
@@ -53,7 +55,6 @@ from benchmarks.common import (
     ratio,
 )
 from benchmarks.hosts import make_host
-from benchmarks.reaction import Reaction
 from benchmarks.soak import Soak
 
 TARGET_SNAPSHOT_CPU_MS = 20.0
@@ -287,7 +288,6 @@ def print_tables(rep: Report, res: dict[str, Any]) -> None:
         rep.print(t)
         rep.print(soak_summary(soak))
 
-    rep.print(reaction_table(rep, res["reaction"]))
     rep.print(targets_table(rep, res))
 
 
@@ -461,52 +461,6 @@ def soak_summary(soak: dict[str, Any]) -> str:
     return "RSS and CPU over the run: " + "; ".join(parts) + "."
 
 
-def _s(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.1f}"
-
-
-def reaction_table(rep: Report, res: dict[str, Any]) -> Any:
-    if "error" in res:
-        return f"5. reaction time not measured: {res['error']}"
-    t = rep.table(
-        f"5. Reaction on the real kernel: {res['limit_bytes'] // MiB} MiB limit, threshold "
-        f"{res['threshold']:.0%}, agent interval {res['interval_s']:g} s; seconds after the "
-        "crossing (margin = OOM kill - action)",
-        [
-            "hog",
-            "growth",
-            "first sample over",
-            "local action",
-            "outcome",
-            "Alertmanager action",
-            "OOM kill",
-            "local margin",
-            "Alertmanager margin",
-        ],
-    )
-    floor = res.get("am_floor_s", 150.0)
-    for h in res["hogs"]:
-        oom = h["oom_s"]
-        if h["am_margin_s"] is not None:
-            am_margin = _s(h["am_margin_s"])
-        elif oom is not None:
-            am_margin = f"<= {oom - floor:+.1f} (never fired)"
-        else:
-            am_margin = "-"
-        t.add_row(
-            h["hog"],
-            h["rate"],
-            _s(h["first_sample_over_s"]) if h["first_sample_over_s"] is not None else "none",
-            _s(h["local_action_s"]) if h["local_action_s"] is not None else "-",
-            h["local_outcome"] or "never fired",
-            _s(h["am_action_s"]) if h["am_action_s"] is not None else "never fired",
-            _s(oom),
-            _s(h["local_margin_s"]) if h["local_margin_s"] is not None else "OOM first",
-            am_margin,
-        )
-    return t
-
-
 def targets_table(rep: Report, res: dict[str, Any]) -> Any:
     t = rep.table(
         "6. Targets (issue 16), at 330 containers with memory moving", ["target", "measured", "met"]
@@ -589,15 +543,6 @@ def targets_table(rep: Report, res: dict[str, Any]) -> Any:
             f"{agree} / {total}",
             _ok(total - agree, 0),
         )
-    fast = [h for h in res["reaction"].get("hogs", []) if h["hog"].startswith("fast")]
-    if fast:
-        limit = res["reaction"]["interval_s"] + 1
-        acted = [h["local_action_s"] for h in fast if h["local_action_s"] is not None]
-        what = f"local action <= interval + 1 s ({limit:g} s) after the crossing, 8 MiB/s"
-        if acted:
-            t.add_row(what, f"{max(acted):.1f} s (worst of {len(acted)})", _ok(max(acted), limit))
-        else:
-            t.add_row(what, "no firing before the OOM kill", "[red]no[/]")
     return t
 
 
@@ -629,7 +574,7 @@ def main() -> int:
     parser.add_argument(
         "--no-kernel",
         action="store_true",
-        help="skip the parts on the real kernel (table 1b, the reaction-time run)",
+        help="skip the parts on the real kernel (table 1b, the loop beside cAdvisor)",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, short runs, no kernel")
     parser.add_argument("--markdown", action="store_true", help="tables as Markdown")
@@ -677,7 +622,7 @@ def main() -> int:
         if not args.no_kernel:
             print(f"[{time.monotonic() - started:4.0f}s] cgroup file costs", flush=True)
             res["kernel_files"] = scale.kernel_files()
-        if not args.no_kernel:  # before the reaction run makes its own kubepods cgroups
+        if not args.no_kernel:
             for n in sizes:
                 print(f"[{time.monotonic() - started:4.0f}s] real cgroupfs, N={n}", flush=True)
                 try:
@@ -695,9 +640,6 @@ def main() -> int:
             before=args.before,
         )
         soak.start()
-        reaction = None if args.no_kernel else Reaction(workdir=workdir / "reaction")
-        if reaction is not None:
-            reaction.start()
         res["inprocess"] = {}
         before: dict[str, dict[int, Any]] = {"inprocess": {}}
         for n, tree in trees.items():
@@ -727,14 +669,6 @@ def main() -> int:
         res["sample_cpu"] = scale.sample_cpu(
             list(trees.values()), seconds=args.sample_cpu_seconds, workdir=workdir / "sample-cpu"
         )
-        if reaction is not None:
-            # The loop beside cAdvisor runs three agents and cAdvisor on up to 1,000 real
-            # cgroups: after the reaction run, whose margins are seconds, not during it.
-            print(f"[{time.monotonic() - started:4.0f}s] waiting for the reaction run", flush=True)
-            reaction.join()
-            res["reaction"] = reaction.result
-        else:
-            res["reaction"] = {"error": "skipped (--no-kernel / --quick)"}
         with node_exporter(log_path=workdir / "node_exporter-2.log") as peer:
             for n in [] if args.no_kernel else sizes:
                 print(

@@ -40,6 +40,7 @@ from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
 from nodeguard.connections import ConnectionGuard, ConnectionLimits, ConnectionsCollector
 from nodeguard.firing import Firing
+from nodeguard.focus import FocusCollector, Notifications, NotifyConfig, threshold_levels
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.metric_filter import MetricFilter
@@ -82,6 +83,7 @@ class AgentConfig:
     webhook_max_body: int = 1 << 20
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     metric_filter: MetricFilter = field(default_factory=MetricFilter)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
 
 STATE_FILE = "remediation-state.json"
@@ -198,13 +200,37 @@ async def run_agent(cfg: AgentConfig) -> int:
     rules_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rules")
     loop = asyncio.get_running_loop()
 
+    def levels() -> list[float]:
+        conditions = [(c.signal, c.op, c.value) for r in engine.rules for c in r.when]
+        return threshold_levels(conditions=conditions, focus=cfg.sampler.focus_share)
+
+    notifications = (
+        Notifications(
+            sampler=sampler,
+            config=cfg.notify,
+            levels=levels(),
+            procfs=str(cfg.sampler.paths.procfs),
+        )
+        if cfg.notify.any
+        else None
+    )
+    if notifications is not None:
+        sampler.add_statuses(notifications.statuses)
+    registry.register(FocusCollector(sampler=sampler, notifications=notifications))
+
     async def evaluate(snapshot: NodeSnapshot) -> None:
         nonlocal reload_requested, first
-        force, reload_requested = reload_requested, False
-        if source is not None and await loop.run_in_executor(
-            rules_thread, functools.partial(source.maybe_reload, force=force)
-        ):
-            engine.set_rules(source.current.rules)
+        full = snapshot.focused is None
+        if full:  # rule files are looked at every interval, not every focused sample
+            force, reload_requested = reload_requested, False
+            if source is not None and await loop.run_in_executor(
+                rules_thread, functools.partial(source.maybe_reload, force=force)
+            ):
+                engine.set_rules(source.current.rules)
+                if notifications is not None:
+                    notifications.set_levels(levels())
+            if notifications is not None:
+                notifications.sync(snapshot)
         if first:
             # Runbooks cut short by the last stop resume (or are abandoned, with why) before
             # anything new is decided.
@@ -265,13 +291,24 @@ async def run_agent(cfg: AgentConfig) -> int:
     rules = engine.rules
     alerts = source.current.alerts if source else ()
     log.info(
-        "nodeguard %s serving on %s:%d node=%s interval=%.3gs dry_run=%s cluster=%s "
-        "rules=%d alert_rules=%d state=%s max_connections=%d",
+        "nodeguard %s serving on %s:%d node=%s interval=%.3gs focus=%s notify=%s dry_run=%s "
+        "cluster=%s rules=%d alert_rules=%d state=%s max_connections=%d",
         __version__,
         cfg.host or "*",
         cfg.port,
         node,
         cfg.sampler.interval,
+        f"{cfg.sampler.focus_interval:.3g}s" if cfg.sampler.focus_interval else "off",
+        ",".join(
+            k
+            for k, on in (
+                ("thresholds", cfg.notify.thresholds),
+                ("psi", cfg.notify.psi),
+                ("events", cfg.notify.events),
+            )
+            if on
+        )
+        or "off",
         cfg.dry_run,
         "yes" if cluster else "no",
         len(rules),
@@ -279,6 +316,8 @@ async def run_agent(cfg: AgentConfig) -> int:
         state.path or "memory",
         cfg.limits.max_connections,
     )
+    if notifications is not None:
+        notifications.start()
     tasks = [
         asyncio.create_task(sampler.run(stop=stop), name="sampler"),
         asyncio.create_task(remediator.run(stop=stop), name="remediator"),
@@ -293,6 +332,8 @@ async def run_agent(cfg: AgentConfig) -> int:
     try:
         await asyncio.gather(*tasks)
     finally:
+        if notifications is not None:
+            notifications.close()
         sampler.close()
         state.close()
         rules_thread.shutdown(wait=False)

@@ -469,6 +469,15 @@ class NodeSnapshot:
     cgroup files the cgroups collector holds open after the sample
     (:mod:`nodeguard.sources.open_files`). ``extra``: the parts of collectors that no other part
     of nodeguard reads, by collector name (what they render from).
+
+    ``kubepods``: the ``kubepods`` cgroup itself, on which the kubelet enforces node allocatable
+    (``--enforce-node-allocatable=pods``: its limit is capacity minus kube-reserved and
+    system-reserved); ``None`` where there is none. ``cgroup_root``: the absolute path of the
+    memory hierarchy the pods' ``CgroupMemory.path`` are relative to.
+
+    ``focused``: ``None`` for a full sample. A focused sample (:mod:`nodeguard.sampler`)
+    re-reads ``/proc/meminfo``, PSI and only the pod and container cgroups whose keys it lists
+    (a pod's UID, ``<pod uid>/<container id>``); everything else is the last sample's, carried.
     """
 
     timestamp: float
@@ -484,7 +493,15 @@ class NodeSnapshot:
     node_meta: NodeMeta | None = None
     gpu: GpuInfo | None = None
     cgroup_files_open: int | None = None
+    kubepods: CgroupMemory | None = None
+    cgroup_root: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    focused: tuple[str, ...] | None = None
+
+    def is_current(self, key: str) -> bool:
+        """Whether the pod or container ``key`` was read in this sample (every one in a full
+        sample; in a focused one, those it lists)."""
+        return self.focused is None or key in self.focused
 
     def containers(self) -> list[tuple[PodMemory, ContainerMemory]]:
         """Every container with its pod, in pod order."""

@@ -14,6 +14,7 @@ import pytest
 
 from nodeguard.notify.hub import NotificationHub, PsiSpec, Wakeup, Watched
 from nodeguard.notify.psi import open_trigger
+from nodeguard.notify.thresholds import register
 from tests.kernel_cgroup import kubelet_cgroup, process_in, writable_memory_controller
 
 MiB = 1 << 20
@@ -149,3 +150,21 @@ def test_what_the_kernel_refuses_is_reported_not_raised(
     assert not hub.statuses["psi"].available and "nope" in hub.statuses["psi"].error
     with pytest.raises(ValueError, match="window"):
         open_trigger(key="k", path="/proc/pressure/memory", kind="some", stall=0.1, window=20)
+
+
+def test_nothing_is_written_to_a_file_that_is_not_the_kernels(tmp_path: Path) -> None:
+    # A --path.procfs pointed at a copy of /proc, or a fixture tree: registering is a write,
+    # and to a regular file it would succeed and change it.
+    pressure = tmp_path / "memory"
+    text = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    pressure.write_text(text)
+    with pytest.raises(OSError, match="not a proc or cgroup2 file"):
+        open_trigger(key="node", path=str(pressure), kind="some", stall=0.1, window=2.0)
+    assert pressure.read_text() == text
+    cgroup = tmp_path / "cg"
+    cgroup.mkdir()
+    (cgroup / "memory.usage_in_bytes").write_text("0\n")
+    (cgroup / "cgroup.event_control").write_text("")
+    with pytest.raises(OSError, match="not a cgroup file"):
+        register(key="k", cgroup=str(cgroup), level=1 << 20)
+    assert (cgroup / "cgroup.event_control").read_text() == ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from nodeguard.agent import AgentConfig, run_agent
 from nodeguard.cli.flags import cordon_config, sampler_config
 from nodeguard.cli.run_flags import RUN_FLAG_GROUPS
 from nodeguard.connections import ConnectionLimits, connection_cap
+from nodeguard.focus import NotifyConfig
 from nodeguard.kube.errors import KubeError
 from nodeguard.metric_filter import MetricFilter
 from nodeguard.rules.load import RuleError
@@ -87,7 +89,19 @@ def config(args: argparse.Namespace) -> AgentConfig:
     host, port = args.listen_address
     held = descriptor_budget(raise_limit=True) if args.keep_open else 0
     return AgentConfig(
-        sampler=sampler_config(args, state=state, interval=args.interval, max_open_files=held),
+        sampler=dataclasses.replace(
+            sampler_config(args, state=state, interval=args.interval, max_open_files=held),
+            focus_interval=args.focus_interval,
+            focus_share=args.focus_percent / 100,
+            node_focus_share=args.focus_node_percent / 100,
+        ),
+        notify=NotifyConfig(
+            thresholds=args.notify_thresholds,
+            psi=args.notify_psi,
+            events=args.notify_events,
+            psi_stall=min(args.psi_stall, args.psi_window),
+            psi_window=args.psi_window,
+        ),
         host=host,
         port=port,
         dry_run=args.dry_run,

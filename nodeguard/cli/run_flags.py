@@ -22,6 +22,7 @@ from nodeguard.cli.flags import (
     byte_size,
     count,
     duration,
+    percent,
 )
 from nodeguard.connections import ConnectionLimits
 from nodeguard.units import DURATION_EXAMPLES
@@ -87,6 +88,86 @@ def sampling(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="keep cgroup files open between samples and re-read them, raising the soft "
         "RLIMIT_NOFILE toward 16384 (five descriptors per cgroup; default on)",
+    )
+
+
+def _focus_interval(text: str) -> float:
+    if text.strip() in ("0", "0s", "off"):
+        return 0.0
+    seconds = duration(text)
+    if seconds < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"below {MIN_INTERVAL * 1000:.0f}ms: {text!r}")
+    return seconds
+
+
+def _psi_window(text: str) -> float:
+    seconds = duration(text)
+    if not 0.5 <= seconds <= 10:
+        raise argparse.ArgumentTypeError(f"the kernel takes PSI windows of 500ms to 10s: {text!r}")
+    return seconds
+
+
+def focus(parser: argparse.ArgumentParser) -> None:
+    """Focus sampling and the kernel's notifications (:mod:`nodeguard.sampler`,
+    :mod:`nodeguard.focus`)."""
+    g = parser.add_argument_group(
+        "focus sampling and kernel notifications (react within a second, whatever --interval)"
+    )
+    g.add_argument(
+        "--focus.interval",
+        dest="focus_interval",
+        type=_focus_interval,
+        default="250ms",
+        metavar="DURATION",
+        help="re-read the cgroups near their limits (and the node when MemAvailable is low) "
+        f"this often between samples ({DURATION_EXAMPLES}; 0 turns it off; default 250ms)",
+    )
+    g.add_argument(
+        "--focus.container-percent",
+        dest="focus_percent",
+        type=percent,
+        default=80.0,
+        metavar="PERCENT",
+        help="a pod or container is focused at this share of its memory limit "
+        "(working set; default 80)",
+    )
+    g.add_argument(
+        "--focus.node-available-percent",
+        dest="focus_node_percent",
+        type=percent,
+        default=10.0,
+        metavar="PERCENT",
+        help="the node is focused while MemAvailable is below this share of MemTotal (default 10)",
+    )
+    for flag, what in (
+        ("thresholds", "cgroup v1 memory thresholds (eventfd) at the focus and rule levels"),
+        ("psi", "PSI triggers on /proc/pressure/memory (and pods' memory.pressure on v2)"),
+        ("events", "cgroup v2 memory.events change notifications (inotify)"),
+    ):
+        g.add_argument(
+            f"--notify.{flag}",
+            dest=f"notify_{flag}",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help=f"{what}: a sample at once when the kernel signals (default on)",
+        )
+    g.add_argument(
+        "--notify.psi-stall",
+        dest="psi_stall",
+        type=duration,
+        default="200ms",
+        metavar="DURATION",
+        help=f"a PSI trigger fires when tasks stalled on memory this long within the window "
+        f"({DURATION_EXAMPLES}; default 200ms)",
+    )
+    g.add_argument(
+        "--notify.psi-window",
+        dest="psi_window",
+        type=_psi_window,
+        default="2s",
+        metavar="DURATION",
+        help=f"the PSI trigger's window ({DURATION_EXAMPLES}; 500ms to 10s; without "
+        "CAP_SYS_RESOURCE the kernel takes only whole multiples of 2s; default 2s)",
     )
 
 
@@ -227,6 +308,7 @@ def logging_(parser: argparse.ArgumentParser) -> None:
 RUN_FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
     web,
     sampling,
+    focus,
     remediation,
     webhook,
     cordon,

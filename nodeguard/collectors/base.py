@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from nodeguard.families import Families, Family
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import (
+    CgroupMemory,
     CollectorStatus,
     GpuInfo,
     MemInfo,
@@ -46,7 +47,16 @@ from nodeguard.snapshot import (
 from nodeguard.sources import NoDataError
 from nodeguard.sources.skipped import Skipped
 
-__all__ = ["COLLECTORS", "Collector", "Parts", "Settings", "ordered", "register", "run"]
+__all__ = [
+    "COLLECTORS",
+    "Collector",
+    "Parts",
+    "Settings",
+    "ordered",
+    "register",
+    "run",
+    "run_refresh",
+]
 
 log = logging.getLogger(__name__)
 C = TypeVar("C", bound="type[Collector]")
@@ -77,6 +87,8 @@ class Parts:
     pods: tuple[PodMemory, ...] = ()
     cgroup_version: int | None = None
     cgroup_files_open: int | None = None
+    kubepods: CgroupMemory | None = None
+    cgroup_root: str | None = None
     oom: OomLog | None = None
     processes: tuple[ProcessRss, ...] = ()
     gpu: GpuInfo | None = None
@@ -85,6 +97,13 @@ class Parts:
     def fields(self) -> dict[str, Any]:
         """The fields by name, for ``NodeSnapshot(**parts.fields(), ...)`` (not copied)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def of(cls, snapshot: NodeSnapshot) -> Parts:
+        """The host data of ``snapshot``, for a focused sample to update (``extra`` copied)."""
+        parts = cls(**{f.name: getattr(snapshot, f.name) for f in dataclasses.fields(cls)})
+        parts.extra = dict(parts.extra)
+        return parts
 
 
 class Collector(abc.ABC):
@@ -104,6 +123,13 @@ class Collector(abc.ABC):
     @abc.abstractmethod
     def read(self, parts: Parts) -> None:
         """Read the host and set this collector's fields of ``parts``."""
+
+    def refresh(self, parts: Parts, *, keys: frozenset[str]) -> frozenset[str]:
+        """A focused sample's read (:mod:`nodeguard.sampler`): ``parts`` holds the last
+        sample's values; re-read what is cheap and node-wide, and of the pods and containers
+        only those whose keys (a pod's UID, ``<pod uid>/<container id>``) are in ``keys``.
+        Returns the keys re-read. By default nothing: the part is carried as it was."""
+        return frozenset()
 
     @staticmethod
     @abc.abstractmethod
@@ -163,6 +189,17 @@ class _OnceLog:
 
 
 _once = _OnceLog()
+
+
+def run_refresh(collector: Collector, parts: Parts, keys: frozenset[str]) -> frozenset[str]:
+    """``collector.refresh(parts, keys=keys)``; never raises: on any failure the part stays as
+    the last sample left it (logged once per distinct message) and no key is re-read."""
+    try:
+        return collector.refresh(parts, keys=keys)
+    except Exception as exc:
+        if _once.changed(name=f"{collector.name}:refresh", message=str(exc)):
+            log.warning("collector %s: focused read failed: %s", collector.name, exc)
+        return frozenset()
 
 
 def run(collector: Collector, parts: Parts) -> CollectorStatus:

@@ -14,7 +14,7 @@ import operator
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, Settings, register
-from nodeguard.collectors.labels import WORKLOAD_LABELS
+from nodeguard.collectors.labels import NO_WORKLOAD, WORKLOAD_LABELS, node_gauge
 from nodeguard.collectors.pressure import add_stall
 from nodeguard.families import Families, Family
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot, PodMemory
@@ -113,11 +113,45 @@ class _MemoryFamilies:
         return (*self._ints, self.stall)
 
 
+class _KubepodsFamilies:
+    """The ``kubepods`` cgroup: what all pods together use against node allocatable."""
+
+    def __init__(self, out: Families) -> None:
+        self.usage = node_gauge(
+            out, "node_kubepods_memory_usage_bytes", "memory usage of the kubepods cgroup"
+        )
+        self.working_set = node_gauge(
+            out,
+            "node_kubepods_memory_working_set_bytes",
+            "working set of all pods together: kubepods usage minus inactive_file",
+        )
+        self.limit = node_gauge(
+            out,
+            "node_kubepods_memory_limit_bytes",
+            "limit of the kubepods cgroup: node allocatable as the kubelet enforces it "
+            "(capacity minus kube-reserved and system-reserved); absent when none",
+        )
+
+    def add(self, mem: CgroupMemory) -> None:
+        for family, value in (
+            (self.usage, mem.usage_bytes),
+            (self.working_set, mem.working_set_bytes),
+            (self.limit, mem.effective_limit_bytes),
+        ):
+            if value is not None:
+                family.add(NO_WORKLOAD, value)
+
+    def all(self) -> tuple[Family, ...]:
+        return (self.usage, self.working_set, self.limit)
+
+
 @register
 class CgroupsCollector(Collector):
-    """``parts.pods``, ``.cgroup_version`` and ``.cgroup_files_open``; the
-    ``nodeguard_{pod,container}_memory_*`` families, ``nodeguard_pod_info``,
-    ``nodeguard_pod_memory_request_bytes`` and ``nodeguard_cgroup_files_open``."""
+    """``parts.pods``, ``.kubepods``, ``.cgroup_version``, ``.cgroup_root`` and
+    ``.cgroup_files_open``; the ``nodeguard_{pod,container}_memory_*`` families,
+    ``nodeguard_node_kubepods_memory_*``, ``nodeguard_pod_info``,
+    ``nodeguard_pod_memory_request_bytes`` and ``nodeguard_cgroup_files_open``. A focused
+    sample re-reads the pods and containers it asks for and the kubepods cgroup."""
 
     name = "cgroups"
     after = ("meminfo",)  # MemTotal: a limit at or above it is no limit
@@ -131,7 +165,15 @@ class CgroupsCollector(Collector):
     def read(self, parts: Parts) -> None:
         total = parts.meminfo.total_bytes if parts.meminfo else None
         parts.cgroup_version, parts.pods = self.reader.read(mem_total=total)
+        parts.kubepods = self.reader.kubepods
+        parts.cgroup_root = self.reader.root
         parts.cgroup_files_open = self.reader.open_files
+
+    def refresh(self, parts: Parts, *, keys: frozenset[str]) -> frozenset[str]:
+        total = parts.meminfo.total_bytes if parts.meminfo else None
+        parts.pods, done = self.reader.refresh(parts.pods, keys=keys, mem_total=total)
+        parts.kubepods = self.reader.refresh_kubepods(mem_total=total)
+        return done
 
     def close(self) -> None:
         self.reader.close()
@@ -167,6 +209,10 @@ class CgroupsCollector(Collector):
         yield requests
         yield from pod_families.all()
         yield from container_families.all()
+        if snapshot.kubepods is not None:
+            kubepods = _KubepodsFamilies(out)
+            kubepods.add(snapshot.kubepods)
+            yield from kubepods.all()
         if snapshot.cgroup_files_open is not None:
             held = out.gauge(
                 "cgroup_files_open",

@@ -32,6 +32,10 @@ class PressureCollector(Collector):
     def read(self, parts: Parts) -> None:
         parts.pressure = read_node_pressure(paths=self.settings.paths)
 
+    def refresh(self, parts: Parts, *, keys: frozenset[str]) -> frozenset[str]:
+        self.read(parts)  # one small file: every focused sample has the node's PSI now
+        return frozenset()
+
     @staticmethod
     def render(snapshot: NodeSnapshot, out: Families) -> Iterator[Family]:
         psi = snapshot.pressure

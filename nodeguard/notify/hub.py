@@ -110,6 +110,16 @@ class NotificationHub:
         self._psi_thread: threading.Thread | None = None
         self._closed = False
 
+    def set_levels(self, levels: Sequence[float]) -> None:
+        """Set thresholds at these shares of each limit from now on; those set at other
+        levels are dropped, and set again at the next :meth:`sync`."""
+        wanted = tuple(sorted(set(levels)))
+        if wanted != self.levels:
+            self.levels = wanted
+            for key in list(self._state.thresholds):
+                self._drop(key)
+            self.statuses["threshold"].registered = 0
+
     # -- life ----------------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Deliver to ``loop`` (call in the loop's thread)."""

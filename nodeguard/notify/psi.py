@@ -22,6 +22,8 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from nodeguard.notify.kernfs import CGROUP2_SUPER_MAGIC, PROC_SUPER_MAGIC, require_kernel_file
+
 __all__ = ["PsiTrigger", "open_trigger"]
 
 MIN_WINDOW, MAX_WINDOW, UNPRIVILEGED_STEP = 0.5, 10.0, 2.0
@@ -49,6 +51,7 @@ class PsiTrigger:
 def _write(path: str, kind: str, stall_us: int, window_us: int) -> int:
     fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
+        require_kernel_file(fd, path=path, kinds=(PROC_SUPER_MAGIC, CGROUP2_SUPER_MAGIC))
         os.write(fd, f"{kind} {stall_us} {window_us}".encode() + b"\0")
     except OSError:
         os.close(fd)

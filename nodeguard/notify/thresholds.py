@@ -18,6 +18,8 @@ import contextlib
 import os
 from dataclasses import dataclass
 
+from nodeguard.notify.kernfs import CGROUP_SUPER_MAGIC, require_kernel_file
+
 __all__ = ["Threshold", "register"]
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
@@ -61,8 +63,10 @@ def register(*, key: str, cgroup: str, level: int) -> Threshold:
         os.close(usage_fd)
         raise
     try:
-        control = os.open(os.path.join(cgroup, "cgroup.event_control"), os.O_WRONLY | os.O_CLOEXEC)
+        path = os.path.join(cgroup, "cgroup.event_control")
+        control = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
+            require_kernel_file(control, path=path, kinds=(CGROUP_SUPER_MAGIC,))
             os.write(control, f"{event_fd} {usage_fd} {level}".encode())
         finally:
             os.close(control)

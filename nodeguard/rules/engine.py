@@ -234,18 +234,22 @@ class RuleEngine:
         return None
 
     def evaluate(self, snapshot: NodeSnapshot, *, global_dry_run: bool) -> list[Firing]:
-        """Evaluate every rule on the snapshot; the firings to act on, in rule order."""
+        """Evaluate every rule on the snapshot; the firings to act on, in rule order. Of a
+        focused sample (:mod:`nodeguard.sampler`), only the node and the targets it re-read:
+        the others were evaluated on the values it carries."""
         self.history.observe(snapshot)
         now = snapshot.timestamp
         out: list[Firing] = []
         vanished = False
         for rule in self._rules:
             present: set[str] = set()
-            for target in targets(snapshot, rule.scope):
+            for target in targets(snapshot, rule.scope, current=True):
                 present.add(target.key)
                 firing = self._step(rule, target, snapshot, now, global_dry_run)
                 if firing is not None:
                     out.append(firing)
+            if snapshot.focused is not None:
+                continue  # a target it did not re-read is not gone
             for key in [k for k in self._states if k[0] == rule.name and k[1] not in present]:
                 if not self._states[key].busy:  # a runbook under way still reports back
                     del self._states[key]  # the pod or container is gone

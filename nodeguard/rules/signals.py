@@ -72,8 +72,13 @@ class Target:
         return self.pod.memory if self.pod is not None else None
 
 
-def targets(snapshot: NodeSnapshot, scope: Scope) -> list[Target]:
-    """Every target of a scope in the snapshot."""
+def targets(snapshot: NodeSnapshot, scope: Scope, *, current: bool = False) -> list[Target]:
+    """Every target of a scope in the snapshot; with ``current``, of a focused sample only
+    those it re-read (the node always; no GPU: NVML is not read again)."""
+    if current and snapshot.focused is not None and scope != "node":
+        if scope == "gpu":
+            return []
+        return [t for t in targets(snapshot, scope) if t.key in snapshot.focused]
     metas = snapshot.pod_meta or {}
     if scope == "node":
         return [Target(scope="node", key=snapshot.node_name)]
@@ -107,19 +112,23 @@ class History:
         self._oom: dict[str, deque[tuple[float, int]]] = {}
 
     def observe(self, snapshot: NodeSnapshot) -> None:
-        """Record one snapshot."""
+        """Record one snapshot. Of a focused sample, only the targets it re-read: the others'
+        values are the last sample's, and a point at the new time would fake a flat stretch
+        (and forgetting them would lose their growth)."""
         now = snapshot.timestamp
         seen: set[str] = set()
         for scope in ("pod", "container"):
             for t in targets(snapshot, scope):
                 mem = t.memory
-                if mem is None:
+                if mem is None or not snapshot.is_current(t.key):
                     continue
                 seen.add(t.key)
                 if mem.working_set_bytes is not None:
                     _push(self._ws, t.key, now, mem.working_set_bytes, GROWTH_WINDOW * 2)
                 if mem.oom_kills is not None:
                     _push_change(self._oom, t.key, now, mem.oom_kills, OOM_WINDOW)
+        if snapshot.focused is not None:
+            return
         for store in (self._ws, self._oom):
             for key in [k for k in store if k not in seen]:
                 del store[key]

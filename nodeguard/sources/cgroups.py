@@ -154,8 +154,9 @@ _EMPTY: dict[str, int] = {}
 # pressure, own limit). Equal parts (and parent limit, MemTotal) build an equal CgroupMemory.
 _Stat = dict[str, int] | None
 _Parts = tuple[_Stat, int | None, _Stat, int | None, Pressure | None, int | None]
-# path -> (its parts, parent limit and MemTotal; the CgroupMemory built from them)
-_Built = dict[str, tuple[tuple[_Parts, int | None, int | None], CgroupMemory]]
+# path -> (its parts, parent limit and MemTotal; the CgroupMemory built from them; the inode
+# number of its directory)
+_Built = dict[str, tuple[tuple[_Parts, int | None, int | None], CgroupMemory, int]]
 
 
 def _limit_file(version: Literal[1, 2]) -> str:
@@ -291,6 +292,22 @@ class CgroupReader:
         # what each cgroup's files said and what was built from it, last sample and this one
         self._built: _Built = {}
         self._building: _Built = {}
+        self._kubepods: tuple[str, int, int | None] | None = None  # path, inode, parent limit
+
+    @property
+    def root(self) -> str | None:
+        """The memory hierarchy's root directory (what ``CgroupMemory.path`` is relative to);
+        ``None`` before the first read found one."""
+        return str(self._layout.root) if self._layout is not None else None
+
+    @property
+    def kubepods(self) -> CgroupMemory | None:
+        """The outermost kubepods cgroup as the last read or refresh saw it; ``None`` when
+        there is none."""
+        if self._kubepods is None:
+            return None
+        built = self._built.get(self._kubepods[0])
+        return built[1] if built else None
 
     @property
     def open_files(self) -> int:
@@ -312,12 +329,15 @@ class CgroupReader:
 
     def read(self, *, mem_total: int | None) -> tuple[int, tuple[PodMemory, ...]]:
         pods: list[PodMemory] = []
+        self._kubepods = None
         try:
             layout, roots = self._discover()
             if not roots:
                 raise NoDataError(f"no kubepods cgroup under {layout.root}")
             for kube_root in roots:
                 limit = self._ancestor_limit(layout=layout, path=kube_root, mem_total=mem_total)
+                if self._kubepods is None:
+                    self._read_kubepods(layout=layout, path=str(kube_root), total=mem_total)
                 pods.extend(
                     self._read_root(layout=layout, root=kube_root, limit=limit, total=mem_total)
                 )
@@ -325,6 +345,102 @@ class CgroupReader:
             self._files.sweep()  # what this sample did not read belongs to cgroups now gone
             self._built, self._building = self._building, {}
         return layout.version, tuple(pods)
+
+    def _read_kubepods(self, *, layout: CgroupLayout, path: str, total: int | None) -> None:
+        """The kubepods cgroup itself (node allocatable); its limit against the limits above
+        it (a kind or docker node's own)."""
+        try:
+            ino = os.stat(path).st_ino
+        except OSError:
+            return
+        parent = Path(path).parent
+        above = (
+            self._ancestor_limit(layout=layout, path=parent, mem_total=total)
+            if parent != layout.root
+            else None
+        )
+        if self._read(layout=layout, path=path, ino=ino, parent_limit=above, total=total):
+            self._kubepods = (path, ino, above)
+
+    def refresh_kubepods(self, *, mem_total: int | None) -> CgroupMemory | None:
+        """Re-read the kubepods cgroup alone (a focused sample); the last one where it cannot
+        be read."""
+        if self._kubepods is None or self._layout is None:
+            return None
+        path, ino, above = self._kubepods
+        memory = self._reread(path=path, ino=ino, parent_limit=above, total=mem_total)
+        return memory or self.kubepods
+
+    def refresh(
+        self, pods: tuple[PodMemory, ...], *, keys: frozenset[str], mem_total: int | None
+    ) -> tuple[tuple[PodMemory, ...], frozenset[str]]:
+        """Re-read only the pods and containers of ``pods`` (the last read's) whose keys are
+        in ``keys`` (a pod's UID: its pod cgroup; ``<pod uid>/<container id>``: that container
+        and its pod); the others are returned as they were. A cgroup gone since the last read
+        keeps its last values (the next full read drops it). Returns the pods and the keys
+        re-read. Never sweeps held files: only a full read knows which cgroups are gone."""
+        if self._layout is None or not keys:
+            return pods, frozenset()
+        root = str(self._layout.root)
+        out: list[PodMemory] = []
+        done: set[str] = set()
+        for pod in pods:
+            wanted = {
+                c.container_id for c in pod.containers if f"{pod.uid}/{c.container_id}" in keys
+            }
+            if pod.uid not in keys and not wanted:
+                out.append(pod)
+                continue
+            memory = self._refreshed(root + pod.memory.path, pod.uid, pod.memory, mem_total, done)
+            containers = tuple(
+                ContainerMemory(
+                    container_id=c.container_id,
+                    runtime=c.runtime,
+                    memory=self._refreshed(
+                        root + c.memory.path,
+                        f"{pod.uid}/{c.container_id}",
+                        c.memory,
+                        mem_total,
+                        done,
+                    ),
+                )
+                if c.container_id in wanted
+                else c
+                for c in pod.containers
+            )
+            out.append(
+                PodMemory(
+                    uid=pod.uid, qos_class=pod.qos_class, memory=memory, containers=containers
+                )
+            )
+        return tuple(out), frozenset(done)
+
+    def _refreshed(
+        self, path: str, key: str, last: CgroupMemory, total: int | None, done: set[str]
+    ) -> CgroupMemory:
+        """The cgroup at ``path`` read again (its key added to ``done``), or ``last`` when it
+        cannot be: not in the last full read, or gone since."""
+        built = self._built.get(path)
+        if built is None:
+            return last
+        memory = self._reread(path=path, ino=built[2], parent_limit=built[0][1], total=total)
+        if memory is None:
+            return last
+        done.add(key)
+        return memory
+
+    def _reread(
+        self, *, path: str, ino: int, parent_limit: int | None, total: int | None
+    ) -> CgroupMemory | None:
+        """One cgroup read again between full reads; what it said replaces the last read's
+        record (so the next full read finds it unchanged, and builds nothing anew)."""
+        assert self._layout is not None
+        memory = self._read(
+            layout=self._layout, path=path, ino=ino, parent_limit=parent_limit, total=total
+        )
+        if memory is not None:
+            self._built[path] = self._building.pop(path)
+        return memory
 
     def _ancestor_limit(
         self, *, layout: CgroupLayout, path: Path, mem_total: int | None
@@ -463,5 +579,5 @@ class CgroupReader:
                 parent_limit=parent_limit,
                 mem_total=total,
             )
-        self._building[path] = (key, memory)
+        self._building[path] = (key, memory, ino)
         return memory
