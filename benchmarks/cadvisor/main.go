@@ -4,7 +4,7 @@
 // the kubelet wires it (pkg/kubelet/cadvisor/cadvisor_linux.go, pkg/kubelet/server/server.go):
 // an in-memory stats cache of 2 minutes, a 10 s housekeeping interval with dynamic
 // housekeeping up to 15 s, no event storage, the raw cgroup handler only (no containerd or
-// CRI-O handler: the kubelet's CRI stats give names, the raw handler reads the cgroups), and a
+// CRI-O handler, so series carry the cgroup path and blank workload labels), and a
 // /metrics endpoint with the kubelet's request options (the latest stats of every container,
 // recursively). Metrics: memory and OOM events only, what nodeguard exports, so that the two
 // are compared on the same job.
