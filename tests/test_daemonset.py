@@ -80,7 +80,14 @@ from tests.fixtures.make_hosts import v2_cgroup
 from tests.kube_helpers import Cluster
 
 GiB = 1 << 30
-COMPONENTS = ("no-dry-run", "gpu-nodes", "kernel-log", "alert-driven", "no-prometheus-operator")
+COMPONENTS = (
+    "no-dry-run",
+    "gpu-nodes",
+    "kernel-log",
+    "cgroup-v1-thresholds",
+    "alert-driven",
+    "no-prometheus-operator",
+)
 
 # Every call nodeguard makes to the API (nodeguard/kube/client.py and the watch), by role.
 CLUSTER_ROLE: set[Triple] = {
@@ -271,6 +278,10 @@ def test_the_daemonset(manifests: list[Obj]) -> None:
         assert volumes[m["name"]]["hostPath"]["path"] == host
         assert f"{flag}={path}" in c["args"]
     assert volumes[mounts["/host/dev/kmsg"]["name"]]["hostPath"]["type"] == "CharDevice"
+    # PSI triggers are writes: /proc/pressure alone is writable, over the read-only /host/proc.
+    pressure = mounts["/host/proc/pressure"]
+    assert not pressure.get("readOnly")
+    assert volumes[pressure["name"]]["hostPath"] == {"path": "/proc/pressure", "type": "Directory"}
     assert "--path.state=/var/lib/nodeguard" in c["args"]
     assert volumes[mounts["/var/lib/nodeguard"]["name"]]["hostPath"]["path"] == "/var/lib/nodeguard"
     # The rules: a directory mount of the ConfigMap (a subPath would never see an update).
@@ -328,6 +339,9 @@ def test_components_and_overlays(kustomize_bin: Path, tmp_path: Path) -> None:
     assert parts["gpu-nodes"]["selector"] == {"nvidia.com/gpu.present": "true"}
     assert base["selector"] is None
     assert parts["kernel-log"]["sc"]["privileged"] is True
+    made = compose(tmp_path / "t", components=["cgroup-v1-thresholds"], binary=kustomize_bin)
+    mounts = {m["mountPath"]: m for m in container(made)["volumeMounts"]}
+    assert not mounts["/host/sys/fs/cgroup"].get("readOnly") and mounts["/host/sys"]["readOnly"]
     assert parts["alert-driven"]["rules"] == {
         "alertmanager.yaml": (REPO / "rules/alertmanager.yaml").read_text()
     }

@@ -113,6 +113,8 @@ def test_real_signals_on_a_fixture_host() -> None:
     assert value("node_page_cache_ratio", "n") == pytest.approx(2.5 / 32)
     assert value("node_psi_full_avg10", "n") == pytest.approx(0.04)
     assert value("node_psi_some_avg60", "n") == pytest.approx(0.08)
+    # kubepods.slice: 20 GiB used, 1 GiB of it inactive file, against its 30 GiB limit.
+    assert value("node_allocatable_working_set_ratio", "n") == pytest.approx(19 / 30)
     # No pod list without a cluster: overcommit is unknown, not 0.
     assert value("node_memory_requests_allocatable_ratio", "n") is None
     key = f"{UID_G}/{CID[1]}"

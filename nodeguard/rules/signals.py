@@ -326,6 +326,20 @@ register(
     help="memory PSI full avg60, share of time stalled",
     fn=_psi("full", "avg60"),
 )
+def _allocatable(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+    k = snap.kubepods
+    return None if k is None else _ratio(k.working_set_bytes, k.effective_limit_bytes)
+
+
+register(
+    "node_allocatable_working_set_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="working set of all pods (the kubepods cgroup) / its limit, node allocatable as the "
+    "kubelet enforces it",
+    fn=_allocatable,
+)
 register(
     "node_memory_requests_allocatable_ratio",
     scope="node",

@@ -62,7 +62,13 @@ def lay_out(
     ds = find(objs, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     c = container(objs)
-    stand_ins = {"/proc": host / "proc", "/sys": host / "sys", "/dev/kmsg": host / "kmsg"}
+    stand_ins = {
+        "/proc": host / "proc",
+        "/proc/pressure": host / "proc" / "pressure",
+        "/sys": host / "sys",
+        "/sys/fs/cgroup": host / "sys" / "fs" / "cgroup",
+        "/dev/kmsg": host / "kmsg",
+    }
     volumes = {v["name"]: v for v in pod["volumes"]}
     read_only = []
     for m in c["volumeMounts"]:
@@ -73,8 +79,8 @@ def lay_out(
             if path in stand_ins:
                 src = stand_ins[path]
                 assert (kind == "CharDevice") == src.is_file(), (path, kind)
-                if src.is_dir():
-                    shutil.copytree(src, target)
+                if src.is_dir():  # a mount over a part of another: the same files
+                    shutil.copytree(src, target, dirs_exist_ok=True)
                 else:
                     shutil.copy(src, target)
             else:
