@@ -326,6 +326,8 @@ register(
     help="memory PSI full avg60, share of time stalled",
     fn=_psi("full", "avg60"),
 )
+
+
 def _allocatable(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
     k = snap.kubepods
     return None if k is None else _ratio(k.working_set_bytes, k.effective_limit_bytes)
