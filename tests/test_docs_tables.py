@@ -39,3 +39,41 @@ def test_every_action_is_named_in_the_readme() -> None:
     paragraph = README[README.index("Actions: `cordon`") :].split("\n\n")[0]
     named = set(re.findall(r"`([a-z_]+)`", paragraph))
     assert set(ACTIONS) <= named, set(ACTIONS) - named
+
+
+def _expand(token: str) -> list[str]:
+    """``a_{b,c}_d`` -> ``a_b_d``, ``a_c_d`` (every group); a trailing ``{labels}`` dropped."""
+    token = re.sub(r"\{[^{}]*\}$", "", token)
+    m = re.search(r"\{([^{}]*)\}", token)
+    if m is None:
+        return [token]
+    return [
+        name
+        for part in m.group(1).split(",")
+        for name in _expand(token[: m.start()] + part + token[m.end() :])
+    ]
+
+
+def test_the_metric_table_names_every_family_of_a_snapshot() -> None:
+    # Every family a snapshot renders (both fixture hosts, every collector), by the name its
+    # series carry, is in the README's table, and the table names nothing else.
+    from nodeguard.exporter import snapshot_families
+    from nodeguard.sampler import Sampler, SamplerConfig
+    from tests.conftest import host_paths
+
+    rendered = set()
+    for host in ("v2-systemd-containerd", "v1-cgroupfs-docker"):
+        sampler = Sampler(config=SamplerConfig(paths=host_paths(host), node_name="n"))
+        for family in snapshot_families(sampler.sample_once()):
+            rendered.add(family.name + ("_total" if family.kind == "counter" else ""))
+        sampler.close()
+    documented = {
+        name
+        for row in _table("| metric | source |")
+        for token in re.findall(r"`(nodeguard_[^`]+)`", row[0])
+        for name in _expand(token)
+    }
+    # No GPU in the fixture hosts: the GPU families are documented under "GPU" and tested
+    # against the stub driver (tests/test_gpu.py).
+    gpu = {n for n in documented if n.startswith("nodeguard_gpu_")}
+    assert rendered == documented - gpu
