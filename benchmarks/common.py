@@ -33,7 +33,6 @@ from tests.agent import Agent, free_port, running_agent, wait_ready  # noqa: E40
 from tests.controlplane.cluster import terminate  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 1 << 20
 
 # What Prometheus 2.42 (Debian 12's) sends on every scrape: it prefers OpenMetrics and gzip.

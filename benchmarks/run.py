@@ -57,10 +57,6 @@ from benchmarks.common import (
 from benchmarks.hosts import make_host
 from benchmarks.soak import Soak
 
-TARGET_SNAPSHOT_CPU_MS = 20.0
-TARGET_METRICS_MS = 10.0
-TARGET_RSS_MIB = 80.0
-
 
 def machine() -> dict[str, str]:
     mem = next(

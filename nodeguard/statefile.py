@@ -65,7 +65,6 @@ class StateFile:
         self.path, self.node, self._clock, self._lazy = path, node, clock, lazy_seconds
         self.recovered: str | None = None
         self.saved_at: float | None = None
-        self.saves = 0
         self._data: dict[str, Any] = {}
         self._dirty_since: float | None = None
         self._warned = False
@@ -225,4 +224,3 @@ class StateFile:
                 self._warned = True
             return
         self._warned = False
-        self.saves += 1

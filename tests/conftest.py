@@ -71,11 +71,6 @@ def v2_host() -> HostPaths:
     return host_paths("v2-systemd-containerd")
 
 
-@pytest.fixture
-def v1_host() -> HostPaths:
-    return host_paths("v1-cgroupfs-docker")
-
-
 # CI runs every test: a skip there (no root, no promtool, no control plane) is a failure, so a
 # green run cannot hide a test that did not run. Set by scripts/test.
 _skipped: list[str] = []
