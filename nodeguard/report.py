@@ -11,7 +11,13 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from nodeguard.snapshot import ContainerMemory, GpuMemory, NodeSnapshot, PodMemory
+from nodeguard.snapshot import (
+    NODE_MEMORY_BREAKDOWN,
+    ContainerMemory,
+    GpuMemory,
+    NodeSnapshot,
+    PodMemory,
+)
 from nodeguard.units import format_bytes
 
 __all__ = ["format_bytes", "render_report"]
@@ -52,19 +58,11 @@ def _node_table(snap: NodeSnapshot) -> Table | Text:
     t.add_column("")
     t.add_column("bytes", justify="right")
     t.add_column("of total", justify="right")
-    available_name = "available (estimated)" if mem.available_estimated else "available"
-    rows = (
-        ("total", mem.total_bytes),
-        ("used (total - available)", mem.used_bytes),
-        (available_name, mem.available_bytes),
-        ("free", mem.free_bytes),
-        ("page cache (file LRU)", mem.page_cache_bytes),
-        ("buffers", mem.buffers_bytes),
-        ("shmem (tmpfs)", mem.shmem_bytes),
-        ("slab reclaimable", mem.slab_reclaimable_bytes),
-        ("slab unreclaimable", mem.slab_unreclaimable_bytes),
-    )
-    for name, value in rows:
+    for part in NODE_MEMORY_BREAKDOWN:
+        name = part.label
+        if part.field == "available_bytes" and mem.available_estimated:
+            name += " (estimated)"
+        value = getattr(mem, part.field)
         t.add_row(name, format_bytes(value), _pct(value, mem.total_bytes))
     return t
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "NODE_MEMORY_BREAKDOWN",
+    "BreakdownPart",
     "CgroupMemory",
     "CollectorStatus",
     "ContainerMemory",
@@ -38,6 +40,7 @@ __all__ = [
     "PressureLine",
     "ProcessRss",
     "WorkloadLabels",
+    "memory_breakdown",
     "to_jsonable",
 ]
 
@@ -61,6 +64,61 @@ class CollectorStatus:
     duration_seconds: float
     error: str | None = None
     skipped: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakdownPart:
+    """One line of the node memory breakdown: the :class:`MemInfo` field (also the metric
+    ``nodeguard_node_memory_<field>`` and the incident record's key), its label in tables, and
+    what it is (the metric's HELP)."""
+
+    field: str
+    label: str
+    help: str
+
+
+#: The node memory breakdown, the one list that ``/metrics``, ``nodeguard snapshot`` and the
+#: incident records show (Documentation/filesystems/proc.rst, "meminfo").
+NODE_MEMORY_BREAKDOWN: tuple[BreakdownPart, ...] = (
+    BreakdownPart(field="total_bytes", label="total", help="MemTotal"),
+    BreakdownPart(
+        field="used_bytes",
+        label="used (total - available)",
+        help="MemTotal minus available, as free(1) computes used",
+    ),
+    BreakdownPart(
+        field="available_bytes",
+        label="available",
+        help="MemAvailable, or its estimate (see _estimated)",
+    ),
+    BreakdownPart(field="free_bytes", label="free", help="MemFree"),
+    BreakdownPart(
+        field="page_cache_bytes",
+        label="page cache (file LRU)",
+        help="page cache: Active(file) + Inactive(file)",
+    ),
+    BreakdownPart(field="buffers_bytes", label="buffers", help="Buffers"),
+    BreakdownPart(
+        field="shmem_bytes",
+        label="shmem (tmpfs)",
+        help="Shmem (tmpfs, shared memory: not freed by reclaim)",
+    ),
+    BreakdownPart(
+        field="slab_reclaimable_bytes",
+        label="slab reclaimable",
+        help="SReclaimable: slab the kernel can reclaim",
+    ),
+    BreakdownPart(
+        field="slab_unreclaimable_bytes",
+        label="slab unreclaimable",
+        help="SUnreclaim: slab the kernel cannot reclaim",
+    ),
+)
+
+
+def memory_breakdown(mem: MemInfo) -> dict[str, int | None]:
+    """The breakdown's values in bytes, by field, in :data:`NODE_MEMORY_BREAKDOWN` order."""
+    return {part.field: getattr(mem, part.field) for part in NODE_MEMORY_BREAKDOWN}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -38,7 +38,9 @@ def test_the_signal_table_is_the_registry() -> None:
 def test_every_action_is_named_in_the_readme() -> None:
     paragraph = README[README.index("Actions: `cordon`") :].split("\n\n")[0]
     named = set(re.findall(r"`([a-z_]+)`", paragraph))
-    assert set(ACTIONS) <= named, set(ACTIONS) - named
+    # The package's own actions (tests register stand-ins of their own).
+    shipped = {n for n, a in ACTIONS.items() if a.run.__module__.startswith("nodeguard.actions.")}
+    assert len(shipped) >= 6 and shipped <= named, shipped - named
 
 
 def _expand(token: str) -> list[str]:

@@ -8,31 +8,10 @@ from collections.abc import Iterator
 from nodeguard.collectors.base import Collector, Parts, register
 from nodeguard.collectors.labels import NO_WORKLOAD, node_gauge
 from nodeguard.families import Families, Family
-from nodeguard.snapshot import NodeSnapshot
+from nodeguard.snapshot import NODE_MEMORY_BREAKDOWN, NodeSnapshot
 from nodeguard.sources.meminfo import read_meminfo
 
 __all__ = ["MeminfoCollector"]
-
-# (family suffix, HELP, the MemInfo field)
-_DERIVED = (
-    ("total_bytes", "MemTotal", "total_bytes"),
-    ("free_bytes", "MemFree", "free_bytes"),
-    ("available_bytes", "MemAvailable, or its estimate (see _estimated)", "available_bytes"),
-    ("used_bytes", "MemTotal minus available, as free(1) computes used", "used_bytes"),
-    ("page_cache_bytes", "page cache: Active(file) + Inactive(file)", "page_cache_bytes"),
-    ("buffers_bytes", "Buffers", "buffers_bytes"),
-    ("shmem_bytes", "Shmem (tmpfs, shared memory: not freed by reclaim)", "shmem_bytes"),
-    (
-        "slab_reclaimable_bytes",
-        "SReclaimable: slab the kernel can reclaim",
-        "slab_reclaimable_bytes",
-    ),
-    (
-        "slab_unreclaimable_bytes",
-        "SUnreclaim: slab the kernel cannot reclaim",
-        "slab_unreclaimable_bytes",
-    ),
-)
 
 
 @register
@@ -61,10 +40,10 @@ class MeminfoCollector(Collector):
         for name, value in mem.page_counts.items():
             pages.add((*NO_WORKLOAD, name), value)
         yield from (raw, pages)
-        for suffix, doc, attr in _DERIVED:
-            amount = getattr(mem, attr)
+        for part in NODE_MEMORY_BREAKDOWN:
+            amount = getattr(mem, part.field)
             if amount is not None:
-                derived = node_gauge(out, f"node_memory_{suffix}", f"node memory: {doc}")
+                derived = node_gauge(out, f"node_memory_{part.field}", f"node memory: {part.help}")
                 derived.add(NO_WORKLOAD, amount)
                 yield derived
         est = node_gauge(

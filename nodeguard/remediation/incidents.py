@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeguard.firing import Firing
-from nodeguard.snapshot import NodeSnapshot
+from nodeguard.snapshot import NodeSnapshot, memory_breakdown
 
 __all__ = ["IncidentStore", "evidence", "incident_id"]
 
@@ -50,17 +50,7 @@ def evidence(snapshot: NodeSnapshot | None, *, top: int = 10) -> dict[str, Any]:
     memory = (
         None
         if mem is None
-        else {
-            "total_bytes": mem.total_bytes,
-            "used_bytes": mem.used_bytes,
-            "available_bytes": mem.available_bytes,
-            "available_estimated": mem.available_estimated,
-            "free_bytes": mem.free_bytes,
-            "page_cache_bytes": mem.page_cache_bytes,
-            "shmem_bytes": mem.shmem_bytes,
-            "slab_reclaimable_bytes": mem.slab_reclaimable_bytes,
-            "slab_unreclaimable_bytes": mem.slab_unreclaimable_bytes,
-        }
+        else {**memory_breakdown(mem), "available_estimated": mem.available_estimated}
     )
     containers = []
     for pod, c in snapshot.containers():
