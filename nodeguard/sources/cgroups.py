@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory, ContainerMemory, PodMemory, Pressure, QosClass
@@ -150,10 +150,21 @@ def _oom_v1(text: str) -> dict[str, int]:
 _PLAIN = OpenFiles(max_open=0)
 _EMPTY: dict[str, int] = {}
 
-# What one cgroup's files said, parsed: (stat, usage, events or oom_control, failcnt,
-# pressure, own limit). Equal parts (and parent limit, MemTotal) build an equal CgroupMemory.
 _Stat = dict[str, int] | None
-_Parts = tuple[_Stat, int | None, _Stat, int | None, Pressure | None, int | None]
+
+
+class _Parts(NamedTuple):
+    """What one cgroup's files said, parsed (``None``: absent or skipped). Equal parts (and
+    parent limit, MemTotal) build an equal CgroupMemory."""
+
+    stat: _Stat
+    usage: int | None
+    events: _Stat  # v2 memory.events, v1 memory.oom_control
+    failcnt: int | None  # v1 only
+    pressure: Pressure | None  # v2 only
+    own_limit: int | None
+
+
 # path -> (its parts, parent limit and MemTotal; the CgroupMemory built from them; the inode
 # number of its directory)
 _Built = dict[str, tuple[tuple[_Parts, int | None, int | None], CgroupMemory, int]]
@@ -195,9 +206,9 @@ def _build(
     parent_limit: int | None,
     mem_total: int | None,
 ) -> CgroupMemory:
-    stat_or_none, usage, events_or_none, failcnt, pressure, own_limit = parts
-    stat = stat_or_none or _EMPTY
-    events = events_or_none or _EMPTY
+    stat = parts.stat or _EMPTY
+    events = parts.events or _EMPTY
+    usage = parts.usage
     if version == 2:
         inactive = stat.get("inactive_file")
         anon, file_ = stat.get("anon"), stat.get("file")
@@ -206,11 +217,11 @@ def _build(
         inactive = stat.get("total_inactive_file", stat.get("inactive_file"))
         anon = stat.get("total_rss", stat.get("rss"))
         file_ = stat.get("total_cache", stat.get("cache"))
-        limit_hits, high = failcnt, None
+        limit_hits, high = parts.failcnt, None
     working_set = None
     if usage is not None and inactive is not None:
         working_set = max(0, usage - inactive)
-    limit = normalise_limit(own_limit, mem_total=mem_total)
+    limit = normalise_limit(parts.own_limit, mem_total=mem_total)
     return CgroupMemory(
         path=rel,
         cgroup_version=version,
@@ -224,7 +235,7 @@ def _build(
         oom_kills=events.get("oom_kill"),
         limit_hits=limit_hits,
         high_events=high,
-        pressure=pressure,
+        pressure=parts.pressure,
     )
 
 
@@ -470,21 +481,21 @@ class CgroupReader:
 
     def _read_parts(self, base: str, version: Literal[1, 2], ino: int) -> _Parts:
         if version == 2:
-            return (
-                self._file(f"{base}/memory.stat", _stat_v2, ino=ino),
-                self._file(f"{base}/memory.current", _parse_int, ino=ino),
-                self._file(f"{base}/memory.events", _events_v2, ino=ino),
-                None,
-                self._file(f"{base}/memory.pressure", parse_pressure, ino=ino),
-                self._file(f"{base}/memory.max", _parse_int, ino=ino),
+            return _Parts(
+                stat=self._file(f"{base}/memory.stat", _stat_v2, ino=ino),
+                usage=self._file(f"{base}/memory.current", _parse_int, ino=ino),
+                events=self._file(f"{base}/memory.events", _events_v2, ino=ino),
+                failcnt=None,
+                pressure=self._file(f"{base}/memory.pressure", parse_pressure, ino=ino),
+                own_limit=self._file(f"{base}/memory.max", _parse_int, ino=ino),
             )
-        return (
-            self._file(f"{base}/memory.stat", _stat_v1, ino=ino),
-            self._file(f"{base}/memory.usage_in_bytes", _parse_int, ino=ino),
-            self._file(f"{base}/memory.oom_control", _oom_v1, ino=ino),
-            self._file(f"{base}/memory.failcnt", _parse_int, ino=ino),
-            None,
-            self._file(f"{base}/memory.limit_in_bytes", _parse_int, ino=ino),
+        return _Parts(
+            stat=self._file(f"{base}/memory.stat", _stat_v1, ino=ino),
+            usage=self._file(f"{base}/memory.usage_in_bytes", _parse_int, ino=ino),
+            events=self._file(f"{base}/memory.oom_control", _oom_v1, ino=ino),
+            failcnt=self._file(f"{base}/memory.failcnt", _parse_int, ino=ino),
+            pressure=None,
+            own_limit=self._file(f"{base}/memory.limit_in_bytes", _parse_int, ino=ino),
         )
 
     def _read_root(
@@ -560,7 +571,7 @@ class CgroupReader:
     ) -> CgroupMemory | None:
         """The cgroup, or ``None`` when it is gone; a file skipped leaves its values out."""
         parts = self._read_parts(path, layout.version, ino)
-        if parts[1] is None and not os.path.isdir(path):
+        if parts.usage is None and not os.path.isdir(path):
             return None  # removed between listing and reading
         key = (parts, parent_limit, total)
         last = self._built.get(path)
