@@ -1,11 +1,14 @@
 """The top processes by resident set size, each mapped to its container: evidence, not metrics.
 
 RSS is what psutil's ``memory_info().rss`` gives: the second field of ``/proc/<pid>/statm`` in
-pages, times the page size. It is read here for every process (psutil's per-process machinery
-costs ten times the read on a node with a thousand processes, docs/benchmarks.md); psutil,
-pointed at the host's procfs through ``psutil.PROCFS_PATH``, names only the processes kept. The
-memory cgroup comes from ``/proc/<pid>/cgroup`` (proc(5)): the ``memory`` controller's line on
-v1, the ``0::`` line on v2, relative to the agent's cgroup namespace where it has one (see
+pages, times the page size; the name is what psutil's ``name()`` gives: ``comm`` from
+``/proc/<pid>/stat``, or where the kernel cut it at 15 characters, the basename of the command
+line's first word when that starts with it. Both are read here, from the procfs given (psutil
+reads only through its one process-wide ``PROCFS_PATH``, and its per-process machinery costs ten
+times the read on a node with a thousand processes, docs/benchmarks.md); psutil is the oracle
+of the tests (tests/test_real_proc.py). The memory cgroup comes from ``/proc/<pid>/cgroup``
+(proc(5)): the ``memory`` controller's line on v1, the ``0::`` line on v2, relative to the
+agent's cgroup namespace where it has one (see
 :mod:`nodeguard.sources.cgroup_paths`). Processes exit between listing and reading; those are
 skipped. A process whose ``statm`` cannot be read or parsed is left out, and one whose
 ``cgroup`` cannot is kept without its cgroup: each counted and logged once
@@ -20,8 +23,6 @@ import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
-import psutil
-
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import ProcessRss
 from nodeguard.sources.cgroup_paths import identify_cgroup
@@ -33,11 +34,12 @@ __all__ = [
     "memory_cgroup_of",
     "owner_of",
     "parse_proc_cgroup",
+    "process_name",
     "read_top_processes",
 ]
 
-#: Characters of a process name kept: comm is 15; a name from the command line (psutil's, where
-#: comm is cut) can be as long as the process likes.
+#: Characters of a process name kept: comm is 15; a name from the command line (where comm is
+#: cut) can be as long as the process likes.
 MAX_NAME_CHARS = 128
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -105,10 +107,6 @@ def read_top_processes(
     this one, so that is a wrong ``--path.procfs``.
     """
     skipped = skipped or Skipped(collector="processes")
-    # psutil reads procfs through a module-wide path; the sampler runs collectors one at a time.
-    if str(paths.procfs) != psutil.PROCFS_PATH:
-        psutil.PROCFS_PATH = str(paths.procfs)
-        psutil.process_iter.cache_clear()  # cached Process objects belong to the old procfs
     procfs = str(paths.procfs)
     sizes: list[tuple[int, int]] = []
     for entry in os.listdir(procfs):
@@ -128,7 +126,7 @@ def read_top_processes(
     for rss, pid in sorted(sizes, reverse=True):  # as heapq.nlargest orders them
         if len(top) == limit:
             break
-        name = _name(pid)
+        name = process_name(procfs=procfs, pid=pid)
         if name is None:
             continue  # gone since its statm was read: as if it had gone before
         try:
@@ -169,15 +167,38 @@ def _rss(statm: str) -> int | None:
     return pages * _PAGE_SIZE
 
 
-def _name(pid: int) -> str | None:
-    """psutil's process name (``comm``, or the command's basename where comm is truncated);
-    ``""`` when it cannot be read, ``None`` when the process is gone."""
+def _read(path: str) -> bytes:
+    fd = os.open(path, _FLAGS)
     try:
-        name = psutil.Process(pid).name()
-    except psutil.NoSuchProcess:
+        return os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+
+
+def process_name(*, procfs: str, pid: int) -> str | None:
+    """psutil's ``Process(pid).name()`` read from ``procfs`` (module docstring): ``comm``, or the
+    command line's first word's basename where comm was cut at 15 characters and that starts
+    with it; at most :data:`MAX_NAME_CHARS`, bytes that are not UTF-8 replaced. ``""`` when it
+    cannot be read, ``None`` when the process is gone (proc(5): ``/proc/<pid>/stat`` field 2,
+    ``/proc/<pid>/cmdline``)."""
+    try:
+        stat = _read(f"{procfs}/{pid}/stat")
+    except (FileNotFoundError, ProcessLookupError):
         return None
-    except (psutil.AccessDenied, psutil.ZombieProcess):
+    except OSError:
         return ""
-    # psutil gives bytes that are not UTF-8 as lone surrogates: back to bytes, then text.
-    text = name[:MAX_NAME_CHARS].encode("utf-8", "surrogateescape")
-    return text.decode("utf-8", "replace")
+    start, end = stat.find(b"("), stat.rfind(b")")
+    if start < 0 or end < start:
+        return ""
+    name = stat[start + 1 : end]
+    if len(name) >= 15:  # TASK_COMM_LEN - 1: perhaps cut; the command line may have it whole
+        try:
+            cmdline = _read(f"{procfs}/{pid}/cmdline")
+        except OSError:
+            cmdline = b""
+        # Arguments end with NUL; a process that rewrote its command line may use spaces.
+        words = cmdline.split(b"\0" if cmdline.endswith(b"\0") else b" ")
+        first = os.path.basename(words[0]) if words and words[0] else b""
+        if first.startswith(name):
+            name = first
+    return name.decode("utf-8", "replace")[:MAX_NAME_CHARS]
