@@ -516,6 +516,34 @@ def test_init_failure(
     assert stub.calls() == ["init"]  # tried once; nothing to shut down
 
 
+def test_a_failed_init_is_tried_again_a_minute_later_on_the_readers_clock(
+    make_stub: StubFactory, tmp_path: Path
+) -> None:
+    stub = make_stub(two_gpus().add(f"init {UNKNOWN}"))
+    code = f"""
+from nodeguard.paths import HostPaths
+from nodeguard.sources.gpu import NvmlInitError, NvmlReader
+now = [1000.0]
+reader = NvmlReader(paths=HostPaths(procfs={str(procfs(tmp_path))!r}), clock=lambda: now[0])
+for at in (0.0, 59.9, 60.0, 119.9):
+    now[0] = 1000.0 + at
+    try:
+        reader.read()
+    except NvmlInitError:
+        print(at, flush=True)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=stub.env(),
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    assert done.stdout.split() == ["0.0", "59.9", "60.0", "119.9"]  # each read fails...
+    assert stub.calls() == ["init", "init"]  # ...but NVML is asked again only at +60 s
+
+
 def test_gpu_lost_in_the_middle_of_a_run(make_stub: StubFactory, tmp_path: Path) -> None:
     flag = tmp_path / "gpu1-fell-off-the-bus"
     stub = make_stub(two_gpus().add(f"lost 1 {flag}"))

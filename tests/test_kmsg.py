@@ -250,3 +250,21 @@ def test_state_of_an_older_agent_is_read(tmp_path: Path) -> None:
         {f"{UID_B}/{CID[3]}": 7},
         {},
     )
+
+
+def test_a_containers_count_expires_a_day_after_its_last_kill(tmp_path: Path) -> None:
+    # On the reader's own (here fake) wall clock: kept for 24 h after the kill was counted,
+    # gone after, and the node's totals are kept.
+    now = [1_800_000_000.0]
+    paths = _copy_host(tmp_path)
+    reader = OomLogReader(paths=paths, clock=lambda: now[0])
+    assert reader.read().by_container == {f"{UID_B}/{CID[3]}": 1}
+    now[0] += 24 * 3600 - 1
+    assert reader.read().by_container == {f"{UID_B}/{CID[3]}": 1}
+    now[0] += 2
+    oom = reader.read()
+    assert oom.by_container == {}
+    assert oom.total == 2
+    # The expiry is saved: a restart the next moment does not bring the count back.
+    again = OomLogReader(paths=paths, clock=lambda: now[0]).read()
+    assert (again.by_container, again.total) == ({}, 2)

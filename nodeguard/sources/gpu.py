@@ -62,12 +62,20 @@ class NvmlReader:
     """Reads the GPUs through NVML; ``read()`` returns :class:`GpuInfo`.
 
     Keeps NVML initialised between samples, the UUID and name of each device index (so a GPU
-    lost later is still named), and which optional queries the driver lacks.
+    lost later is still named), and which optional queries the driver lacks. A failed
+    ``nvmlInit`` is tried again ``retry_seconds`` later on ``clock`` (monotonic seconds).
     """
 
-    def __init__(self, *, paths: HostPaths, retry_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        *,
+        paths: HostPaths,
+        retry_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._paths = paths
         self._retry = retry_seconds
+        self._clock = clock  # for the retry of a failed nvmlInit (tests drive a fake one)
         self._initialised = False
         self._failure: tuple[type[Exception], str] | None = None
         self._retry_at = float("-inf")
@@ -82,7 +90,7 @@ class NvmlReader:
     def _init(self) -> None:
         if self._initialised:
             return
-        now = time.monotonic()
+        now = self._clock()
         if self._failure is not None and now < self._retry_at:
             kind, message = self._failure
             raise kind(message)

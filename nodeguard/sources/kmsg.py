@@ -23,6 +23,7 @@ import os
 import stat
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,9 @@ class OomLogReader:
     file or of permission (``CAP_SYSLOG`` with ``kernel.dmesg_restrict=1``).
     """
 
-    def __init__(self, *, paths: HostPaths) -> None:
+    def __init__(self, *, paths: HostPaths, clock: Callable[[], float] = time.time) -> None:
         self._paths = paths
+        self._clock = clock  # wall clock: a container's count expires a day after its last kill
         self._fd: int | None = None
         self._is_device = False
         self._parser = OomEventParser()
@@ -82,7 +84,7 @@ class OomLogReader:
         self._total = 0
         self._by_constraint: dict[str, int] = dict.fromkeys(CONSTRAINTS, 0)
         self._by_container: dict[str, _ContainerCount] = {}
-        self._started = time.time()
+        self._started = clock()
         self._recent: deque[OomKill] = deque(maxlen=_RECENT_MAX)
         self._load_state()
 
@@ -191,7 +193,7 @@ class OomLogReader:
             changed = self._count_new(kills, after=counted_to) or changed
             self._last_seq = max(self._last_seq, record.sequence)
         changed = self._count_new(self._parser.flush(), after=counted_to) or changed
-        cutoff = time.time() - _CONTAINER_TTL
+        cutoff = self._clock() - _CONTAINER_TTL
         for ckey in [k for k, c in self._by_container.items() if c.last < cutoff]:
             del self._by_container[ckey]
             changed = True
@@ -220,7 +222,7 @@ class OomLogReader:
         if kill.pod_uid:
             ckey = f"{kill.pod_uid}/{kill.container_id or ''}"
             count = self._by_container.setdefault(ckey, _ContainerCount())
-            count.last = time.time()
+            count.last = self._clock()
         if parsed.repeat:
             if count is not None:
                 count.repeats += 1
