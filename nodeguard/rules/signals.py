@@ -406,11 +406,8 @@ def _growing(
     quantile times its standard error, and at least :data:`SLOW_GROWTH_FLOOR` (0.5 %) of the
     limit over the window: a least-squares line through one step up and a plateau rises by
     about 1.5 times the step, so a step under 0.33 % of the limit is not taken for a trend.
-    With the 1 % floor alone, growth below about limit / 3,000 per second reached the limit
-    unseen by the local rule (its 95 % to 100 % took longer than the 60 s the default rule
-    looks ahead, and its growth was "noise"); it is now caught down to limit / 6,000 per
-    second, and slower growth leaves more than the Alertmanager path's ~3 minutes to act
-    (docs/benchmarks.md)."""
+    Growth down to about limit / 6,000 per second is caught this way; slower growth leaves more
+    than the Alertmanager path's ~3 minutes to act (docs/benchmarks.md, "The rule gap")."""
     if slope <= 0:
         return False
     growth = slope * (recent[-1][0] - recent[0][0])
