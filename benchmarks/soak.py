@@ -160,3 +160,47 @@ class Soak(threading.Thread):
         counter.close()
         shutil.rmtree(self.tree.root, ignore_errors=True)
         return {"rows": rows, "scrapes": scrapes, "pods_replaced": churned, "seconds": self.seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The footprint run alone: ``python -m benchmarks.soak [--before DIR] [--seconds N]
+    [--json FILE]``; prints CPU and RSS of each agent at the end."""
+    import argparse
+    import json
+    import tempfile
+
+    from benchmarks.hosts import make_host
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--before", type=Path, help="the code before a change (a source tree)")
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--containers", type=int, default=330)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="nodeguard-soak-") as tmp:
+        soak = Soak(
+            tree=make_host(Path(tmp) / "host", containers=args.containers),
+            seconds=args.seconds,
+            workdir=Path(tmp) / "soak",
+            before=args.before,
+        )
+        soak.start()
+        soak.join()
+    res = soak.result
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    if "error" in res:
+        print(res["error"])
+        return 1
+    last = res["rows"][-1]
+    for who in ("ng", "bf", "ne"):
+        if f"{who}_cpu" in last:
+            print(
+                f"{who}: CPU {last[f'{who}_cpu']:.1f} s over {last['t']:.0f} s, "
+                f"RSS {last[f'{who}_rss'] / (1 << 20):.1f} MiB"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
