@@ -11,9 +11,10 @@ factory the listening socket is created with (around aiohttp's ``web.Server``):
 
 - at most :attr:`ConnectionLimits.max_connections` at once. At the cap, a new connection takes
   the place of the oldest one that is waiting on its client (one that never sent a whole
-  request head, is still sending its body, or sits idle after a request), so that stalled
-  connections cannot lock out the kubelet's probes and Prometheus, which send their request at
-  once; when every connection is being answered, the new one is answered 503 and closed;
+  request head, is still sending its body, or sits idle after a request; those older than a
+  moment first), so that stalled connections, even a flood of new ones, cannot lock out the
+  kubelet's probes and Prometheus, which send their request at once; only when every
+  connection is being answered is the new one answered 503 and closed;
 - a connection that has not sent a whole request head within ``header_timeout`` seconds of
   opening is closed (aiohttp's ``keepalive_timeout`` does the same between requests);
 - :func:`deadline_middleware` reads each request's body within ``body_timeout`` seconds (408
@@ -167,19 +168,20 @@ class ConnectionGuard:
             self._state.pop(gone, None)
 
     def _make_room(self) -> bool:
-        """Close the oldest connection that is waiting on its client (and has had time to
-        send); whether one was found."""
+        """Close the oldest connection that is waiting on its client, one that has had time to
+        send first; whether one was found. In a flood of new connections (all younger than the
+        grace), the oldest of them goes: the newest, a probe among them, goes last."""
         assert self._server is not None
         grown = asyncio.get_running_loop().time() - _GRACE
         waiting = [
-            (opened, i, c)
+            (opened >= grown, opened, i, c)
             for i, c in enumerate(self._server.connections)
             if self._state.get(c, "new") in _WAITING
-            and (opened := self._opened.get(c, 0.0)) < grown
+            and (opened := self._opened.get(c, 0.0)) is not None
         ]
         if not waiting:
             return False
-        _, _, oldest = min(waiting)
+        *_, oldest = min(waiting)
         self._close(oldest, "evicted")
         return True
 

@@ -81,8 +81,9 @@ async def test_at_the_cap_the_oldest_idle_connection_makes_room(served: Any) -> 
     for _ in range(5):  # each new request evicts a stalled connection, never waits behind them
         assert (await _get(port)).startswith(b"HTTP/1.1 200")
     assert guard.open <= LIMITS.max_connections
-    assert guard.closed["evicted"] >= 1
-    assert guard.closed["refused"] == 3 * 8 - LIMITS.max_connections  # too young to evict
+    # The flood itself made room oldest first (none refused), then each request evicted one.
+    assert guard.closed["refused"] == 0
+    assert guard.closed["evicted"] >= 3 * 8 - LIMITS.max_connections + 5
     for _, writer in stalled:
         writer.close()
 

@@ -254,7 +254,8 @@ AGENT_POD = "nodeguard-x7k2p"
 # theirs. Every other series is about the node, a GPU or a workload.
 AGENT_SERIES = re.compile(
     r"nodeguard_(build_info|snapshot_timestamp_seconds|collector_\w+|cgroup_files_open|"
-    r"node_info|rules?_\w+|remediation_\w+|incidents_total|actions_total|webhook_\w+|http_\w+)$"
+    r"node_info|rules?_\w+|remediation_\w+|incidents_total|actions_total|webhook_\w+|http_\w+|"
+    r"sampler_\w+|focus_\w+|notify_\w+)$"
 )
 
 

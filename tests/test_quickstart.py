@@ -101,7 +101,7 @@ def test_scripts_run_installs_with_progress_and_keeps_state_in_the_checkout(
     state = checkout / ".nodeguard" / "state"
     assert f"state in {checkout}/.nodeguard/state" in text
     assert f"state={state}/remediation-state.json" in text  # the agent's first line says so
-    assert "rules=4 alert_rules=0" in text
+    assert "rules=5 alert_rules=0" in text
     assert state.is_dir()
     # Once installed, nothing more to install.
     again = subprocess.run(
