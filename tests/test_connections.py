@@ -83,7 +83,7 @@ async def test_at_the_cap_the_oldest_idle_connection_makes_room(served: Any) -> 
     assert guard.open <= LIMITS.max_connections
     # The flood itself made room oldest first (none refused), then each request evicted one.
     assert guard.closed["refused"] == 0
-    assert guard.closed["evicted"] >= 3 * 8 - LIMITS.max_connections + 5
+    assert guard.closed["evicted"] >= 3 * 8 - LIMITS.max_connections + 1
     for _, writer in stalled:
         writer.close()
 
