@@ -11,10 +11,13 @@ factory the listening socket is created with (around aiohttp's ``web.Server``):
 
 - at most :attr:`ConnectionLimits.max_connections` at once. At the cap, a new connection takes
   the place of the oldest one that is waiting on its client (one that never sent a whole
-  request head, is still sending its body, or sits idle after a request; those older than a
-  moment first), so that stalled connections, even a flood of new ones, cannot lock out the
-  kubelet's probes and Prometheus, which send their request at once; only when every
-  connection is being answered is the new one answered 503 and closed;
+  request head, is still sending its body, or sits idle after a request) and has had a moment
+  (50 ms) to send; one whose request is in its socket, not yet read, goes last. When all of
+  those are younger (a flood of new connections), a few more are
+  let in and the surplus closed after that moment, oldest first among those still waiting, so
+  that stalled connections, even a flood of new ones, cannot lock out the kubelet's probes and
+  Prometheus, which send their request at once; only when every connection is being answered
+  is the new one answered 503 and closed;
 - a connection that has not sent a whole request head within ``header_timeout`` seconds of
   opening is closed (aiohttp's ``keepalive_timeout`` does the same between requests);
 - :func:`deadline_middleware` reads each request's body within ``body_timeout`` seconds (408
@@ -30,8 +33,11 @@ collectors' share (:mod:`nodeguard.sources.open_files`) alone. Counts are export
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import resource
+import sys
+import termios
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -63,6 +69,11 @@ _MIN_CONNECTIONS = 4
 # A connection younger than this is not closed to make room: its client (a probe) has had no
 # time to send its request yet.
 _GRACE = 0.05
+# When every connection waiting on its client is younger than the grace (a flood of new ones),
+# up to this many more than the cap are let in and the surplus closed once the grace is over,
+# oldest first, among those that still have not asked: a probe among the new ones has asked by
+# then. connection_cap() counts them within the backlog's share.
+_SURGE = 32
 _REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n"
     b"Connection: close\r\n\r\ntoo many connections\n"
@@ -92,8 +103,22 @@ def connection_cap(*, wanted: int, held_files: int) -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    room = soft - held_files - _OTHER_DESCRIPTORS - _BACKLOG
+    room = soft - held_files - _OTHER_DESCRIPTORS - _BACKLOG - _SURGE
     return max(_MIN_CONNECTIONS, min(wanted, room))
+
+
+def _unread(handler: web.RequestHandler) -> int:
+    """Bytes the client has sent that the connection has not read yet (``FIONREAD``, tcp(7)
+    ``SIOCINQ``); 0 when it cannot be told."""
+    transport = handler.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return 0
+    try:
+        got = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return int.from_bytes(got, sys.byteorder)
 
 
 class _Refuse(asyncio.Protocol):
@@ -116,6 +141,7 @@ class ConnectionGuard:
         # connection -> (its state, when it opened); pruned to the server's open connections
         # (aiohttp's RequestHandler takes no weak references)
         self._state: dict[web.RequestHandler, str] = {}
+        self._trim_due: asyncio.TimerHandle | None = None
         self._opened: dict[web.RequestHandler, float] = {}
         self.closed: dict[Closed, int] = dict.fromkeys(
             ("header_timeout", "body_timeout", "write_timeout", "evicted", "refused"), 0
@@ -146,11 +172,18 @@ class ConnectionGuard:
     def __call__(self) -> asyncio.BaseProtocol:
         assert self._server is not None, "listen() first"
         self._prune()
-        if self.open >= self._limits.max_connections and not self._make_room():
-            self.closed["refused"] += 1
-            return _Refuse()
-        handler = self._server()
         loop = asyncio.get_running_loop()
+        cap = self._limits.max_connections
+        if self.open >= cap and not self._make_room(grown_only=True):
+            # New connections join the server's list a turn later: count them here.
+            pending = sum(1 for st in self._state.values() if st != "closed")
+            if max(self.open, pending) < cap + _SURGE:
+                if self._trim_due is None:
+                    self._trim_due = loop.call_later(_GRACE, self._trim)
+            elif not self._make_room(grown_only=False):
+                self.closed["refused"] += 1
+                return _Refuse()
+        handler = self._server()
         self._state[handler] = "new"
         self._opened[handler] = loop.time()
         loop.call_later(self._limits.header_timeout, self._first_head_due, handler)
@@ -167,23 +200,33 @@ class ConnectionGuard:
             self._opened.pop(gone, None)
             self._state.pop(gone, None)
 
-    def _make_room(self) -> bool:
-        """Close the oldest connection that is waiting on its client, one that has had time to
-        send first; whether one was found. In a flood of new connections (all younger than the
-        grace), the oldest of them goes: the newest, a probe among them, goes last."""
+    def _make_room(self, *, grown_only: bool) -> bool:
+        """Close the oldest connection that is waiting on its client, among those that have had
+        the grace to send (only those when ``grown_only``, else those first); a connection whose
+        request is already in its socket, not yet read (a probe's), goes last. Whether one was
+        found."""
         assert self._server is not None
         grown = asyncio.get_running_loop().time() - _GRACE
-        waiting = [
-            (opened >= grown, opened, i, c)
-            for i, c in enumerate(self._server.connections)
-            if self._state.get(c, "new") in _WAITING
-            and (opened := self._opened.get(c, 0.0)) is not None
-        ]
+        waiting = []
+        for i, c in enumerate(self._server.connections):
+            if self._state.get(c, "new") not in _WAITING:
+                continue
+            opened = self._opened.get(c, 0.0)
+            young = opened >= grown
+            if not (young and grown_only):
+                waiting.append((_unread(c) > 0, young, opened, i, c))
         if not waiting:
             return False
         *_, oldest = min(waiting)
         self._close(oldest, "evicted")
         return True
+
+    def _trim(self) -> None:
+        """The grace of a surge is over: close what is over the cap, oldest first among the
+        connections still waiting on their clients (those being answered are left)."""
+        self._trim_due = None
+        while self.open > self._limits.max_connections and self._make_room(grown_only=False):
+            pass
 
     def _first_head_due(self, handler: web.RequestHandler) -> None:
         if self._state.get(handler) == "new":
@@ -236,6 +279,12 @@ def deadline_middleware(guard: ConnectionGuard) -> Middleware:
                     return web.Response(status=408, text="request body too slow\n")
                 except ConnectionError:  # closed (by the client, or to make room): no one to tell
                     return web.Response(status=400, text="connection lost\n")
+                except RuntimeError:
+                    # aiohttp's StreamReader raises RuntimeError("Connection closed.") when the
+                    # connection was already gone as the read began (closed to make room).
+                    if protocol.connected:
+                        raise
+                    return web.Response(status=400, text="connection lost\n")
                 guard.body_received(protocol)
             response = await handler(request)
             if not response.prepared:
@@ -245,6 +294,10 @@ def deadline_middleware(guard: ConnectionGuard) -> Middleware:
                         await response.write_eof()
                 except TimeoutError:
                     guard.timed_out(protocol, "write_timeout")
+                except ConnectionError:
+                    # The client went (or its connection was closed to make room) while the
+                    # answer was written: no one to tell, as aiohttp's own finish_response.
+                    pass
             return response
         finally:
             guard.request_done(protocol)

@@ -130,3 +130,33 @@ def hog_in(
     up to ``up_to``."""
     with process_in(cg, [sys.executable, "-c", HOG, str(step), str(pause), str(up_to)]) as proc:
         yield proc
+
+
+@contextlib.contextmanager
+def memory_stall(*, workdir: Path, seconds: float) -> Iterator[subprocess.Popen[str]]:
+    """Real memory pressure (PSI ``some``) for ``seconds``: a 48 MiB cgroup holding 36 MiB of
+    anonymous memory reads a cold 200 MiB file through the rest, so every read reclaims, and
+    reclaim is a memory stall (Documentation/accounting/psi.rst). The file is made in
+    ``workdir``, written to disk and dropped from the page cache first."""
+    big = workdir / "big"
+    with open(big, "wb") as f:
+        for _ in range(200):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    code = (
+        "input()\n"
+        "import os, time\n"
+        "b = bytearray(36 << 20); b[::4096] = b'x' * len(b[::4096])\n"
+        f"end = time.time() + {seconds!r}\n"
+        "while time.time() < end:\n"
+        f"    fd = os.open({str(big)!r}, os.O_RDONLY)\n"
+        "    while os.read(fd, 1 << 20): pass\n"
+        "    os.close(fd)\n"
+    )
+    with (
+        kubelet_cgroup(limit_bytes=48 << 20) as cg,
+        process_in(cg, [sys.executable, "-c", code]) as proc,
+    ):
+        yield proc

@@ -129,6 +129,32 @@ class Cluster:
         )
         return self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, namespace))
 
+    def blocking_pdb(self, namespace: str, *, name: str, labels: dict[str, str]) -> None:
+        """A PodDisruptionBudget (minAvailable 1) over ``labels`` whose status allows no
+        disruption, as the disruption controller (not run here) would write it for one healthy
+        pod: the eviction API then answers 429 (policy/v1 PodDisruptionBudgetStatus)."""
+        self.policy.create_namespaced_pod_disruption_budget(
+            namespace,
+            {
+                "metadata": {"name": name},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
+            },
+        )
+        gen = self.policy.read_namespaced_pod_disruption_budget(name, namespace).metadata.generation
+        self.policy.patch_namespaced_pod_disruption_budget_status(
+            name,
+            namespace,
+            {
+                "status": {
+                    "observedGeneration": gen,
+                    "disruptionsAllowed": 0,
+                    "currentHealthy": 1,
+                    "desiredHealthy": 1,
+                    "expectedPods": 1,
+                }
+            },
+        )
+
     def pod_json(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.api.sanitize_for_serialization(

@@ -72,27 +72,8 @@ async def test_evict_dry_then_real_decides_the_same(cluster: Cluster, kube: Kube
         pod("batch-3"): 6 * GiB,
     }
     pod("trial-b", on=other, labels={"katib.kubeflow.org/trial": "t1"})  # the gang's other half
-    cluster.policy.create_namespaced_pod_disruption_budget(
-        ns,
-        {
-            "metadata": {"name": "serving"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serving"}}},
-        },
-    )
-    gen = cluster.policy.read_namespaced_pod_disruption_budget("serving", ns).metadata.generation
-    cluster.policy.patch_namespaced_pod_disruption_budget_status(
-        "serving",
-        ns,
-        {
-            "status": {
-                "observedGeneration": gen,
-                "disruptionsAllowed": 0,
-                "currentHealthy": 1,
-                "desiredHealthy": 1,
-                "expectedPods": 1,
-            }
-        },
-    )
+    # What the disruption controller would write: nothing may be disrupted.
+    cluster.blocking_pdb(ns, name="serving", labels={"app": "serving"})
     now = time.time()
     env = env_for(
         kube,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,7 +31,12 @@ from nodeguard.sampler import Sampler, SamplerConfig, hot_keys
 from nodeguard.snapshot import CgroupMemory, ContainerMemory, NodeSnapshot, PodMemory
 from tests.agent import get, running_agent
 from tests.conftest import cgroup_memory
-from tests.kernel_cgroup import kubelet_cgroup, process_in, writable_memory_controller
+from tests.kernel_cgroup import (
+    kubelet_cgroup,
+    memory_stall,
+    process_in,
+    writable_memory_controller,
+)
 
 MiB = 1 << 20
 
@@ -244,9 +248,10 @@ def test_a_v1_threshold_fires_the_agent_long_before_the_interval(v1: None, tmp_p
         ]
         with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
             # The first full sample set thresholds on the container (the pod has no limit of
-            # its own) at 50 % (the rule) and 80 % (focus).
+            # its own) at 50 % (the rule) and 80 % (focus); other kubelet-shaped cgroups on
+            # this machine (a killed benchmark's) have theirs too.
             deadline = time.monotonic() + 10
-            while _metric(base, "nodeguard_notify_registered", kind="threshold") != 2.0:
+            while (_metric(base, "nodeguard_notify_registered", kind="threshold") or 0) < 2:
                 assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
                 time.sleep(0.1)
             time.sleep(1)
@@ -271,24 +276,6 @@ def test_a_psi_trigger_fires_the_agent_long_before_the_interval(v1: None, tmp_pa
         "node",
     )
     state = tmp_path / "state"
-    big = tmp_path / "big"
-    with open(big, "wb") as f:
-        for _ in range(200):
-            f.write(os.urandom(MiB))
-        f.flush()
-        os.fsync(f.fileno())
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    # 36 MiB of anonymous memory in a 48 MiB cgroup, then reading a 200 MiB file through the
-    # rest: every read reclaims, and reclaim is a memory stall (test_notify.py).
-    thrash = (
-        "import os, time\n"
-        "b = bytearray(36 << 20); b[::4096] = b'x' * len(b[::4096])\n"
-        "end = time.time() + 30\n"
-        "while time.time() < end:\n"
-        f"    fd = os.open({str(big)!r}, os.O_RDONLY)\n"
-        "    while os.read(fd, 1 << 20): pass\n"
-        "    os.close(fd)\n"
-    )
     args = [
         "--interval=60s",
         f"--rules={rules}",
@@ -300,10 +287,9 @@ def test_a_psi_trigger_fires_the_agent_long_before_the_interval(v1: None, tmp_pa
         time.sleep(1)
         if _firings(state):
             pytest.fail("the node was under memory pressure before the test made any")
-        with kubelet_cgroup(limit_bytes=48 * MiB) as cg:
-            started = time.time()
-            with process_in(cg, [sys.executable, "-c", "input()\n" + thrash]):
-                rec = _wait_firing(state, target="psi-node", timeout=25)
+        started = time.time()
+        with memory_stall(workdir=tmp_path, seconds=30):
+            rec = _wait_firing(state, target="psi-node", timeout=25)
             assert rec is not None, (tmp_path / "agent.log").read_text()
             assert rec["time"] - started < 25  # not 60 s: the trigger woke a full sample
             assert (_metric(base, "nodeguard_notify_wakeups_total", kind="psi") or 0) >= 1

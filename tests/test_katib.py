@@ -44,6 +44,28 @@ def _experiment(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
     return exp
 
 
+def _legacy_pause(cluster: Cluster, ns: str, name: str, *, original: str, by: str) -> None:
+    """What nodeguard < 0.2 left on a paused experiment: parallelTrialCount lowered to 1, the
+    original value (or "unset") and the pauser in annotations."""
+    cluster.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        ns,
+        "experiments",
+        name,
+        {
+            "metadata": {
+                "annotations": {
+                    "nodeguard.io/paused-parallel-trial-count": original,
+                    "nodeguard.io/paused-at-parallel-trial-count": "1",
+                    "nodeguard.io/paused-by": by,
+                }
+            },
+            "spec": {"parallelTrialCount": 1},
+        },
+    )
+
+
 def _started(katib: Katib, ns: str, name: str, running: int) -> dict[str, str]:
     """Wait until ``running`` trials run; their names -> UIDs."""
     katib.wait(f"{running} running trials", lambda: len(katib.running(ns, name)) == running)
@@ -299,23 +321,7 @@ async def test_a_pause_made_by_nodeguard_before_0_2_is_still_resumed(
     # nodeguard < 0.2 lowered parallelTrialCount (3 -> 1) and kept the original in annotations.
     ns, node = cluster.namespace("katib-legacy"), cluster.node()
     katib.experiment(ns, "random", parallel=3, max_trials=10)
-    cluster.custom.patch_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        ns,
-        "experiments",
-        "random",
-        {
-            "metadata": {
-                "annotations": {
-                    "nodeguard.io/paused-parallel-trial-count": "3",
-                    "nodeguard.io/paused-at-parallel-trial-count": "1",
-                    "nodeguard.io/paused-by": f"{node}/memory-pressure-katib",
-                }
-            },
-            "spec": {"parallelTrialCount": 1},
-        },
-    )
+    _legacy_pause(cluster, ns, "random", original="3", by=f"{node}/memory-pressure-katib")
     env = env_for(kube, node)
     results = await run_action(env=env, node=node, action="resume_katib")
     assert [r.outcome for r in results] == ["done"], [r.message for r in results]
@@ -421,22 +427,7 @@ async def test_a_legacy_pause_of_an_unset_count_restores_katibs_default(
     # Removing the field would leave Katib's controller dereferencing nil on every reconcile.
     ns, node = cluster.namespace("katib-unset"), cluster.node()
     katib.experiment(ns, "random", parallel=1, max_trials=10)
-    cluster.custom.patch_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        ns,
-        "experiments",
-        "random",
-        {
-            "metadata": {
-                "annotations": {
-                    "nodeguard.io/paused-parallel-trial-count": "unset",
-                    "nodeguard.io/paused-at-parallel-trial-count": "1",
-                    "nodeguard.io/paused-by": f"{node}/r",
-                }
-            }
-        },
-    )
+    _legacy_pause(cluster, ns, "random", original="unset", by=f"{node}/r")
     (res,) = await run_action(env=env_for(kube, node), node=node, action="resume_katib")
     assert res.outcome == "done" and "Katib's default" in res.message
     assert _experiment(cluster, ns, "random")["spec"]["parallelTrialCount"] == 3

@@ -367,28 +367,8 @@ async def test_pdb_blocks_then_backs_off(cluster: Cluster, kube: KubeClient) -> 
     pod = cluster.pod(
         namespace=ns, node=node, name="serving", request="1Gi", labels={"app": "serving"}
     )
-    cluster.policy.create_namespaced_pod_disruption_budget(
-        ns,
-        {
-            "metadata": {"name": "serving"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serving"}}},
-        },
-    )
-    gen = cluster.policy.read_namespaced_pod_disruption_budget("serving", ns).metadata.generation
     # What the disruption controller would write: nothing may be disrupted.
-    cluster.policy.patch_namespaced_pod_disruption_budget_status(
-        "serving",
-        ns,
-        {
-            "status": {
-                "observedGeneration": gen,
-                "disruptionsAllowed": 0,
-                "currentHealthy": 1,
-                "desiredHealthy": 1,
-                "expectedPods": 1,
-            }
-        },
-    )
+    cluster.blocking_pdb(ns, name="serving", labels={"app": "serving"})
     metas = {pod["metadata"]["uid"]: pod_meta(pod)}
     plan = plan_eviction(pods=metas, usage={pod["metadata"]["uid"]: 2 * GiB}, flt=EvictFilter())
     clock = FakeClock()
@@ -637,30 +617,6 @@ async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) 
     assert LABEL not in (cluster.core.read_node(node).metadata.labels or {})
 
 
-def _pdb(cluster: Cluster, ns: str, name: str, labels: dict[str, str]) -> None:
-    cluster.policy.create_namespaced_pod_disruption_budget(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
-        },
-    )
-    gen = cluster.policy.read_namespaced_pod_disruption_budget(name, ns).metadata.generation
-    cluster.policy.patch_namespaced_pod_disruption_budget_status(
-        name,
-        ns,
-        {
-            "status": {
-                "observedGeneration": gen,
-                "disruptionsAllowed": 0,
-                "currentHealthy": 1,
-                "desiredHealthy": 1,
-                "expectedPods": 1,
-            }
-        },
-    )
-
-
 def _alive(cluster: Cluster, ns: str, name: str) -> bool:
     pod = cluster.pod_json(ns, name)
     return pod is not None and not pod["metadata"].get("deletionTimestamp")
@@ -681,7 +637,7 @@ async def test_a_gang_is_never_half_evicted_and_two_budgets_skip_the_unit(
         annotations=group,
         labels={"protect": "yes"},
     )
-    _pdb(cluster, ns, "protect", {"protect": "yes"})
+    cluster.blocking_pdb(ns, name="protect", labels={"protect": "yes"})
     # A pod covered by two budgets: the API refuses it with a 500, for good.
     twice = cluster.pod(
         namespace=ns, node=node, name="twice", request="1Gi", labels={"a": "1", "b": "1"}

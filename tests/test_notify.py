@@ -15,7 +15,12 @@ import pytest
 from nodeguard.notify.hub import NotificationHub, PsiSpec, Wakeup, Watched
 from nodeguard.notify.psi import open_trigger
 from nodeguard.notify.thresholds import register
-from tests.kernel_cgroup import kubelet_cgroup, process_in, writable_memory_controller
+from tests.kernel_cgroup import (
+    kubelet_cgroup,
+    memory_stall,
+    process_in,
+    writable_memory_controller,
+)
 
 MiB = 1 << 20
 pytestmark = pytest.mark.kernel
@@ -73,28 +78,7 @@ def test_a_psi_trigger_fires_under_real_memory_pressure(v1: None, tmp_path: Path
     try:
         # Without CAP_SYS_RESOURCE the kernel takes only windows that are multiples of 2 s.
         assert (trigger.window, trigger.widened) == ((1.0, False) if _privileged() else (2.0, True))
-        big = tmp_path / "big"
-        with open(big, "wb") as f:
-            for _ in range(200):
-                f.write(os.urandom(MiB))
-            f.flush()
-            os.fsync(f.fileno())
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        # 36 MiB of anonymous memory in a 48 MiB cgroup, then reading a 200 MiB file through
-        # the rest: every read reclaims, and reclaim is a memory stall.
-        code = (
-            "import os, time\n"
-            "b = bytearray(36 << 20); b[::4096] = b'x' * len(b[::4096])\n"
-            "end = time.time() + 15\n"
-            "while time.time() < end:\n"
-            f"    fd = os.open({str(big)!r}, os.O_RDONLY)\n"
-            "    while os.read(fd, 1 << 20): pass\n"
-            "    os.close(fd)\n"
-        )
-        with (
-            kubelet_cgroup(limit_bytes=48 * MiB) as cg,
-            process_in(cg, [sys.executable, "-c", "input()\n" + code]),
-        ):
+        with memory_stall(workdir=tmp_path, seconds=15):
             h = NotificationHub(on_wakeup=lambda w: None)
             h.set_psi(
                 [

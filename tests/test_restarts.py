@@ -487,27 +487,8 @@ def test_a_pdb_backoff_survives_kill_9(
         labels={"app": "serving"},
         priority_class="nodeguard-test-low",
     )
-    cluster.policy.create_namespaced_pod_disruption_budget(
-        ns,
-        {
-            "metadata": {"name": "serving"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serving"}}},
-        },
-    )
-    gen = cluster.policy.read_namespaced_pod_disruption_budget("serving", ns).metadata.generation
-    cluster.policy.patch_namespaced_pod_disruption_budget_status(
-        "serving",
-        ns,
-        {
-            "status": {
-                "observedGeneration": gen,
-                "disruptionsAllowed": 0,
-                "currentHealthy": 1,
-                "desiredHealthy": 1,
-                "expectedPods": 1,
-            }
-        },
-    )
+    # What the disruption controller would write: nothing may be disrupted.
+    cluster.blocking_pdb(ns, name="serving", labels={"app": "serving"})
     rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]', cooldown="1s")
     rules.write_text(rules.read_text().replace("count: 1", "count: 100"))
     args = _agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeguard.actions.audit import Auditor
+from nodeguard.actions.base import ActionResult, Outcome
 from nodeguard.actions.cordon import CordonConfig
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.firing import Firing
@@ -103,6 +104,28 @@ class Call:
         if self._limits is None:
             self._limits = self.env.limits(dry_run=self.dry_run)
         return self._limits
+
+    def result(
+        self,
+        *,
+        action: str,
+        outcome: Outcome,
+        message: str,
+        details: Mapping[str, Any] | None = None,
+        retry: bool = False,
+    ) -> list[ActionResult]:
+        """A one-result answer of ``action`` on this call's node, in this call's dry run."""
+        return [
+            ActionResult(
+                action=action,
+                node=self.node,
+                dry_run=self.dry_run,
+                outcome=outcome,
+                message=message,
+                details=details or {},
+                retry=retry,
+            )
+        ]
 
     def api(self) -> KubeClient:
         """The API; the dispatcher refuses an action that needs one before calling it."""

@@ -817,16 +817,12 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
     try:
         plan, target, usage = await _victims(call, args)
     except KubeError as exc:
-        return [
-            ActionResult(
-                action="evict",
-                node=call.node,
-                dry_run=call.dry_run,
-                outcome="failed",
-                message=f"cannot list the pods of {call.node}: {type(exc).__name__}: {exc}",
-                retry=exc.transient,
-            )
-        ]
+        return call.result(
+            action="evict",
+            outcome="failed",
+            message=f"cannot list the pods of {call.node}: {type(exc).__name__}: {exc}",
+            retry=exc.transient,
+        )
     refusal = None
     if call.firing.scope == "gpu" and not plan.ranked and target is None:
         refusal = f"no GPU {call.firing.target} with this node's pod list in the snapshot"
@@ -839,16 +835,12 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
         )
     limiter, backoff = call.limits()
     if refusal is not None:
-        return [
-            ActionResult(
-                action="evict",
-                node=call.node,
-                dry_run=call.dry_run,
-                outcome="refused",
-                message=refusal,
-                details={"plan": plan_record(plan)},
-            )
-        ]
+        return call.result(
+            action="evict",
+            outcome="refused",
+            message=refusal,
+            details={"plan": plan_record(plan)},
+        )
     assert target is not None
     result = await evict(
         kube=call.api(),

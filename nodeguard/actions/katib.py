@@ -754,16 +754,12 @@ async def _run_pause(call: Call, args: PauseArgs) -> list[ActionResult]:
     try:
         experiments = named or await _chosen(call)
     except KubeError as exc:
-        return [
-            ActionResult(
-                action="pause_katib",
-                node=call.node,
-                dry_run=call.dry_run,
-                outcome="failed",
-                message=f"cannot list the pods of {call.node}: {exc}",
-                retry=exc.transient,
-            )
-        ]
+        return call.result(
+            action="pause_katib",
+            outcome="failed",
+            message=f"cannot list the pods of {call.node}: {exc}",
+            retry=exc.transient,
+        )
     if not experiments:
         return _none(
             call,
@@ -803,16 +799,12 @@ async def _run_resume(call: Call, args: ResumeArgs) -> list[ActionResult]:
         else:
             experiments = await paused_experiments(call.api(), by=_by(call))
     except KubeError as exc:
-        return [
-            ActionResult(
-                action="resume_katib",
-                node=call.node,
-                dry_run=call.dry_run,
-                outcome="failed",
-                message=f"cannot find the experiments to resume: {exc}",
-                retry=exc.transient,
-            )
-        ]
+        return call.result(
+            action="resume_katib",
+            outcome="failed",
+            message=f"cannot find the experiments to resume: {exc}",
+            retry=exc.transient,
+        )
     if not experiments:
         return _none(
             call,

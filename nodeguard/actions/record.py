@@ -25,15 +25,7 @@ class RecordArgs(ActionArgs):
 
 
 async def _run_record(call: Call, args: RecordArgs) -> list[ActionResult]:
-    return [
-        ActionResult(
-            action="record",
-            node=call.node,
-            dry_run=call.dry_run,
-            outcome="done",
-            message=f"evidence recorded: {call.note}",
-        )
-    ]
+    return call.result(action="record", outcome="done", message=f"evidence recorded: {call.note}")
 
 
 register(

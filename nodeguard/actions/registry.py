@@ -124,16 +124,12 @@ async def dispatch(call: Call, step: Step) -> list[ActionResult]:
     one, and says so. Programming errors raise."""
     action = get(step.action)
     if action.needs_api and call.kube is None:
-        results = [
-            ActionResult(
-                action=action.name,
-                node=call.firing.node,
-                dry_run=call.dry_run,
-                outcome="refused",
-                message=f"{'would ' if call.dry_run else ''}{action.name}: not possible, no "
-                "Kubernetes API configured (--kubeconfig)",
-            )
-        ]
+        results = call.result(
+            action=action.name,
+            outcome="refused",
+            message=f"{'would ' if call.dry_run else ''}{action.name}: not possible, no "
+            "Kubernetes API configured (--kubeconfig)",
+        )
     else:
         results = [_promise(r, one_shot=call.one_shot) for r in await action.run(call, step.args)]
     for result in results:

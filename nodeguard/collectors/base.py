@@ -114,6 +114,9 @@ class Collector(abc.ABC):
     name: ClassVar[str]
     #: Collectors whose parts :meth:`read` uses: they read first.
     after: ClassVar[tuple[str, ...]] = ()
+    #: Whether a focused sample re-reads the whole part (one small node-wide file, so that
+    #: every focused sample has the node's value now) rather than carrying it.
+    refresh_whole: ClassVar[bool] = False
 
     def __init__(self, *, settings: Settings) -> None:
         self.settings = settings
@@ -128,7 +131,10 @@ class Collector(abc.ABC):
         """A focused sample's read (:mod:`nodeguard.sampler`): ``parts`` holds the last
         sample's values; re-read what is cheap and node-wide, and of the pods and containers
         only those whose keys (a pod's UID, ``<pod uid>/<container id>``) are in ``keys``.
-        Returns the keys re-read. By default nothing: the part is carried as it was."""
+        Returns the keys re-read. By default the whole part when :attr:`refresh_whole`, else
+        nothing: the part is carried as it was."""
+        if self.refresh_whole:
+            self.read(parts)
         return frozenset()
 
     @staticmethod

@@ -20,13 +20,10 @@ class MeminfoCollector(Collector):
     ``nodeguard_node_memory_*``."""
 
     name = "meminfo"
+    refresh_whole = True
 
     def read(self, parts: Parts) -> None:
         parts.meminfo = read_meminfo(paths=self.settings.paths)
-
-    def refresh(self, parts: Parts, *, keys: frozenset[str]) -> frozenset[str]:
-        self.read(parts)  # one small file: every focused sample has the node's memory now
-        return frozenset()
 
     @staticmethod
     def render(snapshot: NodeSnapshot, out: Families) -> Iterator[Family]:

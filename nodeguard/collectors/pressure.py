@@ -28,13 +28,10 @@ class PressureCollector(Collector):
     """``parts.pressure``; ``nodeguard_node_memory_pressure_{stall_seconds_total,ratio}``."""
 
     name = "pressure"
+    refresh_whole = True
 
     def read(self, parts: Parts) -> None:
         parts.pressure = read_node_pressure(paths=self.settings.paths)
-
-    def refresh(self, parts: Parts, *, keys: frozenset[str]) -> frozenset[str]:
-        self.read(parts)  # one small file: every focused sample has the node's PSI now
-        return frozenset()
 
     @staticmethod
     def render(snapshot: NodeSnapshot, out: Families) -> Iterator[Family]:
