@@ -231,6 +231,7 @@ async def run_agent(cfg: AgentConfig) -> int:
                     notifications.set_levels(levels())
             if notifications is not None:
                 notifications.sync(snapshot)
+                sampler.refresh_statuses()  # /metrics says what is registered now
         if first:
             # Runbooks cut short by the last stop resume (or are abandoned, with why) before
             # anything new is decided.

@@ -90,7 +90,8 @@ def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
     if not snap.pods:
         st = snap.collector("cgroups")
         if st is not None and st.success and st.available:
-            return Text("containers: none found (no kubepods cgroup on this host)")
+            # The reader found the kubepods cgroup (else the collector has no data): no pods.
+            return Text("containers: none (the kubepods cgroup holds no pods)")
         return _missing(snap, "cgroups", "containers")
 
     def key(item: tuple[PodMemory, ContainerMemory]) -> tuple[float, int]:
@@ -210,8 +211,11 @@ def _oom_text(snap: NodeSnapshot) -> Text:
     oom = snap.oom
     if oom is None:
         return _missing(snap, "kmsg", "OOM kills (kernel log; needs /dev/kmsg and CAP_SYSLOG)")
+    shown = list(oom.recent)[-5:]
     lines = [f"OOM kills this boot (kernel log): {oom.total}"]
-    for k in list(oom.recent)[-5:]:
+    if shown:
+        lines.append(f"  the newest {len(shown)}:" if oom.total > len(shown) else "  all:")
+    for k in shown:
         when = dt.datetime.fromtimestamp(k.time, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
         lines.append(
             f"  {when}Z pid {k.pid} ({k.process}) anon-rss "

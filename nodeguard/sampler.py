@@ -156,6 +156,24 @@ class Sampler:
         how they fare as ``nodeguard_collector_*{collector="notify_..."}``)."""
         self._statuses.append(source)
 
+    def refresh_statuses(self) -> None:
+        """Put the added statuses as they are now into :attr:`latest`: the notifications
+        register on a snapshot after it is taken, so that its statuses are one sample old.
+        Skipped while a sample is in flight (it takes them as they are)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            base = self.latest
+            if base is None:
+                return
+            extra = self._extra_statuses()
+            names = {s.name for s in extra}
+            collectors = (*(s for s in base.collectors if s.name not in names), *extra)
+            if collectors != base.collectors:
+                self.latest = dataclasses.replace(base, collectors=collectors)
+        finally:
+            self._lock.release()
+
     def wake(self, key: str | None) -> None:
         """Sample ``key`` (a pod UID or ``<pod uid>/<container id>``) at once, in a focused
         sample; ``None``: the whole node, in a full sample (at most one a second). Call in the
@@ -217,14 +235,12 @@ class Sampler:
             done: set[str] = set()
             for collector in self.collectors:
                 done |= run_refresh(collector, parts, keys)
-            names = {s.name for s in self._extra_statuses()}
+            extra = self._extra_statuses()
+            names = {s.name for s in extra}
             snapshot = dataclasses.replace(
                 base,
                 timestamp=started,
-                collectors=(
-                    *(s for s in base.collectors if s.name not in names),
-                    *self._extra_statuses(),
-                ),
+                collectors=(*(s for s in base.collectors if s.name not in names), *extra),
                 focused=tuple(sorted(done)),
                 **self._cluster_parts(),
                 **parts.fields(),

@@ -193,8 +193,11 @@ class CgroupMemory:
     - ``limit_bytes``: this cgroup's own limit, ``None`` for none (v2 ``max``; v1 sentinels such
       as 9223372036854771712; anything >= MemTotal).
     - ``effective_limit_bytes``: the smallest real limit on the path from the hierarchy root.
-    - ``oom_kills``: v2 ``memory.events`` ``oom_kill``; v1 ``memory.oom_control`` ``oom_kill``
-      (kernel >= 4.13). ``None`` where the kernel does not give the line: unknown, not 0.
+    - ``oom_kills``: v2 ``memory.events`` ``oom_kill`` (hierarchical); v1
+      ``memory.oom_control`` ``oom_kill`` (kernel >= 4.13), this cgroup's own, and for a pod
+      summed with its containers', also those gone, as v2 counts
+      (:class:`~nodeguard.sources.cgroups.CgroupReader`). ``None`` where the kernel does not
+      give the line: unknown, not 0.
     - ``limit_hits``: v1 ``memory.failcnt``; v2 ``memory.events`` ``max`` (times usage was about
       to exceed the limit).
     - ``high_events``: v2 ``memory.events`` ``high`` (times reclaim was forced by memory.high).

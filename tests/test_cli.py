@@ -11,6 +11,7 @@ import pytest
 
 from nodeguard.cli import build_parser
 from nodeguard.cli.flags import duration as parse_duration
+from nodeguard.cli.run import focus_interval
 from nodeguard.units import format_bytes
 from tests.conftest import host_flags
 from tests.fixtures.make_hosts import CID, UID_B
@@ -52,6 +53,8 @@ def test_run_defaults_follow_node_exporter() -> None:
         ["--listen-address=:99999"],
         ["--listen-address=nonsense"],
         ["--top-processes=-5"],
+        ["--webhook.max-body=0"],  # aiohttp's 0 is no bound at all
+        ["--webhook.max-body=1023"],
     ],
 )
 def test_run_rejects_bad_flags(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -245,6 +248,36 @@ def test_sizes_flags_take_quantities() -> None:
     assert build_parser().parse_args(["run"]).webhook_max_body == 1 << 20
     args = build_parser().parse_args(["run", "--webhook.max-body=512k"])
     assert args.webhook_max_body == 512_000
+
+
+@pytest.mark.parametrize(
+    ("argv", "focus"),
+    [
+        ([], 0.25),
+        (["--interval=250ms"], 0.0),  # the default: off where a full sample is as frequent
+        (["--interval=100ms", "--focus.interval=0"], 0.0),
+        (["--interval=1s", "--focus.interval=500ms"], 0.5),
+    ],
+)
+def test_the_focus_interval_is_shorter_than_the_interval(argv: list[str], focus: float) -> None:
+    assert focus_interval(build_parser().parse_args(["run", *argv])) == focus
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--focus.interval=10s"], "--focus.interval (10s) is not shorter than --interval (5s)"),
+        (["--interval=1s", "--focus.interval=1s"], "not shorter than --interval (1s)"),
+        (
+            ["--notify.psi-stall=3s", "--notify.psi-window=2s"],
+            "--notify.psi-stall (3s) is longer than --notify.psi-window (2s)",
+        ),
+    ],
+)
+def test_flags_at_odds_are_one_clear_line(argv: list[str], said: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        focus_interval(build_parser().parse_args(["run", *argv]))
+    assert said in str(exc.value)
 
 
 def test_act_evict_and_a_rules_evict_take_the_same_defaults() -> None:

@@ -254,6 +254,9 @@ def test_a_v1_threshold_fires_the_agent_long_before_the_interval(v1: None, tmp_p
             while (_metric(base, "nodeguard_notify_registered", kind="threshold") or 0) < 2:
                 assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
                 time.sleep(0.1)
+            # The status says so too, long before the next full sample.
+            available = _metric(base, "nodeguard_collector_available", collector="notify_threshold")
+            assert available == 1.0
             time.sleep(1)
             assert _firings(state) == []
             started = time.time()

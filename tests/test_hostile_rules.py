@@ -295,6 +295,23 @@ def test_reload_keeps_the_last_good_rules_and_counts_each_bad_file(
     assert f"in force:\n{path}:1: (file): a FIFO, not a regular file" in caplog.text
 
 
+def test_a_directory_whose_files_all_went_keeps_the_last_good_rules(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A ConfigMap mount that lost its keys: every rule silently off would be the worst reading.
+    (tmp_path / "rules.yaml").write_text(GOOD_RULE)
+    source = RuleSource(paths=[tmp_path])
+    (tmp_path / "rules.yaml").unlink()
+    assert source.maybe_reload() is False
+    assert source.errors_total == 1
+    assert [r.name for r in source.current.rules] == ["low"]
+    assert f"in force:\n{tmp_path}: no rule file (*.yaml, *.yml) any more" in caplog.text
+    # Turning every rule off is said with an empty rule file.
+    (tmp_path / "off.yaml").write_text(GOOD_RULE.split("  rules:")[0] + "  rules: []\n")
+    assert source.maybe_reload() is True
+    assert source.current.rules == ()
+
+
 def test_a_file_with_a_byte_order_mark_is_fine(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_bytes(b"\xef\xbb\xbf" + GOOD_RULE.encode())

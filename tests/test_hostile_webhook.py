@@ -127,6 +127,8 @@ BAD_BODIES = {
     "JSON nested 500,000 deep": (_json_deep(500_000), {}, 400, "nested too deeply"),
     "JSON objects nested deep": (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, {}, 400, "nested"),
     "not UTF-8": (b'{"version": "4", "alerts": [], "r": "\xff\xfe"}', {}, 400, "malformed JSON"),
+    "NaN": (b'{"version": "4", "alerts": [], "x": NaN}', {}, 400, "NaN is not JSON"),
+    "Infinity": (b'{"version": "4", "alerts": [], "x": -Infinity}', {}, 400, "is not JSON"),
     "gzip that is not gzip": (b"not gzip at all", {"Content-Encoding": "gzip"}, 400, "not gzip"),
     "truncated gzip": (
         gzip.compress(json.dumps(payload(alert())).encode())[:30],

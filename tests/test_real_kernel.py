@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nodeguard.paths import HostPaths
+from nodeguard.snapshot import PodMemory
+from nodeguard.sources.cgroups import CgroupReader
 from tests.agent import get, running_agent
 from tests.kernel_cgroup import hog_in, kubelet_cgroup, writable_memory_controller
 
@@ -102,3 +106,33 @@ def test_oom_kill_in_kubelet_cgroup(require_kernel: None, tmp_path: Path) -> Non
                 )
                 assert pod_label in line
                 assert re.search(r" 1\.0$", line), line
+
+
+def _pod(reader: CgroupReader, uid: str) -> PodMemory:
+    _, pods = reader.read(mem_total=None)
+    return next(p for p in pods if p.uid == uid)
+
+
+def test_a_pods_oom_kills_count_its_containers_also_those_gone(require_kernel: None) -> None:
+    # v2's memory.events counts a pod's kills hierarchically and keeps them when a child goes;
+    # v1's oom_control counts only the victim's own cgroup, a container's: the reader sums it.
+    uid = str(uuid.uuid4())
+    reader = CgroupReader(paths=HostPaths())
+    with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as sidecar:
+        with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as first:
+            assert _pod(reader, uid).memory.oom_kills == 0
+            with hog_in(first, step=MiB, pause=0.005, up_to=4 * LIMIT) as hog:
+                assert hog.wait(timeout=30) == -9
+            pod = _pod(reader, uid)
+            assert pod.memory.oom_kills == 1
+            assert {c.container_id: c.memory.oom_kills for c in pod.containers} == {
+                first.container_id: 1,
+                sidecar.container_id: 0,
+            }
+        # The kubelet restarts an OOM-killed container in a new cgroup; the old one goes.
+        pod = _pod(reader, uid)
+        assert [c.container_id for c in pod.containers] == [sidecar.container_id]
+        assert pod.memory.oom_kills == 1
+        with hog_in(sidecar, step=MiB, pause=0.005, up_to=4 * LIMIT) as hog:
+            assert hog.wait(timeout=30) == -9
+        assert _pod(reader, uid).memory.oom_kills == 2

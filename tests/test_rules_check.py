@@ -206,7 +206,9 @@ def test_duplicate_names_across_files(tmp_path: Path) -> None:
     assert err.value.messages == [message]
     out = io.StringIO()
     assert check_files([tmp_path], out=out) == 1
-    assert out.getvalue() == (f"Checking {a}\n  SUCCESS: 1 rules found\nChecking {b}\n{message}\n")
+    assert out.getvalue() == (
+        f"Checking {a}\n  SUCCESS: 1 rules found\nChecking {b}\n  FAILED: 1 error(s)\n{message}\n"
+    )
 
 
 def test_thresholds_take_their_signals_unit(tmp_path: Path) -> None:

@@ -246,6 +246,12 @@ class AlertDedupe:
             self._changed()
 
 
+def _not_json(name: str) -> None:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's json takes them, RFC 8259 (section 6)
+    does not, and no Alertmanager writes them."""
+    raise ValueError(f"{name} is not JSON (RFC 8259 section 6)")
+
+
 def _where(loc: Sequence[int | str]) -> str:
     """A pydantic error location as a field path, each part cut short (a label name in it can
     be as long as the body)."""
@@ -352,7 +358,7 @@ class WebhookReceiver:
         if isinstance(raw, web.Response):
             return raw
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, parse_constant=_not_json)
         except RecursionError:
             return self._answer(400, {"error": "malformed JSON: nested too deeply"})
         except ValueError as exc:  # UnicodeDecodeError too: bytes that are not UTF-8

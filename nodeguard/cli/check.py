@@ -48,8 +48,10 @@ def check_files(files: Sequence[Path], *, out: TextIO) -> int:
                 out.write(f"{msg}\n")
             continue
         dupes = names.claim(path=path, rule_file=rf)
-        for msg in dupes:
+        if dupes:
             failed = True
+            out.write(f"  FAILED: {len(dupes)} error(s)\n")
+        for msg in dupes:
             out.write(f"{msg}\n")
         if not dupes:
             extra = f", {len(rf.spec.alerts)} alert rules" if rf.spec.alerts else ""

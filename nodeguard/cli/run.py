@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nodeguard.agent import AgentConfig, run_agent
 from nodeguard.cli.flags import cordon_config, sampler_config
-from nodeguard.cli.run_flags import RUN_FLAG_GROUPS
+from nodeguard.cli.run_flags import DEFAULT_FOCUS_INTERVAL, RUN_FLAG_GROUPS
 from nodeguard.connections import ConnectionLimits, connection_cap
 from nodeguard.focus import NotifyConfig
 from nodeguard.kube.errors import KubeError
@@ -83,15 +83,37 @@ def read_token(path: Path | None) -> str | None:
     return token
 
 
+def focus_interval(args: argparse.Namespace) -> float:
+    """``--focus.interval`` in seconds, 0 for off: by default 250 ms, off where ``--interval``
+    is not longer. Raises ``SystemExit`` with one line when it is given and not shorter than
+    ``--interval``, or when ``--notify.psi-stall`` is longer than ``--notify.psi-window`` (the
+    kernel refuses such a trigger: Documentation/accounting/psi.rst)."""
+    if args.psi_stall > args.psi_window:
+        raise SystemExit(
+            f"nodeguard: --notify.psi-stall ({args.psi_stall:g}s) is longer than "
+            f"--notify.psi-window ({args.psi_window:g}s): a stall is measured within the window"
+        )
+    if args.focus_interval is None:
+        return DEFAULT_FOCUS_INTERVAL if args.interval > DEFAULT_FOCUS_INTERVAL else 0.0
+    if args.focus_interval and args.focus_interval >= args.interval:
+        raise SystemExit(
+            f"nodeguard: --focus.interval ({args.focus_interval:g}s) is not shorter than "
+            f"--interval ({args.interval:g}s): focused samples come between full ones "
+            "(0 turns them off)"
+        )
+    return float(args.focus_interval)
+
+
 def config(args: argparse.Namespace) -> AgentConfig:
     """The agent's settings from the flags (the state directory created where it can be)."""
+    focus = focus_interval(args)
     state = _usable_state_dir(args.state)
     host, port = args.listen_address
     held = descriptor_budget(raise_limit=True) if args.keep_open else 0
     return AgentConfig(
         sampler=dataclasses.replace(
             sampler_config(args, state=state, interval=args.interval, max_open_files=held),
-            focus_interval=args.focus_interval,
+            focus_interval=focus,
             focus_share=args.focus_percent / 100,
             node_focus_share=args.focus_node_percent / 100,
         ),
@@ -99,7 +121,7 @@ def config(args: argparse.Namespace) -> AgentConfig:
             thresholds=args.notify_thresholds,
             psi=args.notify_psi,
             events=args.notify_events,
-            psi_stall=min(args.psi_stall, args.psi_window),
+            psi_stall=args.psi_stall,
             psi_window=args.psi_window,
         ),
         host=host,

@@ -27,6 +27,9 @@ from nodeguard.cli.flags import (
 from nodeguard.connections import ConnectionLimits
 from nodeguard.units import DURATION_EXAMPLES
 
+#: --focus.interval when not given (off when --interval is not longer).
+DEFAULT_FOCUS_INTERVAL = 0.25
+
 __all__ = ["DEFAULT_LISTEN", "MIN_INTERVAL", "RUN_FLAG_GROUPS", "listen_address"]
 
 DEFAULT_LISTEN = ":9847"
@@ -100,6 +103,14 @@ def _focus_interval(text: str) -> float:
     return seconds
 
 
+def _max_body(text: str) -> int:
+    # aiohttp's client_max_size of 0 is no bound at all; one alert's delivery is about 1 KiB.
+    value = byte_size(text)
+    if value < 1024:
+        raise argparse.ArgumentTypeError(f"below 1Ki (an Alertmanager delivery): {text!r}")
+    return value
+
+
 def _psi_window(text: str) -> float:
     seconds = duration(text)
     if not 0.5 <= seconds <= 10:
@@ -117,10 +128,11 @@ def focus(parser: argparse.ArgumentParser) -> None:
         "--focus.interval",
         dest="focus_interval",
         type=_focus_interval,
-        default="250ms",
+        default=None,
         metavar="DURATION",
         help="re-read the cgroups near their limits (and the node when MemAvailable is low) "
-        f"this often between samples ({DURATION_EXAMPLES}; 0 turns it off; default 250ms)",
+        f"this often between samples ({DURATION_EXAMPLES}; shorter than --interval; 0 turns "
+        "it off; default 250ms, off when --interval is as short)",
     )
     g.add_argument(
         "--focus.container-percent",
@@ -158,7 +170,7 @@ def focus(parser: argparse.ArgumentParser) -> None:
         default="200ms",
         metavar="DURATION",
         help=f"a PSI trigger fires when tasks stalled on memory this long within the window "
-        f"({DURATION_EXAMPLES}; default 200ms)",
+        f"({DURATION_EXAMPLES}; at most the window; default 200ms)",
     )
     g.add_argument(
         "--notify.psi-window",
@@ -230,10 +242,11 @@ def webhook(parser: argparse.ArgumentParser) -> None:
     w.add_argument(
         "--webhook.max-body",
         dest="webhook_max_body",
-        type=byte_size,
+        type=_max_body,
         default="1Mi",
         metavar="BYTES",
-        help="largest accepted delivery, a quantity (1Mi, 512k) or bytes; 413 above (default 1Mi)",
+        help="largest accepted delivery, a quantity (1Mi, 512k) or bytes, at least 1Ki; 413 "
+        "above (default 1Mi)",
     )
 
 

@@ -68,7 +68,13 @@ class _MemoryFamilies:
         self.oom = out.counter(
             f"{lv}_memory_oom_kills",
             f"{lv} OOM kills by the cgroup counter (v2 memory.events, hierarchical; v1 "
-            "memory.oom_control, this cgroup's own only); absent when the kernel does not count",
+            "memory.oom_control, "
+            + (
+                "the pod's own and its containers' summed, also those gone"
+                if lv == "pod"
+                else "this cgroup's own only"
+            )
+            + "); absent when the kernel does not count",
             labels,
         )
         self.hits = out.counter(

@@ -286,8 +286,8 @@ def _size(path: Path) -> int:
 
 class RuleSource:
     """Rule files that reload on change (mtime and size) or on demand (SIGHUP), keeping the
-    last good rules when a new version is bad (each logged with file, line and field).
-    ``errors_total`` counts bad loads, ``reloads_total`` good ones."""
+    last good rules when a new version is bad (each logged with file, line and field), or when
+    every file has gone. ``errors_total`` counts bad loads, ``reloads_total`` good ones."""
 
     def __init__(self, *, paths: Sequence[Path]) -> None:
         self.paths = list(paths)
@@ -314,6 +314,15 @@ class RuleSource:
         self._stamp = stamp
         try:
             new = load_rules(self.paths)
+            if not new.files and self.current.files:
+                # Every file gone at once is a broken mount far more often than a wish; an
+                # empty rule file (`rules: []`) turns every rule off on purpose.
+                raise RuleError(
+                    [
+                        f"{', '.join(map(str, self.paths))}: no rule file (*.yaml, *.yml) any "
+                        "more; to turn every rule off, leave one with `rules: []`"
+                    ]
+                )
         except RuleError as exc:
             self.errors_total += 1
             log.error("rule reload failed; the last good rules stay in force:\n%s", exc)

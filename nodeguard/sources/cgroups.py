@@ -11,7 +11,8 @@ limit               ``memory.max`` (``max``)    ``memory.limit_in_bytes`` (PAGE_
                                                  rounded to a page, 9223372036854771712)
 stat                ``memory.stat`` anon, file,  ``memory.stat`` total_rss, total_cache,
                     inactive_file               total_inactive_file (hierarchical)
-OOM kills           ``memory.events`` oom_kill   ``memory.oom_control`` oom_kill (>= 4.13)
+OOM kills           ``memory.events`` oom_kill   ``memory.oom_control`` oom_kill (>= 4.13);
+                    (hierarchical)               a pod's summed with its containers'
 limit hits          ``memory.events`` max        ``memory.failcnt``
 pressure            ``memory.pressure``          (none)
 ==================  ==========================  ===============================================
@@ -35,7 +36,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, NamedTuple, TypeVar
 
@@ -275,6 +276,51 @@ def find_kubepods_roots(
     return found
 
 
+class _PodKillTally:
+    """cgroup v1's pod OOM kills counted as v2 counts them.
+
+    v2's ``memory.events`` counts hierarchically: a pod's ``oom_kill`` includes its containers'.
+    v1's ``memory.oom_control`` ``oom_kill`` counts only the kills of tasks in that very cgroup
+    (mm/memcontrol.c memcg_memory_event() walks up only on the default hierarchy, and the kill
+    is charged to the victim's cgroup, a container's, even when the pod's limit was hit), so a
+    v1 pod's own counter stays 0. Here a v1 pod's count is its own, plus its containers' now,
+    plus the last count of each of its containers that has gone since (a container OOM-killed
+    is restarted in a new cgroup): a counter that only grows while the pod lives.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, dict[str, int]] = {}  # pod uid -> container id -> last count
+        self._gone: dict[str, int] = {}  # pod uid -> kills of its containers that have gone
+
+    def fold(
+        self,
+        *,
+        uid: str,
+        memory: CgroupMemory,
+        containers: tuple[ContainerMemory, ...],
+        listed: frozenset[str] | None,
+    ) -> CgroupMemory:
+        """``memory`` with the pod's count; ``listed``: the container ids whose directories the
+        read found (one that could not be read keeps its last count), ``None`` for a re-read of
+        the same containers."""
+        if memory.cgroup_version != 1 or memory.oom_kills is None:
+            return memory
+        now = dict(self._last.get(uid, {}))
+        now.update((c.container_id, c.memory.oom_kills or 0) for c in containers)
+        if listed is not None:
+            gone = [cid for cid in now if cid not in listed]
+            self._gone[uid] = self._gone.get(uid, 0) + sum(now.pop(cid) for cid in gone)
+        self._last[uid] = now
+        total = memory.oom_kills + sum(now.values()) + self._gone.get(uid, 0)
+        return memory if total == memory.oom_kills else replace(memory, oom_kills=total)
+
+    def keep(self, uids: set[str]) -> None:
+        """Forget the pods not in ``uids`` (gone)."""
+        for uid in [u for u in self._last if u not in uids]:
+            del self._last[uid]
+            self._gone.pop(uid, None)
+
+
 class CgroupReader:
     """Reads every pod and container cgroup under the kubepods roots.
 
@@ -304,6 +350,7 @@ class CgroupReader:
         self._built: _Built = {}
         self._building: _Built = {}
         self._kubepods: tuple[str, int, int | None] | None = None  # path, inode, parent limit
+        self._pod_kills = _PodKillTally()
 
     @property
     def root(self) -> str | None:
@@ -355,6 +402,7 @@ class CgroupReader:
         finally:
             self._files.sweep()  # what this sample did not read belongs to cgroups now gone
             self._built, self._building = self._building, {}
+        self._pod_kills.keep({p.uid for p in pods})
         return layout.version, tuple(pods)
 
     def _read_kubepods(self, *, layout: CgroupLayout, path: str, total: int | None) -> None:
@@ -418,6 +466,9 @@ class CgroupReader:
                 if c.container_id in wanted
                 else c
                 for c in pod.containers
+            )
+            memory = self._pod_kills.fold(
+                uid=pod.uid, memory=memory, containers=containers, listed=None
             )
             out.append(
                 PodMemory(
@@ -543,10 +594,12 @@ class CgroupReader:
         if memory is None:
             return None
         containers: list[ContainerMemory] = []
+        listed: set[str] = set()
         for child in _subdirs(path, self.skipped):
             parsed = parse_container_dir(child.name)
             if parsed is None:
                 continue
+            listed.add(parsed[0])
             cmem = self._read(
                 layout=layout,
                 path=child.path,
@@ -558,6 +611,9 @@ class CgroupReader:
                 containers.append(
                     ContainerMemory(container_id=parsed[0], runtime=parsed[1], memory=cmem)
                 )
+        memory = self._pod_kills.fold(
+            uid=uid, memory=memory, containers=tuple(containers), listed=frozenset(listed)
+        )
         return PodMemory(uid=uid, qos_class=qos, memory=memory, containers=tuple(containers))
 
     def _read(
