@@ -36,8 +36,9 @@ Times, all wall clock (``time.time()``):
 Latency = firing - crossing; margin = OOM - action (positive: the agent acted first). Each agent's
 CPU time over the whole run is read from ``/proc/<pid>/stat``.
 
-Run: ``python -m benchmarks.reaction [--json FILE] [--markdown]`` (root, cgroup v1 or v2 with a
-writable memory controller); about 6 minutes and up to 13 GiB of memory.
+Run: ``python -m benchmarks.reaction [--json FILE] [--quick]`` (root, cgroup v1 or v2 with a
+writable memory controller); about 6 minutes and up to 13 GiB of memory. It prints the tables;
+``--tables-from FILE`` prints them again from a saved result.
 """
 
 from __future__ import annotations
