@@ -3,13 +3,15 @@ CRI-O and docker-nested layouts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from nodeguard.paths import HostPaths
-from nodeguard.snapshot import ContainerMemory, PodMemory
+from nodeguard.snapshot import CgroupMemory, ContainerMemory, PodMemory
 from nodeguard.sources import NoDataError
-from nodeguard.sources.cgroups import CgroupReader, normalise_limit
-from tests.conftest import host_paths
+from nodeguard.sources.cgroups import CgroupReader, _PodKillTally, normalise_limit
+from tests.conftest import cgroup_memory, host_paths
 from tests.fixtures.make_hosts import (
     CID,
     CID_CONMON,
@@ -153,3 +155,28 @@ def test_no_memory_controller_is_no_data(tmp_path) -> None:
     (tmp_path / "fs/cgroup/cgroup.controllers").write_text("cpu io\n")
     with pytest.raises(NoDataError, match="no cgroup memory controller"):
         CgroupReader(paths=HostPaths(sysfs=tmp_path)).read(mem_total=None)
+
+
+def test_a_v1_pods_kills_keep_a_containers_last_count_while_it_is_unknown() -> None:
+    # memory.oom_control without its oom_kill line (a file skipped, a container going away):
+    # unknown, not 0; the pod's count never goes down, and a container gone keeps its kills.
+    def mem(path: str, kills: int | None) -> CgroupMemory:
+        return dataclasses.replace(cgroup_memory(path, used=1), cgroup_version=1, oom_kills=kills)
+
+    def fold(kills: dict[str, int | None], listed: set[str]) -> int | None:
+        containers = tuple(
+            ContainerMemory(container_id=cid, runtime="", memory=mem(f"/p/{cid}", k))
+            for cid, k in kills.items()
+        )
+        pod = tally.fold(
+            uid="p", memory=mem("/p", 0), containers=containers, listed=frozenset(listed)
+        )
+        return pod.oom_kills
+
+    tally = _PodKillTally()
+    assert fold({"a": 2, "b": 1}, {"a", "b"}) == 3
+    assert fold({"a": None, "b": 1}, {"a", "b"}) == 3  # a's count unknown this time
+    assert fold({"b": 1}, {"b"}) == 3  # a gone while unknown: its last count stays
+    assert fold({"b": 1, "c": 0}, {"b", "c"}) == 3
+    tally.keep(set())  # the pod gone
+    assert fold({"c": 0}, {"c"}) == 0

@@ -263,11 +263,20 @@ def test_the_focus_interval_is_shorter_than_the_interval(argv: list[str], focus:
     assert focus_interval(build_parser().parse_args(["run", *argv])) == focus
 
 
+def test_the_psi_stall_is_not_checked_without_psi_triggers() -> None:
+    argv = ["run", "--no-notify.psi", "--notify.psi-stall=3s", "--notify.psi-window=2s"]
+    assert focus_interval(build_parser().parse_args(argv)) == 0.25
+
+
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
         (["--focus.interval=10s"], "--focus.interval (10s) is not shorter than --interval (5s)"),
         (["--interval=1s", "--focus.interval=1s"], "not shorter than --interval (1s)"),
+        (
+            ["--interval=500ms", "--focus.interval=600ms"],
+            "(600ms) is not shorter than --interval (500ms)",
+        ),
         (
             ["--notify.psi-stall=3s", "--notify.psi-window=2s"],
             "--notify.psi-stall (3s) is longer than --notify.psi-window (2s)",

@@ -299,6 +299,8 @@ def test_a_directory_whose_files_all_went_keeps_the_last_good_rules(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A ConfigMap mount that lost its keys: every rule silently off would be the worst reading.
+    assert RuleSource(paths=[tmp_path]).current.rules == ()
+    assert f"no rule file (*.yaml, *.yml) in {tmp_path}: no rule is in force" in caplog.text
     (tmp_path / "rules.yaml").write_text(GOOD_RULE)
     source = RuleSource(paths=[tmp_path])
     (tmp_path / "rules.yaml").unlink()

@@ -211,6 +211,14 @@ def test_duplicate_names_across_files(tmp_path: Path) -> None:
     )
 
 
+def test_a_file_named_twice_is_read_once(tmp_path: Path) -> None:
+    # Given twice, or as a directory and a file in it: not a duplicate of itself.
+    a = tmp_path / "a.yaml"
+    a.write_text(GOOD_RULE)
+    for paths in ([a, a], [tmp_path, a], [a, tmp_path / "." / "a.yaml"]):
+        assert [r.name for r in load_rules(paths).rules] == ["low"]
+
+
 def test_thresholds_take_their_signals_unit(tmp_path: Path) -> None:
     """A bytes signal takes a quantity, a seconds signal a duration: both as the signal's
     unit, so `check` and the engine compare like with like."""

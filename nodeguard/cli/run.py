@@ -20,6 +20,7 @@ from nodeguard.kube.errors import KubeError
 from nodeguard.metric_filter import MetricFilter
 from nodeguard.rules.load import RuleError
 from nodeguard.sources.open_files import descriptor_budget
+from nodeguard.units import format_duration
 
 __all__ = ["MIN_TOKEN_BYTES", "PLACEHOLDER_TOKENS", "add_arguments", "read_token", "run"]
 
@@ -88,17 +89,19 @@ def focus_interval(args: argparse.Namespace) -> float:
     is not longer. Raises ``SystemExit`` with one line when it is given and not shorter than
     ``--interval``, or when ``--notify.psi-stall`` is longer than ``--notify.psi-window`` (the
     kernel refuses such a trigger: Documentation/accounting/psi.rst)."""
-    if args.psi_stall > args.psi_window:
+    if args.notify_psi and args.psi_stall > args.psi_window:
         raise SystemExit(
-            f"nodeguard: --notify.psi-stall ({args.psi_stall:g}s) is longer than "
-            f"--notify.psi-window ({args.psi_window:g}s): a stall is measured within the window"
+            f"nodeguard: --notify.psi-stall ({format_duration(args.psi_stall)}) is longer than "
+            f"--notify.psi-window ({format_duration(args.psi_window)}): a stall is measured "
+            "within the window"
         )
     if args.focus_interval is None:
         return DEFAULT_FOCUS_INTERVAL if args.interval > DEFAULT_FOCUS_INTERVAL else 0.0
     if args.focus_interval and args.focus_interval >= args.interval:
         raise SystemExit(
-            f"nodeguard: --focus.interval ({args.focus_interval:g}s) is not shorter than "
-            f"--interval ({args.interval:g}s): focused samples come between full ones "
+            f"nodeguard: --focus.interval ({format_duration(args.focus_interval)}) is not "
+            f"shorter than --interval ({format_duration(args.interval)}): focused samples come "
+            "between full ones "
             "(0 turns them off)"
         )
     return float(args.focus_interval)

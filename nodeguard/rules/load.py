@@ -223,8 +223,8 @@ def _parse(path: Path, text: str) -> RuleFile:
 
 def expand_paths(paths: Sequence[Path]) -> list[Path]:
     """Files as given, and the ``*.yaml``/``*.yml`` entries of directories (a ConfigMap
-    mount), sorted; hidden files (ConfigMap's ``..data`` links) are skipped. A directory that
-    cannot be listed is given as itself, so that loading it says why."""
+    mount), sorted, each file once; hidden files (ConfigMap's ``..data`` links) are skipped. A
+    directory that cannot be listed is given as itself, so that loading it says why."""
     out: list[Path] = []
     for p in paths:
         try:
@@ -239,7 +239,16 @@ def expand_paths(paths: Sequence[Path]) -> list[Path]:
             for e in entries
             if e.name.endswith((".yaml", ".yml")) and not e.name.startswith(".")
         )
-    return out
+    # A file named twice (given twice, or a directory and a file in it) is read once: else its
+    # rules would be duplicates of themselves.
+    seen: set[Path] = set()
+    unique = []
+    for path in out:
+        key = Path(os.path.realpath(path))
+        if key not in seen:
+            seen.add(key)
+            unique.append(path)
+    return unique
 
 
 def load_rules(paths: Sequence[Path]) -> RuleSet:
@@ -292,6 +301,11 @@ class RuleSource:
     def __init__(self, *, paths: Sequence[Path]) -> None:
         self.paths = list(paths)
         self.current = load_rules(self.paths)  # at start, a bad file is fatal: say so and stop
+        if not self.current.files:
+            log.warning(
+                "no rule file (*.yaml, *.yml) in %s: no rule is in force",
+                ", ".join(map(str, self.paths)),
+            )
         self._stamp = self._stamps()
         self.errors_total = 0
         self.reloads_total = 0
@@ -320,7 +334,7 @@ class RuleSource:
                 raise RuleError(
                     [
                         f"{', '.join(map(str, self.paths))}: no rule file (*.yaml, *.yml) any "
-                        "more; to turn every rule off, leave one with `rules: []`"
+                        "more; to turn every rule off, leave one whose spec has `rules: []`"
                     ]
                 )
         except RuleError as exc:

@@ -306,7 +306,13 @@ class _PodKillTally:
         if memory.cgroup_version != 1 or memory.oom_kills is None:
             return memory
         now = dict(self._last.get(uid, {}))
-        now.update((c.container_id, c.memory.oom_kills or 0) for c in containers)
+        # A count the kernel did not give this time (a file skipped, a container going) keeps
+        # the last one: unknown is not 0.
+        now.update(
+            (c.container_id, c.memory.oom_kills)
+            for c in containers
+            if c.memory.oom_kills is not None
+        )
         if listed is not None:
             gone = [cid for cid in now if cid not in listed]
             self._gone[uid] = self._gone.get(uid, 0) + sum(now.pop(cid) for cid in gone)
