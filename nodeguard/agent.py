@@ -300,16 +300,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         node,
         cfg.sampler.interval,
         f"{cfg.sampler.focus_interval:.3g}s" if cfg.sampler.focus_interval else "off",
-        ",".join(
-            k
-            for k, on in (
-                ("thresholds", cfg.notify.thresholds),
-                ("psi", cfg.notify.psi),
-                ("events", cfg.notify.events),
-            )
-            if on
-        )
-        or "off",
+        ",".join(cfg.notify.flags_on()) or "off",
         cfg.dry_run,
         "yes" if cluster else "no",
         len(rules),

@@ -13,11 +13,11 @@ factory the listening socket is created with (around aiohttp's ``web.Server``):
   the place of the oldest one that is waiting on its client (one that never sent a whole
   request head, is still sending its body, or sits idle after a request) and has had a moment
   (50 ms) to send; one whose request is in its socket, not yet read, goes last. When all of
-  those are younger (a flood of new connections), a few more are
-  let in and the surplus closed after that moment, oldest first among those still waiting, so
-  that stalled connections, even a flood of new ones, cannot lock out the kubelet's probes and
-  Prometheus, which send their request at once; only when every connection is being answered
-  is the new one answered 503 and closed;
+  those are younger (a flood of new connections), a few more are let in and the surplus closed
+  after that moment, oldest first among those still waiting, so that stalled connections, even
+  a flood of new ones, cannot lock out the kubelet's probes and Prometheus, which send their
+  request at once; only when every connection is being answered is the new one answered 503
+  and closed;
 - a connection that has not sent a whole request head within ``header_timeout`` seconds of
   opening is closed (aiohttp's ``keepalive_timeout`` does the same between requests);
 - :func:`deadline_middleware` reads each request's body within ``body_timeout`` seconds (408

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from nodeguard.notify.hub import KINDS, NotificationHub, PsiSpec, Wakeup, Watched
+from nodeguard.notify.hub import KINDS, Kind, NotificationHub, PsiSpec, Wakeup, Watched
 from nodeguard.sampler import Sampler
-from nodeguard.snapshot import CgroupMemory, CollectorStatus, NodeSnapshot
+from nodeguard.snapshot import CollectorStatus, NodeSnapshot
 
 __all__ = ["FocusCollector", "Notifications", "NotifyConfig", "threshold_levels"]
 
@@ -47,7 +47,8 @@ LEVEL_SIGNALS = ("container_working_set_limit_ratio", "pod_working_set_limit_rat
 MAX_LEVELS = 4
 #: Pod PSI triggers kept at most (each a kernel trigger polled with its window).
 MAX_POD_TRIGGERS = 256
-_FLAG = {"threshold": "thresholds", "psi": "psi", "events": "events"}
+#: Each kind's ``--notify.<flag>`` name.
+FLAG: dict[Kind, str] = {"threshold": "thresholds", "psi": "psi", "events": "events"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +68,14 @@ class NotifyConfig:
     def any(self) -> bool:
         return self.thresholds or self.psi or self.events
 
+    def flags_on(self) -> list[str]:
+        """The ``--notify.<flag>`` names turned on, in :data:`KINDS` order."""
+        return [FLAG[kind] for kind, on in self.by_kind() if on]
+
+    def by_kind(self) -> zip[tuple[Kind, bool]]:
+        """Each kind of :data:`KINDS` and whether it is on."""
+        return zip(KINDS, (self.thresholds, self.psi, self.events), strict=True)
+
 
 def threshold_levels(*, conditions: Iterable[tuple[str, str, float]], focus: float) -> list[float]:
     """The shares of a limit to set thresholds at: ``focus`` and the values of the
@@ -77,11 +86,6 @@ def threshold_levels(*, conditions: Iterable[tuple[str, str, float]], focus: flo
         if signal in LEVEL_SIGNALS and op in (">=", ">") and 0 < value <= 1:
             levels.add(value)
     return sorted(levels)[-MAX_LEVELS:]
-
-
-def _ratio(mem: CgroupMemory) -> float:
-    ws, limit = mem.working_set_bytes, mem.effective_limit_bytes
-    return ws / limit if ws is not None and limit else 0.0
 
 
 class Notifications:
@@ -99,9 +103,9 @@ class Notifications:
             on_wakeup=self._on_wakeup, levels=levels, max_thresholds=config.max_thresholds
         )
         self._psi_set = False
-        for kind, on in zip(KINDS, (config.thresholds, config.psi, config.events), strict=True):
+        for kind, on in config.by_kind():
             if not on:
-                self.hub.statuses[kind].error = f"turned off (--no-notify.{_FLAG[kind]})"
+                self.hub.statuses[kind].error = f"turned off (--no-notify.{FLAG[kind]})"
 
     def start(self) -> None:
         """Deliver wake-ups (call in the event loop's thread)."""
@@ -143,7 +147,7 @@ class Notifications:
             for key, mem in members:
                 watched.append(
                     (
-                        _ratio(mem),
+                        mem.limit_ratio or 0.0,
                         Watched(
                             key=key,
                             directory=root + mem.path,

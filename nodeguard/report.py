@@ -96,10 +96,7 @@ def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
 
     def key(item: tuple[PodMemory, ContainerMemory]) -> tuple[float, int]:
         m = item[1].memory
-        ratio = (
-            (m.working_set_bytes or 0) / m.effective_limit_bytes if m.effective_limit_bytes else 0.0
-        )
-        return (ratio, m.working_set_bytes or 0)
+        return (m.limit_ratio or 0.0, m.working_set_bytes or 0)
 
     items = sorted(snap.containers(), key=key, reverse=True)[:top]
     t = Table(

@@ -94,8 +94,7 @@ def hot_keys(snapshot: NodeSnapshot, *, share: float) -> frozenset[str]:
     hot: set[str] = set()
 
     def near(mem: CgroupMemory) -> bool:
-        ws, limit = mem.working_set_bytes, mem.effective_limit_bytes
-        return ws is not None and limit is not None and limit > 0 and ws >= share * limit
+        return (mem.limit_ratio or 0.0) >= share
 
     for pod in snapshot.pods:
         if near(pod.memory):
@@ -166,9 +165,7 @@ class Sampler:
             base = self.latest
             if base is None:
                 return
-            extra = self._extra_statuses()
-            names = {s.name for s in extra}
-            collectors = (*(s for s in base.collectors if s.name not in names), *extra)
+            collectors = self._with_current_statuses(base)
             if collectors != base.collectors:
                 self.latest = dataclasses.replace(base, collectors=collectors)
         finally:
@@ -216,6 +213,12 @@ class Sampler:
             out.extend(source())
         return out
 
+    def _with_current_statuses(self, base: NodeSnapshot) -> tuple[CollectorStatus, ...]:
+        """``base``'s statuses with the added ones as they are now."""
+        extra = self._extra_statuses()
+        names = {s.name for s in extra}
+        return (*(s for s in base.collectors if s.name not in names), *extra)
+
     def _cluster_parts(self) -> dict[str, Any]:
         cluster = self.cluster
         return {
@@ -235,12 +238,10 @@ class Sampler:
             done: set[str] = set()
             for collector in self.collectors:
                 done |= run_refresh(collector, parts, keys)
-            extra = self._extra_statuses()
-            names = {s.name for s in extra}
             snapshot = dataclasses.replace(
                 base,
                 timestamp=started,
-                collectors=(*(s for s in base.collectors if s.name not in names), *extra),
+                collectors=self._with_current_statuses(base),
                 focused=tuple(sorted(done)),
                 **self._cluster_parts(),
                 **parts.fields(),

@@ -218,6 +218,13 @@ class CgroupMemory:
     high_events: int | None
     pressure: Pressure | None
 
+    @property
+    def limit_ratio(self) -> float | None:
+        """Working set over the effective limit (the kubelet's and the rules' share of the
+        limit); ``None`` when either is unknown or there is no limit."""
+        ws, limit = self.working_set_bytes, self.effective_limit_bytes
+        return None if ws is None or not limit else ws / limit
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerMemory:

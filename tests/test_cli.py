@@ -11,7 +11,7 @@ import pytest
 
 from nodeguard.cli import build_parser
 from nodeguard.cli.flags import duration as parse_duration
-from nodeguard.cli.run import focus_interval
+from nodeguard.cli.run import focus_interval, notify_config
 from nodeguard.units import format_bytes
 from tests.conftest import host_flags
 from tests.fixtures.make_hosts import CID, UID_B
@@ -265,7 +265,7 @@ def test_the_focus_interval_is_shorter_than_the_interval(argv: list[str], focus:
 
 def test_the_psi_stall_is_not_checked_without_psi_triggers() -> None:
     argv = ["run", "--no-notify.psi", "--notify.psi-stall=3s", "--notify.psi-window=2s"]
-    assert focus_interval(build_parser().parse_args(argv)) == 0.25
+    assert notify_config(build_parser().parse_args(argv)).psi_stall == 3.0
 
 
 @pytest.mark.parametrize(
@@ -284,8 +284,10 @@ def test_the_psi_stall_is_not_checked_without_psi_triggers() -> None:
     ],
 )
 def test_flags_at_odds_are_one_clear_line(argv: list[str], said: str) -> None:
+    args = build_parser().parse_args(["run", *argv])
     with pytest.raises(SystemExit) as exc:
-        focus_interval(build_parser().parse_args(["run", *argv]))
+        notify_config(args)
+        focus_interval(args)
     assert said in str(exc.value)
 
 

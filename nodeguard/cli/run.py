@@ -84,32 +84,44 @@ def read_token(path: Path | None) -> str | None:
     return token
 
 
-def focus_interval(args: argparse.Namespace) -> float:
-    """``--focus.interval`` in seconds, 0 for off: by default 250 ms, off where ``--interval``
-    is not longer. Raises ``SystemExit`` with one line when it is given and not shorter than
-    ``--interval``, or when ``--notify.psi-stall`` is longer than ``--notify.psi-window`` (the
-    kernel refuses such a trigger: Documentation/accounting/psi.rst)."""
+def notify_config(args: argparse.Namespace) -> NotifyConfig:
+    """The kernel notifications of the ``--notify.*`` flags. Raises ``SystemExit`` with one
+    line when PSI triggers are on and ``--notify.psi-stall`` is longer than
+    ``--notify.psi-window`` (the kernel refuses such a trigger:
+    Documentation/accounting/psi.rst)."""
     if args.notify_psi and args.psi_stall > args.psi_window:
         raise SystemExit(
             f"nodeguard: --notify.psi-stall ({format_duration(args.psi_stall)}) is longer than "
             f"--notify.psi-window ({format_duration(args.psi_window)}): a stall is measured "
             "within the window"
         )
+    return NotifyConfig(
+        thresholds=args.notify_thresholds,
+        psi=args.notify_psi,
+        events=args.notify_events,
+        psi_stall=args.psi_stall,
+        psi_window=args.psi_window,
+    )
+
+
+def focus_interval(args: argparse.Namespace) -> float:
+    """``--focus.interval`` in seconds, 0 for off: by default 250 ms, off where ``--interval``
+    is not longer. Raises ``SystemExit`` with one line when it is given and not shorter than
+    ``--interval``."""
     if args.focus_interval is None:
         return DEFAULT_FOCUS_INTERVAL if args.interval > DEFAULT_FOCUS_INTERVAL else 0.0
     if args.focus_interval and args.focus_interval >= args.interval:
         raise SystemExit(
             f"nodeguard: --focus.interval ({format_duration(args.focus_interval)}) is not "
             f"shorter than --interval ({format_duration(args.interval)}): focused samples come "
-            "between full ones "
-            "(0 turns them off)"
+            "between full ones (0 turns them off)"
         )
     return float(args.focus_interval)
 
 
 def config(args: argparse.Namespace) -> AgentConfig:
     """The agent's settings from the flags (the state directory created where it can be)."""
-    focus = focus_interval(args)
+    focus, notify = focus_interval(args), notify_config(args)
     state = _usable_state_dir(args.state)
     host, port = args.listen_address
     held = descriptor_budget(raise_limit=True) if args.keep_open else 0
@@ -120,13 +132,7 @@ def config(args: argparse.Namespace) -> AgentConfig:
             focus_share=args.focus_percent / 100,
             node_focus_share=args.focus_node_percent / 100,
         ),
-        notify=NotifyConfig(
-            thresholds=args.notify_thresholds,
-            psi=args.notify_psi,
-            events=args.notify_events,
-            psi_stall=args.psi_stall,
-            psi_window=args.psi_window,
-        ),
+        notify=notify,
         host=host,
         port=port,
         dry_run=args.dry_run,

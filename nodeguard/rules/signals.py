@@ -330,7 +330,7 @@ register(
 
 def _allocatable(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
     k = snap.kubepods
-    return None if k is None else _ratio(k.working_set_bytes, k.effective_limit_bytes)
+    return None if k is None else k.limit_ratio
 
 
 register(
@@ -448,7 +448,7 @@ def _working_set(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
 
 def _ws_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
     m = t.memory
-    return None if m is None else _ratio(m.working_set_bytes, m.effective_limit_bytes)
+    return None if m is None else m.limit_ratio
 
 
 def _ws_request(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
