@@ -159,3 +159,12 @@ def state_at(*, path: Path, **kw: Any) -> StateFile:
     state = StateFile(path=path, **kw)
     _states[path] = state
     return state
+
+
+@pytest.fixture
+def proxied(control_plane: TestCluster, tmp_path: Path) -> Iterator[Any]:  # noqa: F811
+    """The test control plane behind the fault-injecting proxy (tests/apiproxy.py)."""
+    from tests.apiproxy import api_proxy
+
+    with api_proxy(control_plane=control_plane, workdir=tmp_path) as proxy:
+        yield proxy

@@ -6,6 +6,7 @@ starting, and the resume must make Katib start the trials it is owed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,9 +17,11 @@ import pytest
 from nodeguard.actions.katib import QUOTA_LABEL, census, quota_name
 from nodeguard.kube.client import KubeClient
 from tests.acting import env_for, run_action
+from tests.agent import get, running_agent
 from tests.controlplane.cluster import TestCluster
 from tests.katib import GROUP, VERSION, Katib, running_katib
 from tests.kube_helpers import Cluster
+from tests.test_restarts import _agent_args, _kill, _rules, _until
 
 
 @pytest.fixture(scope="module")
@@ -431,3 +434,43 @@ async def test_a_legacy_pause_of_an_unset_count_restores_katibs_default(
     (res,) = await run_action(env=env_for(kube, node), node=node, action="resume_katib")
     assert res.outcome == "done" and "Katib's default" in res.message
     assert _experiment(cluster, ns, "random")["spec"]["parallelTrialCount"] == 3
+
+
+def test_an_agent_killed_mid_pause_is_resumed_once_and_deletes_no_trial(
+    katib: Katib, cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    # SIGKILL between the quota and the mark on the experiment (the pause's two writes): the
+    # next agent completes the pause it finds half done, once, and Katib deletes no trial.
+    ns, node = cluster.namespace("katib-kill"), cluster.node()
+    katib.experiment(ns, "exp", parallel=2, max_trials=10)
+    trials = _started(katib, ns, "exp", 2)
+    rules = _rules(
+        tmp_path, actions=f"[{{action: pause_katib, args: {{experiments: [{ns}/exp]}}}}]"
+    )
+    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    held = proxied.hold("PATCH", rf"/namespaces/{ns}/experiments/exp")
+    with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
+        held.wait_hit()  # the quota is made, the mark is on the wire
+        assert len(cluster.core.list_namespaced_resource_quota(ns).items) == 1
+        _kill(base.pid)
+    held.drop()  # the mark is lost with the agent: the pause is left half done
+    proxied.clear()
+    assert "nodeguard.io/paused-by" not in (
+        _experiment(cluster, ns, "exp")["metadata"].get("annotations") or {}
+    )
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
+        (incident,) = _until(
+            "the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
+        )
+        full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
+    assert full["resumed"] == 1
+    assert [(a["action"], a["outcome"]) for a in full["actions"]] == [("pause_katib", "done")]
+    assert "mark on the experiment completed" in full["actions"][0]["message"]
+    (quota,) = cluster.core.list_namespaced_resource_quota(ns).items
+    assert quota.spec.hard == {"count/trials.kubeflow.org": "0"}
+    exp = _experiment(cluster, ns, "exp")
+    assert exp["metadata"]["annotations"]["nodeguard.io/paused-by"].startswith(f"{node}/")
+    assert exp["spec"]["parallelTrialCount"] == 2
+    now = katib.trials(ns, "exp")
+    assert {n: t["metadata"]["uid"] for n, t in now.items()} == trials  # none deleted, none new
+    assert katib.running(ns, "exp") == set(trials)

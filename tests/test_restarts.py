@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ import pytest
 
 from nodeguard.actions.evict import GANGS_ANNOTATION
 from tests.agent import get, running_agent
-from tests.apiproxy import api_proxy
 from tests.conftest import HOSTS, host_flags
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster
@@ -113,12 +112,6 @@ def _pods(cluster: Cluster, ns: str, node: str, n: int) -> list[str]:
             namespace=ns, node=node, name=name, request="1Gi", priority_class="nodeguard-test-low"
         )
     return names
-
-
-@pytest.fixture
-def proxied(control_plane: TestCluster, tmp_path: Path) -> Iterator[Any]:
-    with api_proxy(control_plane=control_plane, workdir=tmp_path) as proxy:
-        yield proxy
 
 
 def test_cooldown_cap_and_eviction_limit_survive_kill_9(
