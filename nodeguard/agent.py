@@ -43,6 +43,7 @@ from nodeguard.firing import Firing
 from nodeguard.focus import FocusCollector, Notifications, NotifyConfig, threshold_levels
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
+from nodeguard.logs import report_dropped
 from nodeguard.metric_filter import MetricFilter
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector
@@ -333,5 +334,6 @@ async def run_agent(cfg: AgentConfig) -> int:
         await runner.cleanup()
         if kube is not None:
             kube.close()
+    report_dropped()  # what the rate limiter still holds is said before the last line
     log.info("nodeguard stopped")
     return 0

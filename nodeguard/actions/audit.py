@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import KubeError
+from nodeguard.logs import AUDIT
 
 __all__ = ["PENDING_EVENTS", "ActionMetrics", "Auditor", "ObjectRef", "dry_reason"]
 
@@ -90,6 +91,7 @@ class Auditor:
                 for e in events
             ),
             result.message,
+            extra=AUDIT,
         )
         await self.flush()
         for e in events:

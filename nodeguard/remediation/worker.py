@@ -38,6 +38,7 @@ from nodeguard.actions.base import ActionResult
 from nodeguard.actions.context import Call, Env
 from nodeguard.actions.registry import dispatch, parse_step
 from nodeguard.firing import Firing
+from nodeguard.logs import AUDIT
 from nodeguard.remediation.incidents import IncidentStore, incident_id
 from nodeguard.snapshot import NodeSnapshot
 from nodeguard.statefile import StateFile
@@ -128,6 +129,7 @@ class Remediator:
                 firing.kind,
                 firing.rule,
                 firing.target,
+                extra=AUDIT,
             )
             return False
         key = incident_id(firing)
@@ -218,6 +220,7 @@ class Remediator:
             firing.rule,
             why,
             ", ".join(left) or "none",
+            extra=AUDIT,
         )
         self.abandoned_total += 1
         results = list(entry.get("results", []))
@@ -253,6 +256,7 @@ class Remediator:
                 "resolving" if firing.kind == "resolved" else "acting on",
                 firing.summary,
                 " (dry run)" if dry else "",
+                extra=AUDIT,
             )
         if firing.key and self._claim is not None and not entry.get("claimed"):
             claim = await self._claim(firing)

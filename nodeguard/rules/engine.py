@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from nodeguard.firing import Firing
+from nodeguard.logs import AUDIT
 from nodeguard.rules.schema import Rule
 from nodeguard.rules.signals import SIGNALS, History, Target, targets
 from nodeguard.snapshot import NodeSnapshot
@@ -341,6 +342,7 @@ class RuleEngine:
                 rule.max_firings.count if rule.max_firings else 0,
                 rule.max_firings.window if rule.max_firings else 0,
                 target.key,
+                extra=AUDIT,
             )
             return None
         st.firing, st.busy, st.last_acted = True, True, now

@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from nodeguard.fields import model_at, unknown_field
+from nodeguard.logs import AUDIT
 from nodeguard.rules.safe_yaml import YamlProblem, field_path, load_bounded
 from nodeguard.rules.schema import AlertRule, Rule, RuleFile
 
@@ -305,6 +306,7 @@ class RuleSource:
             log.warning(
                 "no rule file (*.yaml, *.yml) in %s: no rule is in force",
                 ", ".join(map(str, self.paths)),
+                extra=AUDIT,
             )
         self._stamp = self._stamps()
         self.errors_total = 0
@@ -339,7 +341,9 @@ class RuleSource:
                 )
         except RuleError as exc:
             self.errors_total += 1
-            log.error("rule reload failed; the last good rules stay in force:\n%s", exc)
+            log.error(
+                "rule reload failed; the last good rules stay in force:\n%s", exc, extra=AUDIT
+            )
             return False
         self.current = new
         self.reloads_total += 1
