@@ -250,3 +250,39 @@ def test_duplicate_names_on_one_line(tmp_path: Path) -> None:
     rc, out = _check(tmp_path, text)
     assert rc == 1
     assert "F:3: spec.rules[1].name: duplicate rule name 'low' (also at F:3)" in out
+
+
+def _check_cli(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nodeguard", "check", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_directory_without_rule_files_fails_check(tmp_path: Path) -> None:
+    # The agent given this directory would run with no rule in force: `check` says so and
+    # fails, instead of exiting 0 with nothing printed.
+    (tmp_path / "rules.txt").write_text(GOOD_RULE)
+    (tmp_path / ".hidden.yaml").write_text("not read: hidden, as ConfigMap's ..data links")
+    done = _check_cli(tmp_path)
+    assert done.returncode == 1
+    assert done.stdout == (
+        f"{tmp_path}: not read (not *.yaml or *.yml): rules.txt\n"
+        f"{tmp_path}: FAILED: no rule file (*.yaml, *.yml) in this directory\n"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _check_cli(empty).returncode == 1
+
+
+def test_a_directory_names_what_it_does_not_read(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD_RULE)
+    (tmp_path / "b.yaml.bak").write_text(GOOD_RULE)
+    done = _check_cli(tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert done.stdout == (
+        f"{tmp_path}: not read (not *.yaml or *.yml): b.yaml.bak\n"
+        f"Checking {tmp_path / 'a.yaml'}\n  SUCCESS: 1 rules found\n"
+    )

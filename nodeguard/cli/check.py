@@ -3,6 +3,9 @@
 A line per file, every problem as ``FILE:LINE: FIELD: message`` (a threshold outside its
 signal's range gives the range; an unknown field lists the allowed ones and the closest);
 exit status 0 when all are good, 1 otherwise. Rule names must also be unique across the files.
+A directory is read as the agent's ``--rules DIR`` reads it (its ``*.yaml``/``*.yml`` files,
+hidden ones skipped: ``expand_paths``); one with no rule file is an error, since the agent given
+it would run with no rule in force, and files in it that are not read are named.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_files(files: Sequence[Path], *, out: TextIO) -> int:
     """Check each file; write a line per file and one per problem; the exit status."""
     failed = False
+    for given in files:
+        if given.is_dir() and not _directory_read(given, out=out):
+            failed = True
     names = RuleNames()
     for path in expand_paths(files):
         out.write(f"Checking {path}\n")
@@ -57,6 +63,26 @@ def check_files(files: Sequence[Path], *, out: TextIO) -> int:
             extra = f", {len(rf.spec.alerts)} alert rules" if rf.spec.alerts else ""
             out.write(f"  SUCCESS: {len(rf.spec.rules)} rules found{extra}\n")
     return 1 if failed else 0
+
+
+def _directory_read(directory: Path, *, out: TextIO) -> bool:
+    """Say what of ``directory`` is not read; False when no rule file is in it."""
+    read = {p.name for p in expand_paths([directory])}
+    try:
+        others = sorted(
+            e.name
+            for e in directory.iterdir()
+            if e.name not in read and not e.name.startswith(".") and e.is_file()
+        )
+    except OSError as exc:
+        out.write(f"{directory}: cannot list: {exc.strerror}\n")
+        return False
+    if others:
+        out.write(f"{directory}: not read (not *.yaml or *.yml): {', '.join(others)}\n")
+    if not read:
+        out.write(f"{directory}: FAILED: no rule file (*.yaml, *.yml) in this directory\n")
+        return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
