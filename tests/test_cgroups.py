@@ -4,6 +4,8 @@ CRI-O and docker-nested layouts."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from nodeguard.sources import NoDataError
 from nodeguard.sources.cgroups import CgroupReader, _PodKillTally, normalise_limit
 from tests.conftest import cgroup_memory, host_paths
 from tests.fixtures.make_hosts import (
+    HOSTS,
     CID,
     CID_CONMON,
     UID_B,
@@ -180,3 +183,32 @@ def test_a_v1_pods_kills_keep_a_containers_last_count_while_it_is_unknown() -> N
     assert fold({"b": 1, "c": 0}, {"b", "c"}) == 3
     tally.keep(set())  # the pod gone
     assert fold({"c": 0}, {"c"}) == 0
+
+
+def _copy_without_containers(src: Path, dst: Path, *, uid: str) -> None:
+    shutil.copytree(src, dst)
+    for child in (dst / "burstable" / f"pod{uid}").iterdir():
+        if child.is_dir():
+            shutil.rmtree(child)
+
+
+@pytest.mark.parametrize("leftover_first", [True, False])
+def test_one_pod_in_two_kubepods_roots_is_one_pod(tmp_path: Path, leftover_first: bool) -> None:
+    # A kubelet in a container (/docker/<id>/kubepods) beside a /kubepods with the same pod
+    # UID: one pod, kept where its containers are, the other counted as a duplicate.
+    host = tmp_path / "host"
+    shutil.copytree(HOSTS / "v1-docker-nested", host, symlinks=True)
+    memory = host / "sys/fs/cgroup/memory"
+    (nested,) = (memory / "docker").glob("*/kubepods")
+    pod = nested / "burstable" / f"pod{UID_B}"
+    other = (memory / "kubepods") if leftover_first else (memory / "zz" / "kubepods")
+    _copy_without_containers(nested, other, uid=UID_B)  # a leftover: the pod, no container
+    assert (other / "burstable" / f"pod{UID_B}" / "memory.usage_in_bytes").is_file()
+    reader = CgroupReader(paths=HostPaths(procfs=host / "proc", sysfs=host / "sys"))
+    _version, pods = reader.read(mem_total=MEM_TOTAL)
+    uids = [p.uid for p in pods]
+    assert sorted(uids) == sorted(set(uids))
+    (kept,) = [p for p in pods if p.uid == UID_B]
+    assert kept.memory.path.startswith("/docker/") and kept.containers
+    assert reader.skipped.counts() == {"duplicate": 1}
+    assert kept.memory.path == "/" + str(pod.relative_to(memory))

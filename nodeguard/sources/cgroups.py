@@ -52,7 +52,7 @@ from nodeguard.sources.cgroup_paths import (
 from nodeguard.sources.files import parse_flat_keyed, read_optional
 from nodeguard.sources.open_files import OpenFiles
 from nodeguard.sources.pressure import parse_pressure
-from nodeguard.sources.skipped import Skipped
+from nodeguard.sources.skipped import DuplicateError, Skipped
 
 __all__ = ["CgroupLayout", "CgroupReader", "detect_layout", "normalise_limit", "read_limit"]
 
@@ -276,6 +276,10 @@ def find_kubepods_roots(
     return found
 
 
+def _liveness(pod: PodMemory) -> tuple[int, int]:
+    return len(pod.containers), pod.memory.usage_bytes or 0
+
+
 class _PodKillTally:
     """cgroup v1's pod OOM kills counted as v2 counts them.
 
@@ -408,8 +412,32 @@ class CgroupReader:
         finally:
             self._files.sweep()  # what this sample did not read belongs to cgroups now gone
             self._built, self._building = self._building, {}
+        pods = self._one_per_pod(pods)
         self._pod_kills.keep({p.uid for p in pods})
         return layout.version, tuple(pods)
+
+    def _one_per_pod(self, pods: list[PodMemory]) -> list[PodMemory]:
+        """One cgroup per pod UID. Two kubepods roots can hold one pod: a kubelet run in a
+        container (kind, a kubelet-in-docker node) writes its tree under the container's cgroup
+        (``/docker/<id>/kubepods``) while the host's view or a leftover tree shows a
+        ``/kubepods`` beside it; exporting both doubles every series of the pod. The one kept
+        has the most container cgroups, then the higher usage (a leftover directory of an old
+        kubelet is empty), then comes first (outermost root); the others are counted as
+        ``duplicate`` in ``nodeguard_collector_errors_total`` and logged once each."""
+        best: dict[str, PodMemory] = {}
+        for pod in pods:
+            kept = best.get(pod.uid)
+            if kept is None:
+                best[pod.uid] = pod
+                continue
+            if _liveness(pod) > _liveness(kept):
+                pod, kept = kept, pod
+                best[kept.uid] = kept
+            self.skipped.add(
+                path=pod.memory.path,
+                exc=DuplicateError(f"pod {pod.uid} also at {kept.memory.path}, which is kept"),
+            )
+        return [p for p in pods if best[p.uid] is p]
 
     def _read_kubepods(self, *, layout: CgroupLayout, path: str, total: int | None) -> None:
         """The kubepods cgroup itself (node allocatable); its limit against the limits above

@@ -18,19 +18,26 @@ from typing import Literal
 
 from nodeguard.sources.files import FileTooLargeError
 
-__all__ = ["Reason", "Skipped", "reason_of"]
+__all__ = ["DuplicateError", "Reason", "Skipped", "reason_of"]
 
 log = logging.getLogger(__name__)
 
-Reason = Literal["unreadable", "not_text", "too_large", "malformed"]
+Reason = Literal["unreadable", "not_text", "too_large", "malformed", "duplicate"]
 # Paths remembered as logged, least recent forgotten first (the walk sees new paths all the
 # time as pods come and go; what is remembered must not grow with them).
 _LOGGED = 4096
 
 
+class DuplicateError(Exception):
+    """An entry that another one already stands for (a second cgroup directory of one pod)."""
+
+
 def reason_of(exc: BaseException) -> Reason:
     """Why a read failed: an OS error (``unreadable``), bytes that are not text
-    (``not_text``), a file over the read bound (``too_large``), anything else ``malformed``."""
+    (``not_text``), a file over the read bound (``too_large``), an entry another one already
+    stands for (``duplicate``), anything else ``malformed``."""
+    if isinstance(exc, DuplicateError):
+        return "duplicate"
     if isinstance(exc, OSError):
         return "unreadable"
     if isinstance(exc, UnicodeDecodeError):
