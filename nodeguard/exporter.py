@@ -61,7 +61,8 @@ def _own(snapshot: NodeSnapshot, out: Families) -> Iterator[Family]:
     errors = out.counter(
         "collector_errors",
         "entries a collector left out since the agent started, by reason (unreadable, "
-        "not_text, too_large, malformed, duplicate): a bad file costs that entry only; absent until one",
+        "not_text, too_large, malformed, duplicate): a bad file costs that entry only; absent "
+        "until one",
         [*labels, "reason"],
     )
     for st in snapshot.collectors:

@@ -15,9 +15,9 @@ from nodeguard.sources import NoDataError
 from nodeguard.sources.cgroups import CgroupReader, _PodKillTally, normalise_limit
 from tests.conftest import cgroup_memory, host_paths
 from tests.fixtures.make_hosts import (
-    HOSTS,
     CID,
     CID_CONMON,
+    HOSTS,
     UID_B,
     UID_BE,
     UID_G,

@@ -430,12 +430,13 @@ class CgroupReader:
             if kept is None:
                 best[pod.uid] = pod
                 continue
+            dropped = pod
             if _liveness(pod) > _liveness(kept):
-                pod, kept = kept, pod
+                dropped, kept = kept, pod
                 best[kept.uid] = kept
             self.skipped.add(
-                path=pod.memory.path,
-                exc=DuplicateError(f"pod {pod.uid} also at {kept.memory.path}, which is kept"),
+                path=dropped.memory.path,
+                exc=DuplicateError(f"pod {kept.uid} also at {kept.memory.path}, which is kept"),
             )
         return [p for p in pods if best[p.uid] is p]
 
