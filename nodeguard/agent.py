@@ -16,6 +16,7 @@ cluster objects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ipaddress
 import logging
@@ -43,7 +44,7 @@ from nodeguard.firing import Firing
 from nodeguard.focus import FocusCollector, Notifications, NotifyConfig, threshold_levels
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
-from nodeguard.logs import report_dropped
+from nodeguard.logs import AUDIT, report_dropped
 from nodeguard.metric_filter import MetricFilter
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector
@@ -59,6 +60,45 @@ from nodeguard.statefile import StateFile
 __all__ = ["AgentConfig", "run_agent"]
 
 log = logging.getLogger("nodeguard")
+
+
+async def _until_stopped(
+    tasks: list[asyncio.Task[Any]], *, stop: asyncio.Event, timeout: float
+) -> None:
+    """Run ``tasks`` until ``stop`` is set (SIGTERM), then give them ``timeout`` seconds to
+    end; the ones still running then (inside an API call the API server does not answer) are
+    cancelled, said in an audit line. A task that fails before ``stop`` raises here. The
+    remediator's journal holds what is under way whatever the moment (it is written ahead),
+    so the next start resumes it: the kubelet's SIGKILL at the end of the grace period would
+    lose nothing more, but an agent that overstays it is killed with no last word."""
+    gathered: asyncio.Future[Any] = asyncio.gather(*tasks)
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({gathered, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if gathered.done():
+            gathered.result()
+            return
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        if pending:
+            log.warning(
+                "stopping: %s still waiting after %.0fs (the API server does not answer): "
+                "cancelled; what is under way stays in the journal for the next start",
+                ", ".join(sorted(t.get_name() for t in pending)),
+                timeout,
+                extra=AUDIT,
+            )
+            for task in pending:
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        stopping.cancel()
+        if not gathered.done():
+            gathered.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await gathered
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +125,8 @@ class AgentConfig:
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     metric_filter: MetricFilter = field(default_factory=MetricFilter)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    #: Seconds after SIGTERM to wait for the tasks before cancelling them (``--shutdown.timeout``).
+    shutdown_timeout: float = 20.0
 
 
 STATE_FILE = "remediation-state.json"
@@ -323,7 +365,7 @@ async def run_agent(cfg: AgentConfig) -> int:
             )
         )
     try:
-        await asyncio.gather(*tasks)
+        await _until_stopped(tasks, stop=stop, timeout=cfg.shutdown_timeout)
     finally:
         if notifications is not None:
             notifications.close()

@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import threading
 from pathlib import Path
 
 from nodeguard.agent import AgentConfig, run_agent
@@ -16,6 +17,7 @@ from nodeguard.cli.flags import cordon_config, sampler_config
 from nodeguard.cli.run_flags import DEFAULT_FOCUS_INTERVAL, RUN_FLAG_GROUPS
 from nodeguard.connections import ConnectionLimits, connection_cap
 from nodeguard.focus import NotifyConfig
+from nodeguard.kube.client import KUBE_THREAD_PREFIX
 from nodeguard.kube.errors import KubeError
 from nodeguard.metric_filter import MetricFilter
 from nodeguard.rules.load import RuleError
@@ -151,6 +153,7 @@ def config(args: argparse.Namespace) -> AgentConfig:
             max_connections=connection_cap(wanted=args.max_connections, held_files=held)
         ),
         metric_filter=metric_filter(args),
+        shutdown_timeout=args.shutdown_timeout,
     )
 
 
@@ -162,10 +165,17 @@ def metric_filter(args: argparse.Namespace) -> MetricFilter:
 def run(args: argparse.Namespace) -> int:
     """Run the agent until SIGTERM; 1 when the rules or the cluster are not usable at start."""
     try:
-        return asyncio.run(run_agent(config(args)))
+        rc = asyncio.run(run_agent(config(args)))
     except RuleError as exc:
         log.error("rules not loaded, not starting:\n%s", exc)
         return 1
     except KubeError as exc:
         log.error("Kubernetes API not usable, not starting: %s", exc)
         return 1
+    if any(t.name.startswith(KUBE_THREAD_PREFIX) and t.is_alive() for t in threading.enumerate()):
+        # A thread still inside an API call the API server never answers: the interpreter
+        # would join it at exit (concurrent.futures does), past the grace period, only to
+        # drop its answer. Everything that matters is saved by now (the journal, the state).
+        logging.shutdown()
+        os._exit(rc)
+    return rc

@@ -204,6 +204,17 @@ def remediation(parser: argparse.ArgumentParser) -> None:
     )
     add_state(g)
     g.add_argument(
+        "--shutdown.timeout",
+        dest="shutdown_timeout",
+        type=duration,
+        default=20.0,
+        metavar="DURATION",
+        help="after SIGTERM, wait at most this long for what is under way (API calls that "
+        "the API server does not answer) before stopping; what is left is in the journal for "
+        "the next start. Keep it below the pod's terminationGracePeriodSeconds "
+        f"({DURATION_EXAMPLES}; default 20s, the DaemonSet's grace period is 30s)",
+    )
+    g.add_argument(
         "--incidents.keep",
         dest="incidents_keep",
         type=count,

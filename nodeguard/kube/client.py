@@ -51,6 +51,8 @@ __all__ = ["KubeClient", "translate_error"]
 JSON = dict[str, Any]
 _MERGE = "application/merge-patch+json"
 _TIMEOUT = (5.0, 15.0)  # connect, read (seconds)
+#: The name prefix of the client's threads (a command's exit looks for those still in a call).
+KUBE_THREAD_PREFIX = "kube-api"
 #: Threads for API calls: the pod watch holds one for as long as each watch lasts, and actions,
 #: Events and webhook claims are rarely more than a few at once.
 API_THREADS = 4
@@ -136,7 +138,9 @@ class KubeClient:
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
         self._read_attempts = read_attempts
-        self._threads = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="kube-api")
+        self._threads = ThreadPoolExecutor(
+            max_workers=API_THREADS, thread_name_prefix=KUBE_THREAD_PREFIX
+        )
 
     @classmethod
     def load(cls, *, kubeconfig: Path | None = None, context: str | None = None) -> KubeClient:
