@@ -39,6 +39,7 @@ __all__ = [
     "Pressure",
     "PressureLine",
     "ProcessRss",
+    "VmStat",
     "WorkloadLabels",
     "memory_breakdown",
     "to_jsonable",
@@ -179,6 +180,34 @@ class Pressure:
 
     some: PressureLine | None
     full: PressureLine | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VmStat:
+    """The node's reclaim counters from ``/proc/vmstat`` (mm/vmstat.c ``vmstat_text``), in
+    pages since boot; each is ``None`` where the kernel does not print it.
+
+    - ``pgscan_kswapd`` / ``pgscan_direct``: pages scanned by kswapd / by allocating tasks
+      reclaiming themselves (direct reclaim); ``pgsteal_*``: pages of those reclaimed.
+      Only *global* reclaim counts here: reclaim inside a cgroup at its own ``memory.max`` /
+      ``memory.high`` (v1 ``memory.limit_in_bytes``) is counted in that cgroup's stats, not in
+      these (mm/vmscan.c ``shrink_inactive_list``: ``if (!cgroup_reclaim(sc))
+      __count_vm_events(...)``; ``global_reclaim(sc)`` before 5.x).
+    - ``allocstall``: times an allocation entered direct reclaim.
+    - Kernels before 4.8 count per zone (``pgscan_direct_normal``, ``pgscan_direct_dma32``,
+      ...), and later ones count ``allocstall`` per zone (``allocstall_normal``, ...): the
+      zones are summed. ``pgscan_direct_throttle`` (throttled direct reclaimers) is not a
+      zone and not summed.
+    - ``page_size_bytes``: the host's page size (``sysconf(_SC_PAGE_SIZE)``), to turn pages
+      into bytes.
+    """
+
+    pgscan_kswapd: int | None
+    pgscan_direct: int | None
+    pgsteal_kswapd: int | None
+    pgsteal_direct: int | None
+    allocstall: int | None
+    page_size_bytes: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -541,7 +570,8 @@ class NodeSnapshot:
     ``kubepods``: the ``kubepods`` cgroup itself, on which the kubelet enforces node allocatable
     (``--enforce-node-allocatable=pods``: its limit is capacity minus kube-reserved and
     system-reserved); ``None`` where there is none. ``cgroup_root``: the absolute path of the
-    memory hierarchy the pods' ``CgroupMemory.path`` are relative to.
+    memory hierarchy the pods' ``CgroupMemory.path`` are relative to. ``vmstat``: the node's
+    global reclaim counters (:class:`VmStat`), ``None`` where ``/proc/vmstat`` is absent.
 
     ``focused``: ``None`` for a full sample. A focused sample (:mod:`nodeguard.sampler`)
     re-reads ``/proc/meminfo``, PSI and only the pod and container cgroups whose keys it lists
@@ -563,6 +593,7 @@ class NodeSnapshot:
     cgroup_files_open: int | None = None
     kubepods: CgroupMemory | None = None
     cgroup_root: str | None = None
+    vmstat: VmStat | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     focused: tuple[str, ...] | None = None
 

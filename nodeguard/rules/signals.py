@@ -27,6 +27,7 @@ from nodeguard.snapshot import (
     PodMemoryTotals,
     PodMeta,
 )
+from nodeguard.stall import stall_outside_limits
 
 __all__ = [
     "ABOVE_ZERO",
@@ -37,6 +38,7 @@ __all__ = [
     "Scope",
     "Signal",
     "Target",
+    "counter_rate",
     "register",
     "targets",
 ]
@@ -47,6 +49,8 @@ Scope = Literal["node", "pod", "container", "gpu"]
 GROWTH_WINDOW = 30.0
 GROWTH_FLOOR = 0.01  # share of the limit to grow over the window that always counts
 OOM_WINDOW = 600.0
+#: How far back the node's direct reclaim rate is taken.
+RECLAIM_WINDOW = 30.0
 #: Points kept per target and series: at short intervals (the least is 50 ms) a point is kept
 #: per window/120 at most (0.5 s for the growth window), the newest always; 120 points of a
 #: target cost about 12 KB, whatever the interval.
@@ -102,20 +106,29 @@ def targets(snapshot: NodeSnapshot, scope: Scope, *, current: bool = False) -> l
 
 
 class History:
-    """The agent's own recent samples per target: working set (for growth) and the cgroup OOM
-    kill counter (for kills in a window). Targets not seen in a sample are forgotten; each
-    target keeps at most :data:`MAX_POINTS` + 1 working-set points and the OOM counter's
-    changes (bounded by the kernel's kills in the window)."""
+    """The agent's own recent samples per target: working set (for growth), the cgroup OOM
+    kill counter (for kills in a window) and the node's direct-reclaim scan counter (for its
+    rate). Targets not seen in a sample are forgotten; each target keeps at most
+    :data:`MAX_POINTS` + 1 working-set points and the OOM counter's changes (bounded by the
+    kernel's kills in the window); the node at most :data:`MAX_POINTS` + 1 reclaim points."""
 
     def __init__(self) -> None:
         self._ws: dict[str, deque[tuple[float, int]]] = {}
         self._oom: dict[str, deque[tuple[float, int]]] = {}
+        self._reclaim: dict[str, deque[tuple[float, int]]] = {}
 
     def observe(self, snapshot: NodeSnapshot) -> None:
         """Record one snapshot. Of a focused sample, only the targets it re-read: the others'
         values are the last sample's, and a point at the new time would fake a flat stretch
         (and forgetting them would lose their growth)."""
         now = snapshot.timestamp
+        vm = snapshot.vmstat
+        if vm is not None and vm.pgscan_direct is not None:
+            # In bytes, so that a rate needs no page size.
+            scanned = vm.pgscan_direct * vm.page_size_bytes
+            _push(self._reclaim, snapshot.node_name, now, scanned, RECLAIM_WINDOW * 2)
+        else:
+            self._reclaim.pop(snapshot.node_name, None)
         seen: set[str] = set()
         for scope in ("pod", "container"):
             for t in targets(snapshot, scope):
@@ -138,6 +151,10 @@ class History:
 
     def oom_kills(self, key: str) -> list[tuple[float, int]]:
         return list(self._oom.get(key, ()))
+
+    def direct_reclaim(self, node: str) -> list[tuple[float, int]]:
+        """``(time, bytes scanned by direct reclaim since boot)`` of the node's samples."""
+        return list(self._reclaim.get(node, ()))
 
 
 def _push(
@@ -360,6 +377,51 @@ register(
 )
 
 
+def counter_rate(samples: Iterable[tuple[float, int]], *, window: float) -> float | None:
+    """Per-second increase of a counter over the last ``window`` seconds of ``samples``
+    (``(time, value)``, oldest first): the increases summed (a value below the one before is a
+    reset and counts from 0) over the time they span. ``None`` with fewer than two points in
+    the window or no time between them."""
+    points = list(samples)
+    if not points:
+        return None
+    recent = [(t, v) for t, v in points if t >= points[-1][0] - window]
+    if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
+        return None
+    total, prev = 0, recent[0][1]
+    for _, v in recent[1:]:
+        total += v - prev if v >= prev else v
+        prev = v
+    return total / (recent[-1][0] - recent[0][0])
+
+
+def _direct_reclaim(snap: NodeSnapshot, h: History, _t: Target) -> float | None:
+    return counter_rate(h.direct_reclaim(snap.node_name), window=RECLAIM_WINDOW)
+
+
+def _outside_limits(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+    return stall_outside_limits(snap)
+
+
+register(
+    "node_direct_reclaim_bytes_per_second",
+    scope="node",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="memory scanned per second by direct (global) reclaim over the last 30 s: "
+    "/proc/vmstat pgscan_direct x page size; reclaim at a cgroup's own limit is not counted",
+    fn=_direct_reclaim,
+)
+register(
+    "node_memory_stall_outside_limits_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="share of node PSI full avg10 not explained by cgroups stalling at their own limit",
+    fn=_outside_limits,
+)
+
+
 # -- pod and container ---------------------------------------------------------------------------
 def seconds_to_limit(samples: Iterable[tuple[float, int]], limit: int | None) -> float | None:
     """Seconds until the working set reaches ``limit`` at the growth of the last
@@ -545,6 +607,74 @@ register(
     valid=ABOVE_ZERO,
     help="container OOM kills (cgroup counter) in the last 10 minutes",
     fn=_ooms,
+)
+
+
+def _cgroup_psi(kind: str) -> SignalFn:
+    def fn(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+        m = t.memory
+        line = getattr(m.pressure, kind) if m is not None and m.pressure is not None else None
+        return None if line is None else float(line.avg10)
+
+    return fn
+
+
+def _usage_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    m = t.memory
+    if m is None or m.usage_bytes is None or not m.effective_limit_bytes:
+        return None
+    return min(1.0, m.usage_bytes / m.effective_limit_bytes)
+
+
+register(
+    "pod_psi_full_avg10",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod cgroup memory PSI full avg10 (v2 memory.pressure; no data on v1)",
+    fn=_cgroup_psi("full"),
+)
+register(
+    "container_psi_full_avg10",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container cgroup memory PSI full avg10 (v2 memory.pressure; no data on v1)",
+    fn=_cgroup_psi("full"),
+)
+register(
+    "pod_psi_some_avg10",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod cgroup memory PSI some avg10 (v2 memory.pressure; no data on v1)",
+    fn=_cgroup_psi("some"),
+)
+register(
+    "container_psi_some_avg10",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container cgroup memory PSI some avg10 (v2 memory.pressure; no data on v1)",
+    fn=_cgroup_psi("some"),
+)
+register(
+    "pod_usage_limit_ratio",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod usage (page cache included) / effective memory limit: 0.98 and more is at "
+    "the limit, where the kernel reclaims inside the cgroup",
+    fn=_usage_limit,
+)
+register(
+    "container_usage_limit_ratio",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container usage (page cache included) / effective memory limit: 0.98 and more is "
+    "at the limit, where the kernel reclaims inside the cgroup",
+    fn=_usage_limit,
 )
 
 
