@@ -98,7 +98,7 @@ async def sampler() -> AsyncIterator[Sampler]:
 
 
 def test_the_six_collectors_are_registered_in_reading_order() -> None:
-    assert set(COLLECTORS) == {"meminfo", "pressure", "cgroups", "kmsg", "processes", "gpu"}
+    assert set(COLLECTORS) == {"meminfo", "pressure", "cgroups", "kmsg", "processes", "gpu", "vmstat"}
     order = [c.name for c in ordered()]
     assert order.index("meminfo") < order.index("cgroups")
     assert order.index("cgroups") < order.index("processes")
