@@ -296,6 +296,51 @@ def node_memory() -> dict[str, Any]:
             y=33,
         ),
         _panel(
+            12,
+            "Node stall outside cgroups at their own limit",
+            [
+                (
+                    f'nodeguard_node_memory_pressure_ratio{{{SEL}, kind="full", window="10s"}} * nodeguard_node_memory_stall_outside_limits_ratio{{{SEL}}}',
+                    "node's own full avg10 {{instance}}",
+                ),
+                (
+                    f'nodeguard_node_memory_pressure_ratio{{{SEL}, kind="full", window="10s"}}',
+                    "all full avg10 {{instance}}",
+                ),
+                (
+                    f'topk(5, rate(nodeguard_container_memory_pressure_stall_seconds_total{{{SEL}, kind="full"}}[$__rate_interval]))',
+                    "{{namespace}}/{{pod}} {{container}}",
+                ),
+            ],
+            unit="percentunit",
+            x=0,
+            y=41,
+            description="Node PSI full counts tasks reclaiming inside their own cgroup's limit "
+            "too: the node's own share is what cgroups at their limit do not explain "
+            "(memory-pressure-high acts on it above 10 %, with direct reclaim). Containers "
+            "stalling most, by their own PSI (cgroup v2).",
+        ),
+        _panel(
+            13,
+            "Global reclaim",
+            [
+                (
+                    f"rate(nodeguard_node_vmstat_pgscan_bytes_total{{{SEL}}}[$__rate_interval])",
+                    "scanned by {{reclaimer}} {{instance}}",
+                ),
+                (
+                    f"rate(nodeguard_node_vmstat_pgsteal_bytes_total{{{SEL}}}[$__rate_interval])",
+                    "reclaimed by {{reclaimer}} {{instance}}",
+                ),
+            ],
+            unit="binBps",
+            x=12,
+            y=41,
+            description="/proc/vmstat: kswapd dropping page cache in the background is the "
+            "kernel at work; direct reclaim is allocations reclaiming for themselves, the node "
+            "short of free memory. Reclaim at a cgroup's own limit is not counted here.",
+        ),
+        _panel(
             11,
             "Collectors",
             [
@@ -307,7 +352,7 @@ def node_memory() -> dict[str, Any]:
             ],
             unit="short",
             x=0,
-            y=41,
+            y=49,
             w=24,
         ),
     ]
