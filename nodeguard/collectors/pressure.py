@@ -62,11 +62,11 @@ class PressureCollector(Collector):
         yield from (stall, ratio)
         outside = stall_outside_limits(snapshot)
         if outside is not None:
-            share = node_gauge(
+            outside_family = node_gauge(
                 out,
                 "node_memory_stall_outside_limits_ratio",
                 "share of node memory PSI full avg10 not explained by cgroups stalling at "
                 "their own limit (absent where that cannot be told: v1 with a cgroup at its limit)",
             )
-            share.add(NO_WORKLOAD, outside)
-            yield share
+            outside_family.add(NO_WORKLOAD, outside)
+            yield outside_family
