@@ -594,7 +594,7 @@ register(
     scope="pod",
     unit="bytes",
     valid=ABOVE_ZERO,
-    help="GPU memory used by the pod's processes (NVML's compute, graphics and MPS lists; an MPS "
-    "server's memory is its clients'), all GPUs together",
+    help="GPU memory used by the pod's processes (NVML's compute, graphics and MPS lists), "
+    "all GPUs together",
     fn=_pod_gpu,
 )
