@@ -200,6 +200,8 @@ def _gpu_processes_table(snap: NodeSnapshot, top: int) -> Table | Text | None:
         if p.mig_gpu_instance_id is not None:
             gpu += f"/gi{p.mig_gpu_instance_id}"
         used = "not available" if p.used_bytes is None else format_bytes(p.used_bytes)
+        if p.mps_server:  # its memory is its clients' (GpuProcess), listed on their own rows
+            used += " (MPS server)"
         t.add_row(gpu, str(p.pid), where, container, used)
     return t
 

@@ -370,16 +370,27 @@ class GpuMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuProcess:
-    """A compute process on a GPU (``nvmlDeviceGetComputeRunningProcesses_v3``).
+    """A process that holds a context on a GPU, from any of NVML's three lists (merged by PID,
+    :mod:`nodeguard.sources.gpu`).
 
     - ``pid``: the host PID (NVML reports PIDs of the host's PID namespace).
     - ``used_bytes``: ``usedGpuMemory``; ``None`` when NVML answers
-      ``NVML_VALUE_NOT_AVAILABLE`` (the process is kept, its memory unknown).
+      ``NVML_VALUE_NOT_AVAILABLE`` in every list that has the PID (the process is kept, its
+      memory unknown).
     - ``mig_gpu_instance_id`` / ``mig_compute_instance_id``: the MIG instance it runs in
       (``nvmlDeviceGetGpuInstanceId`` / ``nvmlDeviceGetComputeInstanceId`` of the MIG device
       that listed it), ``None`` outside MIG.
     - ``cgroup``, ``pod_uid``, ``container_id``: from ``<procfs>/<pid>/cgroup`` as for
       :class:`ProcessRss`; ``None`` when the process has exited or is not in a kubepods cgroup.
+    - ``lists``: the NVML lists that have it, of ``compute``
+      (``nvmlDeviceGetComputeRunningProcesses``), ``graphics``
+      (``nvmlDeviceGetGraphicsRunningProcesses``) and ``mps``
+      (``nvmlDeviceGetMPSComputeRunningProcesses``: a client of a CUDA MPS server).
+    - ``mps_server``: the process is an MPS server (``nvidia-cuda-mps-server``, by its name in
+      ``/proc/<pid>/stat`` and ``cmdline``). Its memory is its clients' context (before Volta
+      all of theirs: NVIDIA's MPS guide, "Volta MPS"), so it counts for no container
+      (:meth:`NodeSnapshot.gpu_containers`), and its pod (the device plugin's MPS daemon) is
+      not the GPU's user.
     """
 
     pid: int
@@ -389,6 +400,8 @@ class GpuProcess:
     cgroup: str | None
     pod_uid: str | None
     container_id: str | None
+    lists: tuple[str, ...] = ("compute",)
+    mps_server: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -415,9 +428,14 @@ class GpuDevice:
       has no MIG (NOT_SUPPORTED).
     - ``memory``: ``None`` where the memory query is not supported or failed (see ``errors``).
     - ``mig_devices``: the MIG devices, when MIG is on.
-    - ``processes``: compute processes (from each MIG device when MIG is on); ``None`` when
-      per-process data is unavailable (a driver without the query the binding calls, or an
-      error), which is not the same as no process.
+    - ``processes``: every process of NVML's compute, graphics and MPS lists, each PID once
+      (from each MIG device when MIG is on); ``None`` when the compute list is unavailable (a
+      driver without the query the binding calls, or an error), which is not the same as no
+      process.
+    - ``processes_missing``: the other lists that could not be read where processes may hide:
+      ``graphics`` (the driver lacks the query, or it failed), ``mps`` (an MPS server runs on
+      the device but its clients cannot be listed: a driver or a pre-Volta GPU without the MPS
+      query). Empty when ``processes`` is all there is.
     - ``lost``: NVML answered GPU_IS_LOST (fallen off the bus); nothing else is known, and
       ``uuid``/``name`` are those of an earlier sample where there was one.
     - ``errors``: what could not be read and why (``"memory: Not Supported"``).
@@ -430,8 +448,15 @@ class GpuDevice:
     memory: GpuMemory | None
     mig_devices: tuple[MigDevice, ...]
     processes: tuple[GpuProcess, ...] | None
+    processes_missing: tuple[str, ...] = ()
     lost: bool = False
     errors: tuple[str, ...] = ()
+
+    @property
+    def processes_complete(self) -> bool:
+        """Every process on the device is in ``processes``: a pod absent from it has no memory
+        here (rather than an unknown amount)."""
+        return self.processes is not None and not self.processes_missing
 
     @property
     def key(self) -> str:
@@ -618,12 +643,14 @@ class NodeSnapshot:
 
     def gpu_containers(self) -> list[GpuContainerUsage]:
         """GPU memory per container and GPU (and MIG instance), from the processes NVML listed
-        that live in a kubepods cgroup; in device order, then by pod UID and container ID."""
+        that live in a kubepods cgroup, MPS servers left out (:class:`GpuProcess`); in device
+        order, then by pod UID and container ID."""
         out: list[GpuContainerUsage] = []
         for dev in self.gpu.devices if self.gpu else ():
             groups: dict[tuple[str, str | None, int | None], list[GpuProcess]] = {}
             for proc in dev.processes or ():
-                if proc.pod_uid is not None:
+                # An MPS server's memory is its clients' (GpuProcess): counted in theirs.
+                if proc.pod_uid is not None and not proc.mps_server:
                     key = (proc.pod_uid, proc.container_id, proc.mig_gpu_instance_id)
                     groups.setdefault(key, []).append(proc)
             for (uid, cid, gi), procs in sorted(groups.items(), key=lambda kv: _group_order(kv[0])):

@@ -693,8 +693,10 @@ def _gpu_free(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
 def _pod_gpu(snap: NodeSnapshot, _h: History, t: Target) -> float | None:
     if snap.gpu is None or t.pod is None:
         return None
-    if any(d.processes is None for d in snap.gpu.devices):
-        return None  # a GPU without a process list (lost, old driver): any sum is a guess
+    if not all(d.processes_complete for d in snap.gpu.devices):
+        # A GPU without a process list (lost, old driver) or with a list it could not read
+        # (graphics; MPS clients of a server that runs there): any sum is a guess.
+        return None
     mine = [u.used_bytes for u in snap.gpu_containers() if u.pod_uid == t.pod.uid]
     if None in mine:
         return None  # a process whose memory NVML does not give
@@ -722,6 +724,7 @@ register(
     scope="pod",
     unit="bytes",
     valid=ABOVE_ZERO,
-    help="GPU memory used by the pod's processes, all GPUs together",
+    help="GPU memory used by the pod's processes (NVML's compute, graphics and MPS lists), "
+    "all GPUs together",
     fn=_pod_gpu,
 )
