@@ -2,6 +2,24 @@
 
 Format (Documentation/filesystems/proc.rst, fs/proc/meminfo.c): ``Name:   value kB`` lines, except
 the ``HugePages_*`` lines, which are page counts without a unit.
+
+Usable memory (:attr:`~nodeguard.snapshot.MemInfo.usable_bytes`) is ``MemTotal`` less what is
+counted in it but can never become ``MemAvailable``: the persistent hugetlb pool
+(:func:`hugetlb_pool_bytes`) and ``HardwareCorrupted``. Left in, each for its reason:
+
+- ``CmaTotal``: unused CMA pages serve movable allocations (page cache, anon) and count in
+  ``MemFree``/``MemAvailable`` (``NR_FREE_PAGES`` holds ``NR_FREE_CMA_PAGES``); a driver's CMA
+  allocation is memory in use, not a carve-out.
+- ``Balloon`` (6.15+): virtio_balloon and the Xen/PowerPC balloons already take inflated pages
+  out of ``MemTotal`` (``adjust_managed_page_count``), except with VIRTIO_BALLOON_F_DEFLATE_ON_OOM,
+  where they come back before an OOM kill; subtracting them would count them twice.
+- ``Unaccepted`` (TDX/SEV-SNP guests, 6.5+): accepted by the page allocator on demand and
+  accounted as free pages meanwhile (mm/page_alloc.c ``__accept_page``).
+- Surplus huge pages (``HugePages_Surp``): taken from the normal page pool on demand and given
+  back once unused (Documentation/admin-guide/mm/hugetlbpage.rst): regular memory in use.
+- ``Mlocked``/``Unevictable``, ``KernelStack``, ``PageTables``, ``Percpu``: memory in use, freed
+  when its owner lets go. Boot-time reservations (``crashkernel=``, ``memmap=``) are not in
+  ``MemTotal`` at all.
 """
 
 from __future__ import annotations
