@@ -153,21 +153,23 @@ def node_memory() -> dict[str, Any]:
                 ),
                 (f"nodeguard_node_memory_page_cache_bytes{{{SEL}}}", "page cache {{instance}}"),
                 (f"nodeguard_node_memory_available_bytes{{{SEL}}}", "available {{instance}}"),
+                (f"nodeguard_node_memory_hugetlb_bytes{{{SEL}}}", "hugetlb pool {{instance}}"),
             ],
             unit="bytes",
             x=0,
             y=0,
             w=16,
             h=9,
-            description="Used is MemTotal - MemAvailable (as free computes it); slab reclaimable "
-            "and page cache overlap with available.",
+            description="Used is usable - MemAvailable, usable being MemTotal less the hugetlb "
+            "pool (shown apart: never available) and HardwareCorrupted; slab reclaimable and page "
+            "cache overlap with available.",
         ),
         _panel(
             2,
             "Available",
             [
                 (
-                    f"nodeguard_node_memory_available_bytes{{{SEL}}} / nodeguard_node_memory_total_bytes{{{SEL}}}",
+                    f"nodeguard_node_memory_available_bytes{{{SEL}}} / nodeguard_node_memory_usable_bytes{{{SEL}}}",
                     "{{instance}}",
                 ),
             ],
@@ -177,6 +179,8 @@ def node_memory() -> dict[str, Any]:
             w=8,
             h=9,
             kind="stat",
+            description="Share of usable memory (MemTotal less the hugetlb pool and "
+            "HardwareCorrupted), as the node-memory-low rule takes it.",
         ),
         _panel(
             3,
@@ -198,10 +202,10 @@ def node_memory() -> dict[str, Any]:
         ),
         _panel(
             4,
-            "Slab unreclaimable share of RAM",
+            "Slab unreclaimable share of usable RAM",
             [
                 (
-                    f"nodeguard_node_memory_slab_unreclaimable_bytes{{{SEL}}} / nodeguard_node_memory_total_bytes{{{SEL}}}",
+                    f"nodeguard_node_memory_slab_unreclaimable_bytes{{{SEL}}} / nodeguard_node_memory_usable_bytes{{{SEL}}}",
                     "{{instance}}",
                 ),
             ],

@@ -238,8 +238,8 @@ class FocusCollector(Collector):
         targets.add_metric([], len(s.focus))
         node = GaugeMetricFamily(
             "nodeguard_focus_node",
-            f"1 while MemAvailable is below {s.config.node_focus_share:.0%} of MemTotal "
-            "(the node sampled every focus interval)",
+            f"1 while MemAvailable is below {s.config.node_focus_share:.0%} of usable "
+            "memory (the node sampled every focus interval)",
         )
         node.add_metric([], int(s.node_focused))
         yield from (samples, targets, node)

@@ -83,9 +83,20 @@ class BreakdownPart:
 NODE_MEMORY_BREAKDOWN: tuple[BreakdownPart, ...] = (
     BreakdownPart(field="total_bytes", label="total", help="MemTotal"),
     BreakdownPart(
+        field="usable_bytes",
+        label="usable (total - hugetlb pool - corrupted)",
+        help="MemTotal minus the persistent hugetlb pool and HardwareCorrupted: the most that "
+        "can ever be available",
+    ),
+    BreakdownPart(
+        field="hugetlb_bytes",
+        label="hugetlb pool (persistent)",
+        help="persistent huge pages of every size, surplus pages left out",
+    ),
+    BreakdownPart(
         field="used_bytes",
-        label="used (total - available)",
-        help="MemTotal minus available, as free(1) computes used",
+        label="used (usable - available)",
+        help="usable minus available: regular memory in use",
     ),
     BreakdownPart(
         field="available_bytes",
@@ -131,11 +142,26 @@ class MemInfo:
     absent.
 
     - ``available_bytes``: ``MemAvailable``; where that line is absent (kernels < 3.14), or reads 0
-      while ``MemFree`` is above 1/16 of MemTotal (impossible for a correct kernel, whose
+      while ``MemFree`` is above 1/16 of usable memory (impossible for a correct kernel, whose
       reserves are smaller: a real 0 near an OOM is kept), an estimate
-      ``MemFree + Buffers + Cached - Shmem`` capped at ``MemTotal``, and ``available_estimated``
+      ``MemFree + Buffers + Cached - Shmem`` capped at usable memory, and ``available_estimated``
       is True.
-    - ``used_bytes``: ``MemTotal - available``, as procps-ng free(1) >= 4.0 computes "used".
+    - ``hugetlb_bytes``: the persistent hugetlb pool, every page size, in bytes: pages the kernel
+      took out of the buddy allocator for huge pages (Documentation/admin-guide/mm/hugetlbpage.rst:
+      "cannot be used for other purposes"), counted in ``MemTotal`` but never in ``MemFree`` or
+      ``MemAvailable``. Surplus pages are left out: they come from the normal page pool on demand
+      and go back to it when unused, so while in use they are regular memory in use. See
+      :func:`nodeguard.sources.meminfo.hugetlb_pool_bytes` for the sources (the ``Hugetlb:`` line
+      since Linux 4.16, ``HugePages_*`` and sysfs before). 0 on a host with no huge pages.
+    - ``hardware_corrupted_bytes``: ``HardwareCorrupted`` (pages poisoned by memory failure, which
+      the kernel never uses again, mm/memory-failure.c); ``None`` without CONFIG_MEMORY_FAILURE.
+    - ``usable_bytes``: ``MemTotal - hugetlb_bytes - HardwareCorrupted`` (at least 0): the memory
+      that can ever become available, the whole that every share of "the node's memory" is taken
+      of (signals, ``free: N%``, alerts, dashboards), as the kubelet takes pre-allocated huge pages
+      out of allocatable (pkg/kubelet/nodestatus/setters.go) and, since kubernetes PR#138127,
+      out of ``memory.available``.
+    - ``used_bytes``: ``usable - available``: regular memory in use. procps-ng free(1) computes
+      ``MemTotal - MemAvailable``, which counts the hugetlb pool as used; here it is its own line.
     - ``page_cache_bytes``: ``Active(file) + Inactive(file)``, the file LRU pages that the kernel
       itself counts as page cache in si_mem_available() (mm/show_mem.c); it excludes Shmem,
       which only swap can free. Falls back to ``Cached + Buffers - Shmem``.
@@ -145,6 +171,9 @@ class MemInfo:
     fields: Mapping[str, int]
     page_counts: Mapping[str, int]
     total_bytes: int | None
+    usable_bytes: int | None
+    hugetlb_bytes: int | None
+    hardware_corrupted_bytes: int | None
     free_bytes: int | None
     available_bytes: int | None
     available_estimated: bool
@@ -551,12 +580,23 @@ class PodMeta:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeMeta:
     """This node as the API sees it: ``status.allocatable`` and ``status.capacity`` memory
-    (bytes), and whether it is unschedulable."""
+    (bytes), the pre-allocated huge pages of ``status.capacity`` (``hugepages-<size>``, all
+    sizes summed, bytes; 0 when none), and whether it is unschedulable."""
 
     name: str
     allocatable_memory_bytes: int | None
     capacity_memory_bytes: int | None
     unschedulable: bool
+    capacity_hugepages_bytes: int = 0
+
+    @property
+    def usable_memory_bytes(self) -> int | None:
+        """``capacity.memory`` (MemTotal, from cAdvisor's MachineInfo) minus the huge pages of
+        ``capacity``, at least 0, as the kubelet takes them out of allocatable memory
+        (pkg/kubelet/nodestatus/setters.go ``MachineInfo``); ``None`` without a capacity."""
+        if self.capacity_memory_bytes is None:
+            return None
+        return max(0, self.capacity_memory_bytes - self.capacity_hugepages_bytes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -107,10 +107,12 @@ def test_real_signals_on_a_fixture_host() -> None:
         target = next(t for t in targets(snap, sig.scope) if t.key == key)
         return sig.fn(snap, history, target)
 
-    assert value("node_memory_available_ratio", "n") == pytest.approx(6 / 32)
+    # Shares of usable memory: MemTotal less the 16 MiB hugetlb pool of the fixture.
+    usable = 32 * GiB - 16 * MiB
+    assert value("node_memory_available_ratio", "n") == pytest.approx(6 * GiB / usable)
     assert value("node_memory_available_bytes", "n") == 6 * GiB
-    assert value("node_slab_unreclaimable_ratio", "n") == pytest.approx(10 / 32)
-    assert value("node_page_cache_ratio", "n") == pytest.approx(2.5 / 32)
+    assert value("node_slab_unreclaimable_ratio", "n") == pytest.approx(10 * GiB / usable)
+    assert value("node_page_cache_ratio", "n") == pytest.approx(2.5 * GiB / usable)
     assert value("node_psi_full_avg10", "n") == pytest.approx(0.04)
     assert value("node_psi_some_avg60", "n") == pytest.approx(0.08)
     # kubepods.slice: 20 GiB used, 1 GiB of it inactive file, against its 30 GiB limit.

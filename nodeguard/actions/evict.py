@@ -73,7 +73,7 @@ GANGS_ANNOTATION = "nodeguard.io/evicting-gangs"
 #: Priority at or below which a rule's ``evict`` (and ``nodeguard act evict``) may evict when
 #: it names no ``maxPriority``: below the usual production PriorityClasses (1000 and up).
 DEFAULT_MAX_PRIORITY = 999
-#: A node rule's ``free`` when it names none: 5 % of the node's MemTotal.
+#: A node rule's ``free`` when it names none: 5 % of the node's usable memory.
 DEFAULT_NODE_FREE = "5%"
 _MAX_OPEN_GANGS = 16
 
@@ -82,7 +82,9 @@ class EvictArgs(ActionArgs):
     """What to evict.
 
     - ``free``: how much working set to free: a Kubernetes quantity (``4Gi``) or a percent of
-      the node's MemTotal (``5%``; of the GPU's memory in a ``gpu`` rule); ``0``: the first
+      the node's usable memory (``5%``: MemTotal less the hugetlb pool and HardwareCorrupted,
+      :attr:`~nodeguard.snapshot.MemInfo.usable_bytes`, the memory eviction can give back; of
+      the GPU's memory in a ``gpu`` rule); ``0``: the first
       unit alone. Default: ``5%`` for a node rule (and ``nodeguard act evict``); the pod's own
       unit for a pod or container rule; the first unit for a ``gpu`` rule.
     - ``maxPriority`` (default 999), ``priorityClasses``, ``namespaces``, ``selector`` (labels,
@@ -781,7 +783,9 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
             for p in snap.pods
             if p.memory.working_set_bytes is not None
         }
-        mem_total = snap.meminfo.total_bytes if snap.meminfo else None
+        # Usable, not MemTotal: 5 % of a node that is 90 % huge pages is more than its regular
+        # memory, and no eviction frees a huge page of the pool.
+        mem_total = snap.meminfo.usable_bytes if snap.meminfo else None
     else:
         items, _ = await kube.list_pods(node_name=firing.node)
         pods = {m.uid: m for m in (pod_meta(p) for p in items)}
@@ -806,10 +810,12 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
         return plan, 0 if args.free is None else args.free.of(mem_total), usage
     free = args.free or parse_amount(DEFAULT_NODE_FREE)
     if free.fraction is not None and mem_total is None:
-        # MemTotal of another node: the kubelet reports it as status.capacity.memory
-        # (pkg/kubelet/nodestatus MachineInfo, from cAdvisor's MemoryCapacity = MemTotal).
+        # Another node's usable memory: the kubelet reports MemTotal as status.capacity.memory
+        # (pkg/kubelet/nodestatus MachineInfo, from cAdvisor's MemoryCapacity) and each size's
+        # pre-allocated huge pages as capacity hugepages-<size>, which it takes out of
+        # allocatable memory there too. HardwareCorrupted is not in the API.
         node = await kube.get_node(name=firing.node)
-        mem_total = node_meta(node).capacity_memory_bytes
+        mem_total = node_meta(node).usable_memory_bytes
     return plan, free.of(mem_total), usage
 
 
@@ -831,7 +837,7 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
     elif target is None:
         refusal = (
             f"free: {args.free} is a share of a total this process does not know "
-            f"({call.firing.node}'s MemTotal or the GPU's memory)"
+            f"({call.firing.node}'s usable memory or the GPU's memory)"
         )
     limiter, backoff = call.limits()
     if refusal is not None:

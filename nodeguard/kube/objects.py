@@ -16,7 +16,7 @@ from kubernetes.utils import parse_quantity
 from nodeguard.kube.resources import memory_bytes, pod_memory
 from nodeguard.snapshot import NodeMeta, OwnerRef, PodMeta
 
-__all__ = ["node_meta", "parse_bytes", "pod_meta", "strip_container_id"]
+__all__ = ["hugepages_bytes", "node_meta", "parse_bytes", "pod_meta", "strip_container_id"]
 
 JSON = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -90,4 +90,21 @@ def node_meta(node: JSON) -> NodeMeta:
         allocatable_memory_bytes=memory_bytes(status.get("allocatable")),
         capacity_memory_bytes=memory_bytes(status.get("capacity")),
         unschedulable=bool(node.get("spec", {}).get("unschedulable")),
+        capacity_hugepages_bytes=hugepages_bytes(status.get("capacity")),
     )
+
+
+def hugepages_bytes(resources: JSON | None) -> int:
+    """The ``hugepages-<size>`` resources of a ResourceList (``{"hugepages-1Gi": "8Gi"}``),
+    summed, in bytes; 0 when there are none. The kubelet reports each size's pre-allocated pool
+    there (v1helper.IsHugePageResourceName: the ``hugepages-`` prefix); an unparsable value is
+    left out."""
+    total = 0
+    for name, value in (resources or {}).items():
+        if not str(name).startswith("hugepages-"):
+            continue
+        try:
+            total += int(parse_quantity(str(value)))
+        except ValueError:
+            continue
+    return max(0, total)

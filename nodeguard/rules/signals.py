@@ -242,9 +242,12 @@ def _ratio(part: float | None, whole: float | None) -> float | None:
 
 # -- node ----------------------------------------------------------------------------------------
 def _mem_ratio(attr: str) -> SignalFn:
+    # A share of the node's usable memory (MemTotal - hugetlb pool - HardwareCorrupted,
+    # MemInfo.usable_bytes), never of MemTotal: on a node whose RAM is mostly huge pages
+    # MemAvailable / MemTotal reads a few percent while the node idles.
     def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
         m = snap.meminfo
-        return None if m is None else _ratio(getattr(m, attr), m.total_bytes)
+        return None if m is None else _ratio(getattr(m, attr), m.usable_bytes)
 
     return fn
 
@@ -276,7 +279,7 @@ register(
     scope="node",
     unit="ratio",
     valid=SHARE,
-    help="MemAvailable / MemTotal",
+    help="MemAvailable / usable memory (MemTotal - hugetlb pool - HardwareCorrupted)",
     fn=_mem_ratio("available_bytes"),
 )
 register(
@@ -284,7 +287,7 @@ register(
     scope="node",
     unit="ratio",
     valid=SHARE,
-    help="page cache (file LRU) / MemTotal",
+    help="page cache (file LRU) / usable memory",
     fn=_mem_ratio("page_cache_bytes"),
 )
 register(
@@ -292,7 +295,7 @@ register(
     scope="node",
     unit="ratio",
     valid=SHARE,
-    help="SReclaimable / MemTotal",
+    help="SReclaimable / usable memory",
     fn=_mem_ratio("slab_reclaimable_bytes"),
 )
 register(
@@ -300,7 +303,7 @@ register(
     scope="node",
     unit="ratio",
     valid=SHARE,
-    help="SUnreclaim / MemTotal",
+    help="SUnreclaim / usable memory",
     fn=_mem_ratio("slab_unreclaimable_bytes"),
 )
 register(
