@@ -11,72 +11,23 @@ pod list parsed from Pod JSON as the API serves it, and reads the real signals.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
-from nodeguard.kube.objects import pod_meta
 from nodeguard.paths import HostPaths
 from nodeguard.rules.signals import SIGNALS, History, targets
 from nodeguard.sampler import Sampler, SamplerConfig
-from nodeguard.snapshot import NodeMeta, NodeSnapshot, PodMeta
+from nodeguard.snapshot import NodeSnapshot
 from tests.conftest import HOSTS
 from tests.fixtures.make_hosts import CID, kmsg, oom_records, v1_cgroup, v2_cgroup, write
+from tests.pod_list import PodList as Cluster
+from tests.pod_list import Runtime, status
 
 GiB = 1 << 30
 UID = "5a5b5c5d-6e6f-4071-8283-848586878889"
 UID_NEW = "9a9b9c9d-aeaf-40b1-a2a3-a4a5a6a7a8a9"  # the same pod's name, recreated
-
-Runtime = Literal["containerd", "cri-o"]
-
-
-@dataclass
-class Cluster:
-    """The pod list as the watch serves it: PodMeta parsed from Pod JSON by the real parser."""
-
-    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def is_synced(self) -> bool:
-        return True
-
-    def pods(self) -> Mapping[str, PodMeta]:
-        return {uid: pod_meta(p) for uid, p in self.objects.items()}
-
-    def node(self) -> NodeMeta | None:
-        return None
-
-    def set(self, *, uid: str, name: str, statuses: list[dict[str, Any]]) -> None:
-        self.objects[uid] = {
-            "metadata": {"uid": uid, "name": name, "namespace": "ml"},
-            "spec": {"nodeName": "n", "containers": [{"name": s["name"]} for s in statuses]},
-            "status": {"phase": "Running", "containerStatuses": statuses},
-        }
-
-
-def status(
-    name: str, cid: str, *, runtime: Runtime = "containerd", last: str | None = None
-) -> dict[str, Any]:
-    """A containerStatuses entry as the kubelet writes it: ``<runtime>://<id>``, and after a
-    restart ``lastState.terminated`` with the replaced container's ID and reason."""
-    out: dict[str, Any] = {
-        "name": name,
-        "containerID": f"{runtime}://{cid}",
-        "restartCount": 0,
-        "state": {"running": {}},
-    }
-    if last is not None:
-        out["restartCount"] = 1
-        out["lastState"] = {
-            "terminated": {
-                "containerID": f"{runtime}://{last}",
-                "exitCode": 137,
-                "reason": "OOMKilled",
-            }
-        }
-    return out
 
 
 class Host:
