@@ -10,7 +10,7 @@ from typing import Any, Literal
 from nodeguard.kube.objects import pod_meta
 from nodeguard.snapshot import NodeMeta, PodMeta
 
-Runtime = Literal["containerd", "cri-o"]
+Runtime = Literal["containerd", "cri-o", "docker"]
 
 
 @dataclass

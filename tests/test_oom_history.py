@@ -10,12 +10,15 @@ pod list parsed from Pod JSON as the API serves it, and reads the real signals.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
+from nodeguard.kube.objects import pod_meta
+from nodeguard.kube.watch import EARLIER_IDS_PER_CONTAINER, with_earlier_ids
 from nodeguard.paths import HostPaths
 from nodeguard.rules.signals import SIGNALS, History, targets
 from nodeguard.sampler import Sampler, SamplerConfig
@@ -339,3 +342,36 @@ def test_a_pod_recreated_under_the_same_name_has_a_history_of_its_own(
     cluster.set(uid=UID_NEW, name="trainer-0", statuses=[status("app", CID[4])])
     agent.sample()
     assert (agent.container(UID_NEW, CID[4]), agent.pod(UID_NEW)) == (0, 0)
+
+
+@pytest.mark.parametrize("runtime", ["containerd", "cri-o", "docker"])
+def test_a_replaced_containers_id_is_named_through_last_state(runtime: Runtime) -> None:
+    """``lastState.terminated.containerID`` has the form of ``containerID``,
+    ``<runtime>://<id>`` (the kubelet's ``kubecontainer.ContainerID.String()``), for app and
+    init containers alike; a status without ``lastState`` names only its current ID."""
+    pod = {
+        "metadata": {"uid": UID, "name": "trainer", "namespace": "ml"},
+        "spec": {"containers": [{"name": "app"}], "initContainers": [{"name": "fetch"}]},
+        "status": {
+            "containerStatuses": [status("app", CID[5], runtime=runtime, last=CID[3])],
+            "initContainerStatuses": [status("fetch", CID[7], runtime=runtime)],
+        },
+    }
+    assert pod_meta(pod).containers == {CID[3]: "app", CID[5]: "app", CID[7]: "fetch"}
+
+
+def test_the_watch_keeps_a_bounded_number_of_earlier_ids() -> None:
+    """A container in CrashLoopBackOff restarts for days: the IDs kept beside its status are
+    the newest :data:`EARLIER_IDS_PER_CONTAINER` of each name, and a new UID (a pod recreated)
+    keeps none of the old pod's."""
+    cluster = Cluster()
+    ids = [f"{n:064x}" for n in range(1, 20)]
+    meta = None
+    for prev, cid in itertools.pairwise(ids):
+        cluster.set(uid=UID, name="trainer", statuses=[status("app", cid, last=prev)])
+        meta = with_earlier_ids(cluster.pods()[UID], meta)
+    assert meta is not None
+    assert list(meta.containers) == ids[-2 - EARLIER_IDS_PER_CONTAINER :]
+    assert set(meta.containers.values()) == {"app"}
+    cluster.set(uid=UID_NEW, name="trainer", statuses=[status("app", CID[1])])
+    assert with_earlier_ids(cluster.pods()[UID_NEW], meta).containers == {CID[1]: "app"}
