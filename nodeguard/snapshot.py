@@ -352,7 +352,7 @@ class OomLog:
     ``total`` counts every victim; ``by_constraint`` splits it by constraint (the known
     constraints start at 0, so the first kill of a boot is an increase; ``unknown`` where the
     log gives none); ``by_container`` counts victims by ``"<pod uid>/<container id>"``
-    (``"<pod uid>/"`` for a victim known only by its pod; kept 24 h after a container's last
+    (``"<pod uid>/"`` for a victim known only by its pod; kept 24 h after the pod's last
     kill); ``repeats_by_container`` counts, by the same keys, kill records of a victim the event
     had already killed (the kernel kills the first victim of a ``memory.oom.group`` kill again
     and counts that in ``memory.events`` ``oom_kill`` too, so victims plus repeats equal the
@@ -540,7 +540,10 @@ class PodMeta:
       pod-level resources, overhead, in-place resize; :mod:`nodeguard.kube.resources`);
       the limit is ``None`` when the pod cgroup gets none (a container without one).
     - ``containers``: container ID (runtime prefix stripped) -> container name, from
-      ``status.containerStatuses``, init and ephemeral ones included.
+      ``status.containerStatuses``, init and ephemeral ones included: each one's
+      ``containerID`` and ``lastState.terminated.containerID`` (the container it replaced,
+      an OOM-killed one), and from the watch the IDs the pod's earlier statuses named
+      (:func:`nodeguard.kube.watch.with_earlier_ids`), oldest first.
     - ``container_requests``: container name -> its memory request in bytes (app, sidecar and
       init containers that have one; an app container's or sidecar's as resized in place).
     - ``mirror``: a static pod's mirror (annotation ``kubernetes.io/config.mirror``);

@@ -8,12 +8,12 @@ from collections import deque
 
 import pytest
 
+from nodeguard.rules.oom_history import kills_in_window, push_change
 from nodeguard.rules.signals import (
+    MAX_POINTS,
     OOM_WINDOW,
     SIGNALS,
     History,
-    _kills_in_window,
-    _push_change,
     seconds_to_limit,
     targets,
 )
@@ -80,8 +80,8 @@ def test_oom_kills_in_the_last_ten_minutes_from_the_counters_changes() -> None:
     store: dict[str, deque[tuple[float, int]]] = {}
 
     def at(now: float, value: int) -> float | None:
-        _push_change(store, "c", now, value, OOM_WINDOW)
-        return _kills_in_window(list(store["c"]))
+        push_change(store, "c", now, value, keep=OOM_WINDOW, thin=OOM_WINDOW / MAX_POINTS)
+        return kills_in_window(list(store["c"]))
 
     assert at(0, 0) == 0.0
     for t in range(5, 305, 5):

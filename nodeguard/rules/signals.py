@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from nodeguard.rules.oom_history import OomHistory
 from nodeguard.snapshot import (
     CgroupMemory,
     ContainerMemory,
@@ -106,16 +107,16 @@ def targets(snapshot: NodeSnapshot, scope: Scope, *, current: bool = False) -> l
 
 
 class History:
-    """The agent's own recent samples per target: working set (for growth), the cgroup OOM
-    kill counter (for kills in a window) and the node's direct-reclaim scan counter (for its
-    rate). Targets not seen in a sample are forgotten; each target keeps at most
-    :data:`MAX_POINTS` + 1 working-set points and the OOM counter's changes (bounded by the
-    kernel's kills in the window); the node at most :data:`MAX_POINTS` + 1 reclaim points."""
+    """The agent's own recent samples per target: working set (for growth; targets not seen
+    in a sample are forgotten, each keeps at most :data:`MAX_POINTS` + 1 points), the node's
+    direct-reclaim scan counter (for its rate; at most :data:`MAX_POINTS` + 1 points) and, in
+    ``ooms``, the OOM kills of the window by pod and container name from the cgroup counters
+    and the kernel log (:mod:`nodeguard.rules.oom_history`)."""
 
     def __init__(self) -> None:
         self._ws: dict[str, deque[tuple[float, int]]] = {}
-        self._oom: dict[str, deque[tuple[float, int]]] = {}
         self._reclaim: dict[str, deque[tuple[float, int]]] = {}
+        self.ooms = OomHistory(window=OOM_WINDOW, thin=OOM_WINDOW / MAX_POINTS)
 
     def observe(self, snapshot: NodeSnapshot) -> None:
         """Record one snapshot. Of a focused sample, only the targets it re-read: the others'
@@ -129,6 +130,7 @@ class History:
             _push(self._reclaim, snapshot.node_name, now, scanned, RECLAIM_WINDOW * 2)
         else:
             self._reclaim.pop(snapshot.node_name, None)
+        self.ooms.observe(snapshot, current=snapshot.is_current)
         seen: set[str] = set()
         for scope in ("pod", "container"):
             for t in targets(snapshot, scope):
@@ -138,19 +140,13 @@ class History:
                 seen.add(t.key)
                 if mem.working_set_bytes is not None:
                     _push(self._ws, t.key, now, mem.working_set_bytes, GROWTH_WINDOW * 2)
-                if mem.oom_kills is not None:
-                    _push_change(self._oom, t.key, now, mem.oom_kills, OOM_WINDOW)
         if snapshot.focused is not None:
             return
-        for store in (self._ws, self._oom):
-            for key in [k for k in store if k not in seen]:
-                del store[key]
+        for key in [k for k in self._ws if k not in seen]:
+            del self._ws[key]
 
     def working_set(self, key: str) -> list[tuple[float, int]]:
         return list(self._ws.get(key, ()))
-
-    def oom_kills(self, key: str) -> list[tuple[float, int]]:
-        return list(self._oom.get(key, ()))
 
     def direct_reclaim(self, node: str) -> list[tuple[float, int]]:
         """``(time, bytes scanned by direct reclaim since boot)`` of the node's samples."""
@@ -166,23 +162,6 @@ def _push(
     else:
         series.append((now, value))
     while series and series[0][0] < now - keep:
-        series.popleft()
-
-
-def _push_change(
-    store: dict[str, deque[tuple[float, int]]], key: str, now: float, value: int, keep: float
-) -> None:
-    """A counter's changes only: a counter that stays (most OOM counters, most of the time)
-    holds one point, not one per sample for ``keep`` seconds (120 a target at 5 s: ~5 MB at
-    330 containers). The newest point older than ``keep`` stays as the value the window
-    starts from."""
-    series = store.setdefault(key, deque())
-    if not series or series[-1][1] != value:
-        if len(series) >= 2 and now - series[-2][0] < keep / MAX_POINTS:
-            series[-1] = (now, value)  # a counter that changes every sample: thinned the same
-        else:
-            series.append((now, value))
-    while len(series) > 1 and series[1][0] <= now - keep:
         series.popleft()
 
 
@@ -486,18 +465,6 @@ def _growing(
     return slope >= critical * math.sqrt(residuals / (n - 2) / var)
 
 
-def _kills_in_window(samples: list[tuple[float, int]]) -> float | None:
-    """Kills since the value in effect when the window began: the counter's changes kept by
-    :func:`_push_change`, the first of them the window's starting value."""
-    if not samples:
-        return None
-    total, prev = 0, samples[0][1]
-    for _, v in samples[1:]:
-        total += v - prev if v >= prev else v  # a reset (new cgroup) counts from 0
-        prev = v
-    return float(total)
-
-
 def _request(t: Target) -> int | None:
     if t.meta is None:
         return None
@@ -527,7 +494,11 @@ def _eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
 
 
 def _ooms(_s: NodeSnapshot, h: History, t: Target) -> float | None:
-    return _kills_in_window(h.oom_kills(t.key))
+    if t.pod is None:
+        return None
+    if t.container is None:
+        return h.ooms.pod_kills(pod_uid=t.pod.uid)
+    return h.ooms.container_kills(pod_uid=t.pod.uid, container_id=t.container.container_id)
 
 
 # The same functions for a pod (its pod-level cgroup) and for each of its containers.
@@ -600,7 +571,8 @@ register(
     scope="pod",
     unit="count",
     valid=ABOVE_ZERO,
-    help="pod OOM kills (cgroup counter) in the last 10 minutes",
+    help="pod OOM kills in the last 10 minutes, each victim once (cgroup counter and kernel "
+    "log), its containers' restarts included",
     fn=_ooms,
 )
 register(
@@ -608,7 +580,8 @@ register(
     scope="container",
     unit="count",
     valid=ABOVE_ZERO,
-    help="container OOM kills (cgroup counter) in the last 10 minutes",
+    help="container OOM kills in the last 10 minutes, each victim once (cgroup counter and "
+    "kernel log), all its restarts (pod UID and container name) together",
     fn=_ooms,
 )
 
