@@ -76,7 +76,7 @@ time.sleep(60)
 
 
 @pytest.fixture
-def require_v1() -> None:
+def require_kernel() -> None:
     found = writable_memory_controller()
     if found is None or found[0] != 1:
         pytest.skip("needs root and a writable cgroup v1 memory controller (CI has both)")
@@ -113,7 +113,7 @@ def _wait(what: str, fn: Any, *, timeout: float = 30.0) -> Any:
         time.sleep(0.1)
 
 
-def test_page_cache_tmpfs_and_anon_on_the_kernel(require_v1: None, tmp_path: Path) -> None:
+def test_page_cache_tmpfs_and_anon_on_the_kernel(require_kernel: None, tmp_path: Path) -> None:
     data = _cold_file(tmp_path / "dataset", 60)
     big = _cold_file(tmp_path / "bigger", 128)  # twice the limit: every pass is refaulted
     shm = Path("/dev/shm") / f"nodeguard-test-{secrets.token_hex(4)}"
@@ -132,9 +132,7 @@ def test_page_cache_tmpfs_and_anon_on_the_kernel(require_v1: None, tmp_path: Pat
             # The look-alike is real: the reader's working set at 95 % of its limit or more.
             cache = _wait(
                 "the reader's cache to fill its limit",
-                lambda: (m := _container(reader, cache_cg))
-                and (m.limit_ratio or 0) >= 0.95
-                and m,
+                lambda: (m := _container(reader, cache_cg)) and (m.limit_ratio or 0) >= 0.95 and m,
             )
             assert cache.file_bytes is not None and cache.file_bytes >= 56 * MiB
             assert cache.unreclaimable_bytes is not None
@@ -154,9 +152,11 @@ def test_page_cache_tmpfs_and_anon_on_the_kernel(require_v1: None, tmp_path: Pat
             assert first is not None and first.refault_file_bytes is not None
             again = _wait(
                 "refaults",
-                lambda: (m := _container(reader, thrash_cg))
-                and (m.refault_file_bytes or 0) >= first.refault_file_bytes + 32 * MiB
-                and m,
+                lambda: (
+                    (m := _container(reader, thrash_cg))
+                    and (m.refault_file_bytes or 0) >= first.refault_file_bytes + 32 * MiB
+                    and m
+                ),
             )
             assert again.unreclaimable_bytes is not None and again.unreclaimable_bytes <= 8 * MiB
             assert anon.refault_file_bytes == 0
@@ -165,12 +165,10 @@ def test_page_cache_tmpfs_and_anon_on_the_kernel(require_v1: None, tmp_path: Pat
 
 
 def _firings(base: str, rule: str) -> list[str]:
-    return [
-        i["target"] for i in json.loads(get(f"{base}/incidents")[1]) if i["rule"] == rule
-    ]
+    return [i["target"] for i in json.loads(get(f"{base}/incidents")[1]) if i["rule"] == rule]
 
 
-def test_default_rule_acts_on_anon_not_on_page_cache(require_v1: None, tmp_path: Path) -> None:
+def test_default_rule_acts_on_anon_not_on_page_cache(require_kernel: None, tmp_path: Path) -> None:
     # The real agent with the shipped rules, dry run, no cluster (the eviction is refused;
     # the firing and its incident are what count). Both grow at ~50 MiB/s toward 64 MiB.
     data = _cold_file(tmp_path / "dataset", 60)
@@ -196,7 +194,9 @@ def test_default_rule_acts_on_anon_not_on_page_cache(require_v1: None, tmp_path:
             )
             time.sleep(3)  # time for samples to see it at the limit, and growth to be fitted
             with hog_in(anon_cg, step=MiB, pause=0.2, up_to=4 * LIMIT) as hog:
-                fired = _wait("a firing", lambda: anon_key in _firings(base, "container-near-limit"))
+                fired = _wait(
+                    "a firing", lambda: anon_key in _firings(base, "container-near-limit")
+                )
                 alive = hog.poll() is None
                 assert hog.wait(timeout=40) == -9  # the kernel kills it: nothing evicts
         assert fired and alive, "the kernel OOM-killed the hog first"
@@ -234,7 +234,7 @@ def _pod_container(kubepods: Path, made: list[Path]) -> KubeletCgroup:
     return KubeletCgroup(version=1, pod_uid=uid, container_id=cid, container_dir=chain[-1])
 
 
-def test_kubepods_against_allocatable(require_v1: None, tmp_path: Path) -> None:
+def test_kubepods_against_allocatable(require_kernel: None, tmp_path: Path) -> None:
     data = _cold_file(tmp_path / "dataset", 120)
     allocatable = 128 * MiB
     with _private_kubepods(tmp_path, limit=allocatable) as (paths, kubepods):

@@ -19,15 +19,18 @@ GiB = 1 << 30
 LIMIT = 1 * GiB
 
 
+_KEYS = (
+    "anon file kernel kernel_stack pagetables sec_pagetables percpu sock vmalloc shmem "
+    "file_mapped file_dirty file_writeback swapcached anon_thp inactive_anon active_anon "
+    "inactive_file active_file unevictable slab_reclaimable slab_unreclaimable slab "
+    "workingset_refault_anon workingset_refault_file workingset_activate_anon "
+    "workingset_activate_file pgscan pgsteal"
+)
+
+
 def _stat(**kv: int) -> str:
     """A v2 memory.stat as a 6.x kernel writes it (every key, in its order)."""
-    keys = (
-        "anon file kernel kernel_stack pagetables sec_pagetables percpu sock vmalloc shmem "
-        "file_mapped file_dirty file_writeback swapcached anon_thp inactive_anon active_anon "
-        "inactive_file active_file unevictable slab_reclaimable slab_unreclaimable slab "
-        "workingset_refault_anon workingset_refault_file workingset_activate_anon "
-        "workingset_activate_file pgscan pgsteal"
-    ).split()
+    keys = _KEYS.split()
     return "".join(f"{k} {kv.get(k, 0)}\n" for k in keys)
 
 
@@ -171,8 +174,9 @@ def test_swap_room_bounds_what_anon_leaves_out(tmp_path: Path) -> None:
     assert pod_bound.unreclaimable_bytes == 736 * MiB
     # vm.swappiness 0: a cgroup's limit reclaim scans the file lists only.
     assert (
-        _anon_hog(tmp_path / "f", swap_free=8 * GiB, swap=("max", 0), swappiness=0)
-        .unreclaimable_bytes
+        _anon_hog(
+            tmp_path / "f", swap_free=8 * GiB, swap=("max", 0), swappiness=0
+        ).unreclaimable_bytes
         == 800 * MiB
     )
 
