@@ -216,10 +216,10 @@ def node_memory() -> dict[str, Any]:
         ),
         _panel(
             5,
-            "Containers nearest their memory limits",
+            "Containers nearest an OOM kill (unreclaimable / limit)",
             [
                 (
-                    f"topk(15, nodeguard_container_memory_working_set_bytes{{{SEL}}} / nodeguard_container_memory_limit_bytes{{{SEL}}})",
+                    f"topk(15, nodeguard_container_memory_unreclaimable_bytes{{{SEL}}} / nodeguard_container_memory_limit_bytes{{{SEL}}})",
                     "",
                 ),
             ],
@@ -227,6 +227,8 @@ def node_memory() -> dict[str, Any]:
             x=0,
             y=17,
             kind="table",
+            description="Page cache left out: the kernel reclaims it before it OOM-kills, so a "
+            "working set at the limit made of cache is no OOM on its way. What container-near-limit acts on.",
         ),
         _panel(
             6,
@@ -235,6 +237,10 @@ def node_memory() -> dict[str, Any]:
                 (
                     f"topk(10, nodeguard_container_memory_working_set_bytes{{{SEL}}})",
                     "{{namespace}}/{{pod}} {{container}}",
+                ),
+                (
+                    f"topk(10, nodeguard_container_memory_unreclaimable_bytes{{{SEL}}})",
+                    "unreclaimable {{namespace}}/{{pod}} {{container}}",
                 ),
             ],
             unit="bytes",

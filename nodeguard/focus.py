@@ -41,8 +41,15 @@ __all__ = ["FocusCollector", "Notifications", "NotifyConfig", "threshold_levels"
 
 log = logging.getLogger(__name__)
 
-#: The signals whose ``>=``/``>`` thresholds become v1 memory thresholds.
-LEVEL_SIGNALS = ("container_working_set_limit_ratio", "pod_working_set_limit_ratio")
+#: The signals whose ``>=``/``>`` thresholds become v1 memory thresholds. A v1 threshold is on
+#: usage, which is at least the working set and the unreclaimable memory: usage crosses the
+#: level first, so the sample it wakes is never late for either share.
+LEVEL_SIGNALS = (
+    "container_working_set_limit_ratio",
+    "pod_working_set_limit_ratio",
+    "container_unreclaimable_limit_ratio",
+    "pod_unreclaimable_limit_ratio",
+)
 #: Levels kept per cgroup at most (each an eventfd and an open file).
 MAX_LEVELS = 4
 #: Pod PSI triggers kept at most (each a kernel trigger polled with its window).

@@ -260,6 +260,16 @@ class CgroupMemory:
       to exceed the limit).
     - ``high_events``: v2 ``memory.events`` ``high`` (times reclaim was forced by memory.high).
     - ``pressure``: the cgroup's ``memory.pressure`` (v2 only).
+    - ``unreclaimable_bytes``: what the kernel cannot reclaim from the cgroup without killing
+      (:func:`~nodeguard.sources.unreclaimable.unreclaimable_v2` /
+      :func:`~nodeguard.sources.unreclaimable.unreclaimable_v1`): the working set still counts
+      active page cache, which reclaim frees before the OOM killer runs
+      (Documentation/admin-guide/cgroup-v2.rst, ``memory.max``); this does not. ``None`` where
+      ``memory.stat`` lacks the LRU lines it is made from.
+    - ``refault_file_bytes``: page cache read back soon after reclaim dropped it, since the
+      cgroup was made, in bytes (``memory.stat`` ``workingset_refault_file``, before 5.9
+      ``workingset_refault``, v1 ``total_workingset_refault_file``; pages times the page size):
+      reclaim evicting what the workload still reads. ``None`` where the kernel does not say.
     """
 
     path: str
@@ -275,13 +285,22 @@ class CgroupMemory:
     limit_hits: int | None
     high_events: int | None
     pressure: Pressure | None
+    unreclaimable_bytes: int | None = None
+    refault_file_bytes: int | None = None
 
     @property
     def limit_ratio(self) -> float | None:
-        """Working set over the effective limit (the kubelet's and the rules' share of the
-        limit); ``None`` when either is unknown or there is no limit."""
+        """Working set over the effective limit (the kubelet's share of the limit, cAdvisor's
+        parity); ``None`` when either is unknown or there is no limit."""
         ws, limit = self.working_set_bytes, self.effective_limit_bytes
         return None if ws is None or not limit else ws / limit
+
+    @property
+    def unreclaimable_ratio(self) -> float | None:
+        """Unreclaimable memory over the effective limit (the default rules' share: the kernel
+        OOM-kills when this reaches 1); ``None`` when either is unknown or there is no limit."""
+        un, limit = self.unreclaimable_bytes, self.effective_limit_bytes
+        return None if un is None or not limit else un / limit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -760,6 +760,10 @@ async def evict(
 
 
 # -- the action --------------------------------------------------------------------------------
+def _freed_by(unreclaimable: int | None, working_set: int | None) -> int | None:
+    return unreclaimable if unreclaimable is not None else working_set
+
+
 async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | None, dict[str, int]]:
     """The plan, the target in bytes (``None``: it cannot be known) and the working sets."""
     firing, kube = call.firing, call.api()
@@ -778,10 +782,14 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
         return plan, args.free.of(total), usage
     if snap is not None and snap.pod_meta is not None:
         pods = dict(snap.pod_meta)
+        # What evicting a pod frees is its unreclaimable memory: its page cache, counted in
+        # the working set, the kernel would reclaim anyway (nodeguard.sources.unreclaimable).
+        # The working set stands in where memory.stat lacks the lines it is made from.
         usage = {
-            p.uid: p.memory.working_set_bytes
+            p.uid: u
             for p in snap.pods
-            if p.memory.working_set_bytes is not None
+            if (u := _freed_by(p.memory.unreclaimable_bytes, p.memory.working_set_bytes))
+            is not None
         }
         # Usable, not MemTotal: 5 % of a node that is 90 % huge pages is more than its regular
         # memory, and no eviction frees a huge page of the pool.

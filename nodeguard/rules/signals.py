@@ -52,6 +52,8 @@ GROWTH_FLOOR = 0.01  # share of the limit to grow over the window that always co
 OOM_WINDOW = 600.0
 #: How far back the node's direct reclaim rate is taken.
 RECLAIM_WINDOW = 30.0
+#: How far back the refault rate is taken.
+REFAULT_WINDOW = 10.0
 #: Points kept per target and series: at short intervals (the least is 50 ms) a point is kept
 #: per window/120 at most (0.5 s for the growth window), the newest always; 120 points of a
 #: target cost about 12 KB, whatever the interval.
@@ -107,14 +109,17 @@ def targets(snapshot: NodeSnapshot, scope: Scope, *, current: bool = False) -> l
 
 
 class History:
-    """The agent's own recent samples per target: working set (for growth; targets not seen
-    in a sample are forgotten, each keeps at most :data:`MAX_POINTS` + 1 points), the node's
-    direct-reclaim scan counter (for its rate; at most :data:`MAX_POINTS` + 1 points) and, in
-    ``ooms``, the OOM kills of the window by pod and container name from the cgroup counters
-    and the kernel log (:mod:`nodeguard.rules.oom_history`)."""
+    """The agent's own recent samples per target: working set and unreclaimable memory (for
+    growth; targets not seen in a sample are forgotten, each keeps at most :data:`MAX_POINTS`
+    + 1 points a series), the refault counter (for its rate), the node's direct-reclaim scan
+    counter (for its rate; at most :data:`MAX_POINTS` + 1 points) and, in ``ooms``, the OOM
+    kills of the window by pod and container name from the cgroup counters and the kernel log
+    (:mod:`nodeguard.rules.oom_history`)."""
 
     def __init__(self) -> None:
         self._ws: dict[str, deque[tuple[float, int]]] = {}
+        self._un: dict[str, deque[tuple[float, int]]] = {}
+        self._refault: dict[str, deque[tuple[float, int]]] = {}
         self._reclaim: dict[str, deque[tuple[float, int]]] = {}
         self.ooms = OomHistory(window=OOM_WINDOW, thin=OOM_WINDOW / MAX_POINTS)
 
@@ -140,10 +145,15 @@ class History:
                 seen.add(t.key)
                 if mem.working_set_bytes is not None:
                     _push(self._ws, t.key, now, mem.working_set_bytes, GROWTH_WINDOW * 2)
+                if mem.unreclaimable_bytes is not None:
+                    _push(self._un, t.key, now, mem.unreclaimable_bytes, GROWTH_WINDOW * 2)
+                if mem.refault_file_bytes is not None:
+                    _push(self._refault, t.key, now, mem.refault_file_bytes, REFAULT_WINDOW)
         if snapshot.focused is not None:
             return
-        for key in [k for k in self._ws if k not in seen]:
-            del self._ws[key]
+        for store in (self._ws, self._un, self._refault):
+            for key in [k for k in store if k not in seen]:
+                del store[key]
 
     def working_set(self, key: str) -> list[tuple[float, int]]:
         return list(self._ws.get(key, ()))
@@ -151,6 +161,12 @@ class History:
     def direct_reclaim(self, node: str) -> list[tuple[float, int]]:
         """``(time, bytes scanned by direct reclaim since boot)`` of the node's samples."""
         return list(self._reclaim.get(node, ()))
+
+    def unreclaimable(self, key: str) -> list[tuple[float, int]]:
+        return list(self._un.get(key, ()))
+
+    def refaults(self, key: str) -> list[tuple[float, int]]:
+        return list(self._refault.get(key, ()))
 
 
 def _push(
@@ -341,6 +357,23 @@ register(
     "kubelet enforces it",
     fn=_allocatable,
 )
+
+
+def _allocatable_unreclaimable(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+    k = snap.kubepods
+    return None if k is None else k.unreclaimable_ratio
+
+
+register(
+    "node_allocatable_unreclaimable_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="unreclaimable memory of all pods (the kubepods cgroup: anon, shmem/tmpfs, "
+    "unevictable, kernel memory but reclaimable slab; page cache left out) / its limit, node "
+    "allocatable as the kubelet enforces it",
+    fn=_allocatable_unreclaimable,
+)
 register(
     "node_memory_requests_allocatable_ratio",
     scope="node",
@@ -501,6 +534,24 @@ def _ooms(_s: NodeSnapshot, h: History, t: Target) -> float | None:
     return h.ooms.container_kills(pod_uid=t.pod.uid, container_id=t.container.container_id)
 
 
+def _unreclaimable(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    return None if t.memory is None else t.memory.unreclaimable_bytes
+
+
+def _un_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    m = t.memory
+    return None if m is None else m.unreclaimable_ratio
+
+
+def _un_eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
+    m = t.memory
+    return None if m is None else seconds_to_limit(h.unreclaimable(t.key), m.effective_limit_bytes)
+
+
+def _refault_rate(_s: NodeSnapshot, h: History, t: Target) -> float | None:
+    return counter_rate(h.refaults(t.key), window=REFAULT_WINDOW)
+
+
 # The same functions for a pod (its pod-level cgroup) and for each of its containers.
 register(
     "pod_working_set_bytes",
@@ -565,6 +616,75 @@ register(
     valid=ABOVE_ZERO,
     help="container: seconds until the working set reaches the limit at its recent growth",
     fn=_eta,
+)
+register(
+    "pod_unreclaimable_bytes",
+    scope="pod",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="pod memory the kernel cannot reclaim without killing: anon, shmem/tmpfs, unevictable, "
+    "kernel memory but reclaimable slab (v2), less what fits in swap; page cache left out",
+    fn=_unreclaimable,
+)
+register(
+    "container_unreclaimable_bytes",
+    scope="container",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="container memory the kernel cannot reclaim without killing: anon, shmem/tmpfs, "
+    "unevictable, kernel memory but reclaimable slab (v2), less what fits in swap; page cache "
+    "left out",
+    fn=_unreclaimable,
+)
+register(
+    "pod_unreclaimable_limit_ratio",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod unreclaimable memory / effective memory limit (the kernel OOM-kills at 1)",
+    fn=_un_limit,
+)
+register(
+    "container_unreclaimable_limit_ratio",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container unreclaimable memory / effective memory limit (the kernel OOM-kills at 1)",
+    fn=_un_limit,
+)
+register(
+    "pod_unreclaimable_seconds_to_limit",
+    scope="pod",
+    unit="seconds",
+    valid=ABOVE_ZERO,
+    help="pod: seconds until unreclaimable memory reaches the limit at its recent growth",
+    fn=_un_eta,
+)
+register(
+    "container_unreclaimable_seconds_to_limit",
+    scope="container",
+    unit="seconds",
+    valid=ABOVE_ZERO,
+    help="container: seconds until unreclaimable memory reaches the limit at its recent growth",
+    fn=_un_eta,
+)
+register(
+    "pod_refault_bytes_per_second",
+    scope="pod",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="pod page cache read back after reclaim dropped it (workingset_refault_file), bytes "
+    "per second over the last 10 s: reclaim taking what the workload still reads",
+    fn=_refault_rate,
+)
+register(
+    "container_refault_bytes_per_second",
+    scope="container",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="container page cache read back after reclaim dropped it (workingset_refault_file), "
+    "bytes per second over the last 10 s: reclaim taking what the workload still reads",
+    fn=_refault_rate,
 )
 register(
     "pod_oom_kills_10m",
