@@ -310,7 +310,7 @@ def node_memory() -> dict[str, Any]:
             "Node stall outside cgroups at their own limit",
             [
                 (
-                    f'nodeguard_node_memory_pressure_ratio{{{SEL}, kind="full", window="10s"}} * nodeguard_node_memory_stall_outside_limits_ratio{{{SEL}}}',
+                    f'nodeguard_node_memory_pressure_ratio{{{SEL}, kind="full", window="10s"}} * ignoring(kind, window) nodeguard_node_memory_stall_outside_limits_ratio{{{SEL}}}',
                     "node's own full avg10 {{instance}}",
                 ),
                 (
