@@ -570,6 +570,8 @@ class PodMeta:
     - ``config_hash``: a mirror pod's ``kubernetes.io/config.hash`` annotation, the UID the
       kubelet gave the static pod (pkg/kubelet/config/common.go ``applyDefaults``), which its
       cgroup carries; ``None`` for other pods.
+    - ``ready``: the ``Ready`` condition is ``True`` (pkg/api/pod ``IsPodReady``, what the
+      eviction API and the disruption controller call healthy).
     """
 
     uid: str
@@ -591,6 +593,15 @@ class PodMeta:
     daemonset: bool
     terminating: bool
     config_hash: str | None = None
+    ready: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """Phase ``Succeeded`` or ``Failed``: its containers are gone and never restart
+        (pkg/apis/core ``PodSucceeded``/``PodFailed`` are terminal). Such a pod holds no memory
+        and no resources, is never a victim and never blocks its gang (kubectl drain skips
+        it too: kubernetes#26080)."""
+        return self.phase in ("Succeeded", "Failed")
 
     @property
     def cgroup_uid(self) -> str:
@@ -737,7 +748,7 @@ class NodeSnapshot:
         against allocatable); ``None`` without the pod list."""
         if self.pod_meta is None:
             return None
-        live = [m for m in self.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
+        live = [m for m in self.pod_meta.values() if not m.finished]
         return PodMemoryTotals(
             requests_bytes=sum(m.memory_request_bytes for m in live),
             limits_bytes=sum(m.memory_limit_bytes or 0 for m in live),

@@ -105,6 +105,10 @@ def pod_meta(pod: JSON) -> PodMeta:
         daemonset=any(o.kind == "DaemonSet" and o.controller for o in owners),
         terminating=bool(meta.get("deletionTimestamp")),
         config_hash=str(config_hash) if config_hash else None,
+        ready=any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ),
     )
 
 
