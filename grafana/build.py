@@ -153,21 +153,23 @@ def node_memory() -> dict[str, Any]:
                 ),
                 (f"nodeguard_node_memory_page_cache_bytes{{{SEL}}}", "page cache {{instance}}"),
                 (f"nodeguard_node_memory_available_bytes{{{SEL}}}", "available {{instance}}"),
+                (f"nodeguard_node_memory_hugetlb_bytes{{{SEL}}}", "hugetlb pool {{instance}}"),
             ],
             unit="bytes",
             x=0,
             y=0,
             w=16,
             h=9,
-            description="Used is MemTotal - MemAvailable (as free computes it); slab reclaimable "
-            "and page cache overlap with available.",
+            description="Used is usable - MemAvailable, usable being MemTotal less the hugetlb "
+            "pool (shown apart: never available) and HardwareCorrupted; slab reclaimable and page "
+            "cache overlap with available.",
         ),
         _panel(
             2,
             "Available",
             [
                 (
-                    f"nodeguard_node_memory_available_bytes{{{SEL}}} / nodeguard_node_memory_total_bytes{{{SEL}}}",
+                    f"nodeguard_node_memory_available_bytes{{{SEL}}} / nodeguard_node_memory_usable_bytes{{{SEL}}}",
                     "{{instance}}",
                 ),
             ],
@@ -177,6 +179,8 @@ def node_memory() -> dict[str, Any]:
             w=8,
             h=9,
             kind="stat",
+            description="Share of usable memory (MemTotal less the hugetlb pool and "
+            "HardwareCorrupted), as the node-memory-low rule takes it.",
         ),
         _panel(
             3,
@@ -198,10 +202,10 @@ def node_memory() -> dict[str, Any]:
         ),
         _panel(
             4,
-            "Slab unreclaimable share of RAM",
+            "Slab unreclaimable share of usable RAM",
             [
                 (
-                    f"nodeguard_node_memory_slab_unreclaimable_bytes{{{SEL}}} / nodeguard_node_memory_total_bytes{{{SEL}}}",
+                    f"nodeguard_node_memory_slab_unreclaimable_bytes{{{SEL}}} / nodeguard_node_memory_usable_bytes{{{SEL}}}",
                     "{{instance}}",
                 ),
             ],
@@ -212,10 +216,10 @@ def node_memory() -> dict[str, Any]:
         ),
         _panel(
             5,
-            "Containers nearest their memory limits",
+            "Containers nearest an OOM kill (unreclaimable / limit)",
             [
                 (
-                    f"topk(15, nodeguard_container_memory_working_set_bytes{{{SEL}}} / nodeguard_container_memory_limit_bytes{{{SEL}}})",
+                    f"topk(15, nodeguard_container_memory_unreclaimable_bytes{{{SEL}}} / nodeguard_container_memory_limit_bytes{{{SEL}}})",
                     "",
                 ),
             ],
@@ -223,6 +227,8 @@ def node_memory() -> dict[str, Any]:
             x=0,
             y=17,
             kind="table",
+            description="Page cache left out: the kernel reclaims it before it OOM-kills, so a "
+            "working set at the limit made of cache is no OOM on its way. What container-near-limit acts on.",
         ),
         _panel(
             6,
@@ -231,6 +237,10 @@ def node_memory() -> dict[str, Any]:
                 (
                     f"topk(10, nodeguard_container_memory_working_set_bytes{{{SEL}}})",
                     "{{namespace}}/{{pod}} {{container}}",
+                ),
+                (
+                    f"topk(10, nodeguard_container_memory_unreclaimable_bytes{{{SEL}}})",
+                    "unreclaimable {{namespace}}/{{pod}} {{container}}",
                 ),
             ],
             unit="bytes",
@@ -296,6 +306,51 @@ def node_memory() -> dict[str, Any]:
             y=33,
         ),
         _panel(
+            12,
+            "Node stall outside cgroups at their own limit",
+            [
+                (
+                    f'nodeguard_node_memory_pressure_ratio{{{SEL}, kind="full", window="10s"}} * ignoring(kind, window) nodeguard_node_memory_stall_outside_limits_ratio{{{SEL}}}',
+                    "node's own full avg10 {{instance}}",
+                ),
+                (
+                    f'nodeguard_node_memory_pressure_ratio{{{SEL}, kind="full", window="10s"}}',
+                    "all full avg10 {{instance}}",
+                ),
+                (
+                    f'topk(5, rate(nodeguard_container_memory_pressure_stall_seconds_total{{{SEL}, kind="full"}}[$__rate_interval]))',
+                    "{{namespace}}/{{pod}} {{container}}",
+                ),
+            ],
+            unit="percentunit",
+            x=0,
+            y=41,
+            description="Node PSI full counts tasks reclaiming inside their own cgroup's limit "
+            "too: the node's own share is what cgroups at their limit do not explain "
+            "(memory-pressure-high acts on it above 10 %, with direct reclaim). Containers "
+            "stalling most, by their own PSI (cgroup v2).",
+        ),
+        _panel(
+            13,
+            "Global reclaim",
+            [
+                (
+                    f"rate(nodeguard_node_vmstat_pgscan_bytes_total{{{SEL}}}[$__rate_interval])",
+                    "scanned by {{reclaimer}} {{instance}}",
+                ),
+                (
+                    f"rate(nodeguard_node_vmstat_pgsteal_bytes_total{{{SEL}}}[$__rate_interval])",
+                    "reclaimed by {{reclaimer}} {{instance}}",
+                ),
+            ],
+            unit="binBps",
+            x=12,
+            y=41,
+            description="/proc/vmstat: kswapd dropping page cache in the background is the "
+            "kernel at work; direct reclaim is allocations reclaiming for themselves, the node "
+            "short of free memory. Reclaim at a cgroup's own limit is not counted here.",
+        ),
+        _panel(
             11,
             "Collectors",
             [
@@ -307,7 +362,7 @@ def node_memory() -> dict[str, Any]:
             ],
             unit="short",
             x=0,
-            y=41,
+            y=49,
             w=24,
         ),
     ]

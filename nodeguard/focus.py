@@ -41,8 +41,15 @@ __all__ = ["FocusCollector", "Notifications", "NotifyConfig", "threshold_levels"
 
 log = logging.getLogger(__name__)
 
-#: The signals whose ``>=``/``>`` thresholds become v1 memory thresholds.
-LEVEL_SIGNALS = ("container_working_set_limit_ratio", "pod_working_set_limit_ratio")
+#: The signals whose ``>=``/``>`` thresholds become v1 memory thresholds. A v1 threshold is on
+#: usage, which is at least the working set and the unreclaimable memory: usage crosses the
+#: level first, so the sample it wakes is never late for either share.
+LEVEL_SIGNALS = (
+    "container_working_set_limit_ratio",
+    "pod_working_set_limit_ratio",
+    "container_unreclaimable_limit_ratio",
+    "pod_unreclaimable_limit_ratio",
+)
 #: Levels kept per cgroup at most (each an eventfd and an open file).
 MAX_LEVELS = 4
 #: Pod PSI triggers kept at most (each a kernel trigger polled with its window).
@@ -238,8 +245,8 @@ class FocusCollector(Collector):
         targets.add_metric([], len(s.focus))
         node = GaugeMetricFamily(
             "nodeguard_focus_node",
-            f"1 while MemAvailable is below {s.config.node_focus_share:.0%} of MemTotal "
-            "(the node sampled every focus interval)",
+            f"1 while MemAvailable is below {s.config.node_focus_share:.0%} of usable "
+            "memory (the node sampled every focus interval)",
         )
         node.add_metric([], int(s.node_focused))
         yield from (samples, targets, node)

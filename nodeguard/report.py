@@ -50,6 +50,10 @@ def _pct(part: int | None, whole: int | None) -> str:
     return f"{100.0 * part / whole:.1f}%"
 
 
+# Lines that are not a part of usable memory (the total, the pool carved out of it).
+_OUTSIDE_USABLE = frozenset({"total_bytes", "hugetlb_bytes"})
+
+
 def _node_table(snap: NodeSnapshot) -> Table | Text:
     mem = snap.meminfo
     if mem is None:
@@ -58,12 +62,15 @@ def _node_table(snap: NodeSnapshot) -> Table | Text:
     t.add_column("")
     t.add_column("bytes", justify="right")
     t.add_column("of total", justify="right")
+    # The share the rules and alerts take: of the memory that can ever be available.
+    t.add_column("of usable", justify="right")
     for part in NODE_MEMORY_BREAKDOWN:
         name = part.label
         if part.field == "available_bytes" and mem.available_estimated:
             name += " (estimated)"
         value = getattr(mem, part.field)
-        t.add_row(name, format_bytes(value), _pct(value, mem.total_bytes))
+        of_usable = "" if part.field in _OUTSIDE_USABLE else _pct(value, mem.usable_bytes)
+        t.add_row(name, format_bytes(value), _pct(value, mem.total_bytes), of_usable)
     return t
 
 
@@ -200,6 +207,8 @@ def _gpu_processes_table(snap: NodeSnapshot, top: int) -> Table | Text | None:
         if p.mig_gpu_instance_id is not None:
             gpu += f"/gi{p.mig_gpu_instance_id}"
         used = "not available" if p.used_bytes is None else format_bytes(p.used_bytes)
+        if p.mps_server:  # its memory is its clients' (GpuProcess), listed on their own rows
+            used += " (MPS server)"
         t.add_row(gpu, str(p.pid), where, container, used)
     return t
 

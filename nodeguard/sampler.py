@@ -11,7 +11,7 @@ piling up.
 the limit within one interval (at 5 s: 8 MiB/s toward 512 MiB takes 3.2 s). So between full
 samples, the containers (and pods) whose working set is at least ``focus_share`` of their
 effective limit, those a kernel notification named (:meth:`Sampler.wake`), and the node while
-MemAvailable is below ``node_focus_share`` of MemTotal, are sampled every ``focus_interval``: a
+MemAvailable is below ``node_focus_share`` of usable memory, are sampled every ``focus_interval``: a
 *focused* sample re-reads ``/proc/meminfo``, the node's PSI, the kubepods cgroup and only those
 cgroups (each collector's :meth:`~nodeguard.collectors.base.Collector.refresh`), and carries the
 rest from the last sample. It is a snapshot like any other (``focused`` lists what it re-read),
@@ -69,7 +69,7 @@ class SamplerConfig:
     :mod:`nodeguard.sources.open_files`). Focus sampling (module docstring): every
     ``focus_interval`` seconds (0: off, as by default here; ``nodeguard run`` turns it on) for
     cgroups at ``focus_share`` (0..1) of their limit or more and the node below
-    ``node_focus_share`` of MemTotal available."""
+    ``node_focus_share`` of usable memory available."""
 
     paths: HostPaths
     node_name: str
@@ -107,11 +107,12 @@ def hot_keys(snapshot: NodeSnapshot, *, share: float) -> frozenset[str]:
 
 
 def node_hot(snapshot: NodeSnapshot, *, share: float) -> bool:
-    """Whether MemAvailable is below ``share`` of MemTotal."""
+    """Whether MemAvailable is below ``share`` of the node's usable memory
+    (:attr:`~nodeguard.snapshot.MemInfo.usable_bytes`, the whole of node_memory_available_ratio)."""
     m = snapshot.meminfo
-    if m is None or not m.total_bytes or m.available_bytes is None:
+    if m is None or not m.usable_bytes or m.available_bytes is None:
         return False
-    return m.available_bytes < share * m.total_bytes
+    return m.available_bytes < share * m.usable_bytes
 
 
 class Sampler:

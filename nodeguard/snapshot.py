@@ -39,6 +39,7 @@ __all__ = [
     "Pressure",
     "PressureLine",
     "ProcessRss",
+    "VmStat",
     "WorkloadLabels",
     "memory_breakdown",
     "to_jsonable",
@@ -82,9 +83,20 @@ class BreakdownPart:
 NODE_MEMORY_BREAKDOWN: tuple[BreakdownPart, ...] = (
     BreakdownPart(field="total_bytes", label="total", help="MemTotal"),
     BreakdownPart(
+        field="usable_bytes",
+        label="usable (total - hugetlb pool - corrupted)",
+        help="MemTotal minus the persistent hugetlb pool and HardwareCorrupted: the most that "
+        "can ever be available",
+    ),
+    BreakdownPart(
+        field="hugetlb_bytes",
+        label="hugetlb pool (persistent)",
+        help="persistent huge pages of every size, surplus pages left out",
+    ),
+    BreakdownPart(
         field="used_bytes",
-        label="used (total - available)",
-        help="MemTotal minus available, as free(1) computes used",
+        label="used (usable - available)",
+        help="usable minus available: regular memory in use",
     ),
     BreakdownPart(
         field="available_bytes",
@@ -130,11 +142,26 @@ class MemInfo:
     absent.
 
     - ``available_bytes``: ``MemAvailable``; where that line is absent (kernels < 3.14), or reads 0
-      while ``MemFree`` is above 1/16 of MemTotal (impossible for a correct kernel, whose
+      while ``MemFree`` is above 1/16 of usable memory (impossible for a correct kernel, whose
       reserves are smaller: a real 0 near an OOM is kept), an estimate
-      ``MemFree + Buffers + Cached - Shmem`` capped at ``MemTotal``, and ``available_estimated``
+      ``MemFree + Buffers + Cached - Shmem`` capped at usable memory, and ``available_estimated``
       is True.
-    - ``used_bytes``: ``MemTotal - available``, as procps-ng free(1) >= 4.0 computes "used".
+    - ``hugetlb_bytes``: the persistent hugetlb pool, every page size, in bytes: pages the kernel
+      took out of the buddy allocator for huge pages (Documentation/admin-guide/mm/hugetlbpage.rst:
+      "cannot be used for other purposes"), counted in ``MemTotal`` but never in ``MemFree`` or
+      ``MemAvailable``. Surplus pages are left out: they come from the normal page pool on demand
+      and go back to it when unused, so while in use they are regular memory in use. See
+      :func:`nodeguard.sources.meminfo.hugetlb_pool_bytes` for the sources (the ``Hugetlb:`` line
+      since Linux 4.16, ``HugePages_*`` and sysfs before). 0 on a host with no huge pages.
+    - ``hardware_corrupted_bytes``: ``HardwareCorrupted`` (pages poisoned by memory failure, which
+      the kernel never uses again, mm/memory-failure.c); ``None`` without CONFIG_MEMORY_FAILURE.
+    - ``usable_bytes``: ``MemTotal - hugetlb_bytes - HardwareCorrupted`` (at least 0): the memory
+      that can ever become available, the whole that every share of "the node's memory" is taken
+      of (signals, ``free: N%``, alerts, dashboards), as the kubelet takes pre-allocated huge pages
+      out of allocatable (pkg/kubelet/nodestatus/setters.go) and, since kubernetes PR#138127,
+      out of ``memory.available``.
+    - ``used_bytes``: ``usable - available``: regular memory in use. procps-ng free(1) computes
+      ``MemTotal - MemAvailable``, which counts the hugetlb pool as used; here it is its own line.
     - ``page_cache_bytes``: ``Active(file) + Inactive(file)``, the file LRU pages that the kernel
       itself counts as page cache in si_mem_available() (mm/show_mem.c); it excludes Shmem,
       which only swap can free. Falls back to ``Cached + Buffers - Shmem``.
@@ -144,6 +171,9 @@ class MemInfo:
     fields: Mapping[str, int]
     page_counts: Mapping[str, int]
     total_bytes: int | None
+    usable_bytes: int | None
+    hugetlb_bytes: int | None
+    hardware_corrupted_bytes: int | None
     free_bytes: int | None
     available_bytes: int | None
     available_estimated: bool
@@ -182,6 +212,34 @@ class Pressure:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class VmStat:
+    """The node's reclaim counters from ``/proc/vmstat`` (mm/vmstat.c ``vmstat_text``), in
+    pages since boot; each is ``None`` where the kernel does not print it.
+
+    - ``pgscan_kswapd`` / ``pgscan_direct``: pages scanned by kswapd / by allocating tasks
+      reclaiming themselves (direct reclaim); ``pgsteal_*``: pages of those reclaimed.
+      Only *global* reclaim counts here: reclaim inside a cgroup at its own ``memory.max`` /
+      ``memory.high`` (v1 ``memory.limit_in_bytes``) is counted in that cgroup's stats, not in
+      these (mm/vmscan.c ``shrink_inactive_list``: ``if (!cgroup_reclaim(sc))
+      __count_vm_events(...)``; ``global_reclaim(sc)`` before 5.x).
+    - ``allocstall``: times an allocation entered direct reclaim.
+    - Kernels before 4.8 count per zone (``pgscan_direct_normal``, ``pgscan_direct_dma32``,
+      ...), and later ones count ``allocstall`` per zone (``allocstall_normal``, ...): the
+      zones are summed. ``pgscan_direct_throttle`` (throttled direct reclaimers) is not a
+      zone and not summed.
+    - ``page_size_bytes``: the host's page size (``sysconf(_SC_PAGE_SIZE)``), to turn pages
+      into bytes.
+    """
+
+    pgscan_kswapd: int | None
+    pgscan_direct: int | None
+    pgsteal_kswapd: int | None
+    pgsteal_direct: int | None
+    allocstall: int | None
+    page_size_bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CgroupMemory:
     """Memory accounting of one cgroup, v1 or v2 (Documentation/admin-guide/cgroup-v2.rst,
     Documentation/admin-guide/cgroup-v1/memory.rst).
@@ -202,6 +260,16 @@ class CgroupMemory:
       to exceed the limit).
     - ``high_events``: v2 ``memory.events`` ``high`` (times reclaim was forced by memory.high).
     - ``pressure``: the cgroup's ``memory.pressure`` (v2 only).
+    - ``unreclaimable_bytes``: what the kernel cannot reclaim from the cgroup without killing
+      (:func:`~nodeguard.sources.unreclaimable.unreclaimable_v2` /
+      :func:`~nodeguard.sources.unreclaimable.unreclaimable_v1`): the working set still counts
+      active page cache, which reclaim frees before the OOM killer runs
+      (Documentation/admin-guide/cgroup-v2.rst, ``memory.max``); this does not. ``None`` where
+      ``memory.stat`` lacks the LRU lines it is made from.
+    - ``refault_file_bytes``: page cache read back soon after reclaim dropped it, since the
+      cgroup was made, in bytes (``memory.stat`` ``workingset_refault_file``, before 5.9
+      ``workingset_refault``, v1 ``total_workingset_refault_file``; pages times the page size):
+      reclaim evicting what the workload still reads. ``None`` where the kernel does not say.
     """
 
     path: str
@@ -217,13 +285,22 @@ class CgroupMemory:
     limit_hits: int | None
     high_events: int | None
     pressure: Pressure | None
+    unreclaimable_bytes: int | None = None
+    refault_file_bytes: int | None = None
 
     @property
     def limit_ratio(self) -> float | None:
-        """Working set over the effective limit (the kubelet's and the rules' share of the
-        limit); ``None`` when either is unknown or there is no limit."""
+        """Working set over the effective limit (the kubelet's share of the limit, cAdvisor's
+        parity); ``None`` when either is unknown or there is no limit."""
         ws, limit = self.working_set_bytes, self.effective_limit_bytes
         return None if ws is None or not limit else ws / limit
+
+    @property
+    def unreclaimable_ratio(self) -> float | None:
+        """Unreclaimable memory over the effective limit (the default rules' share: the kernel
+        OOM-kills when this reaches 1); ``None`` when either is unknown or there is no limit."""
+        un, limit = self.unreclaimable_bytes, self.effective_limit_bytes
+        return None if un is None or not limit else un / limit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,7 +371,7 @@ class OomLog:
     ``total`` counts every victim; ``by_constraint`` splits it by constraint (the known
     constraints start at 0, so the first kill of a boot is an increase; ``unknown`` where the
     log gives none); ``by_container`` counts victims by ``"<pod uid>/<container id>"``
-    (``"<pod uid>/"`` for a victim known only by its pod; kept 24 h after a container's last
+    (``"<pod uid>/"`` for a victim known only by its pod; kept 24 h after the pod's last
     kill); ``repeats_by_container`` counts, by the same keys, kill records of a victim the event
     had already killed (the kernel kills the first victim of a ``memory.oom.group`` kill again
     and counts that in ``memory.events`` ``oom_kill`` too, so victims plus repeats equal the
@@ -341,16 +418,27 @@ class GpuMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuProcess:
-    """A compute process on a GPU (``nvmlDeviceGetComputeRunningProcesses_v3``).
+    """A process that holds a context on a GPU, from any of NVML's three lists (merged by PID,
+    :mod:`nodeguard.sources.gpu`).
 
     - ``pid``: the host PID (NVML reports PIDs of the host's PID namespace).
     - ``used_bytes``: ``usedGpuMemory``; ``None`` when NVML answers
-      ``NVML_VALUE_NOT_AVAILABLE`` (the process is kept, its memory unknown).
+      ``NVML_VALUE_NOT_AVAILABLE`` in every list that has the PID (the process is kept, its
+      memory unknown).
     - ``mig_gpu_instance_id`` / ``mig_compute_instance_id``: the MIG instance it runs in
       (``nvmlDeviceGetGpuInstanceId`` / ``nvmlDeviceGetComputeInstanceId`` of the MIG device
       that listed it), ``None`` outside MIG.
     - ``cgroup``, ``pod_uid``, ``container_id``: from ``<procfs>/<pid>/cgroup`` as for
       :class:`ProcessRss`; ``None`` when the process has exited or is not in a kubepods cgroup.
+    - ``lists``: the NVML lists that have it, of ``compute``
+      (``nvmlDeviceGetComputeRunningProcesses``), ``graphics``
+      (``nvmlDeviceGetGraphicsRunningProcesses``) and ``mps``
+      (``nvmlDeviceGetMPSComputeRunningProcesses``: a client of a CUDA MPS server).
+    - ``mps_server``: the process is an MPS server (``nvidia-cuda-mps-server``, by its name in
+      ``/proc/<pid>/stat`` and ``cmdline``). Its memory is its clients' context (before Volta
+      all of theirs: NVIDIA's MPS guide, "Volta MPS"), so it counts for no container
+      (:meth:`NodeSnapshot.gpu_containers`), and its pod (the device plugin's MPS daemon) is
+      not the GPU's user.
     """
 
     pid: int
@@ -360,6 +448,8 @@ class GpuProcess:
     cgroup: str | None
     pod_uid: str | None
     container_id: str | None
+    lists: tuple[str, ...] = ("compute",)
+    mps_server: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -386,9 +476,14 @@ class GpuDevice:
       has no MIG (NOT_SUPPORTED).
     - ``memory``: ``None`` where the memory query is not supported or failed (see ``errors``).
     - ``mig_devices``: the MIG devices, when MIG is on.
-    - ``processes``: compute processes (from each MIG device when MIG is on); ``None`` when
-      per-process data is unavailable (a driver without the query the binding calls, or an
-      error), which is not the same as no process.
+    - ``processes``: every process of NVML's compute, graphics and MPS lists, each PID once
+      (from each MIG device when MIG is on); ``None`` when the compute list is unavailable (a
+      driver without the query the binding calls, or an error), which is not the same as no
+      process.
+    - ``processes_missing``: the other lists that could not be read where processes may hide:
+      ``graphics`` (the driver lacks the query, or it failed), ``mps`` (an MPS server runs on
+      the device but its clients cannot be listed: a driver or a pre-Volta GPU without the MPS
+      query). Empty when ``processes`` is all there is.
     - ``lost``: NVML answered GPU_IS_LOST (fallen off the bus); nothing else is known, and
       ``uuid``/``name`` are those of an earlier sample where there was one.
     - ``errors``: what could not be read and why (``"memory: Not Supported"``).
@@ -401,8 +496,15 @@ class GpuDevice:
     memory: GpuMemory | None
     mig_devices: tuple[MigDevice, ...]
     processes: tuple[GpuProcess, ...] | None
+    processes_missing: tuple[str, ...] = ()
     lost: bool = False
     errors: tuple[str, ...] = ()
+
+    @property
+    def processes_complete(self) -> bool:
+        """Every process on the device is in ``processes``: a pod absent from it has no memory
+        here (rather than an unknown amount)."""
+        return self.processes is not None and not self.processes_missing
 
     @property
     def key(self) -> str:
@@ -457,7 +559,10 @@ class PodMeta:
       pod-level resources, overhead, in-place resize; :mod:`nodeguard.kube.resources`);
       the limit is ``None`` when the pod cgroup gets none (a container without one).
     - ``containers``: container ID (runtime prefix stripped) -> container name, from
-      ``status.containerStatuses``, init and ephemeral ones included.
+      ``status.containerStatuses``, init and ephemeral ones included: each one's
+      ``containerID`` and ``lastState.terminated.containerID`` (the container it replaced,
+      an OOM-killed one), and from the watch the IDs the pod's earlier statuses named
+      (:func:`nodeguard.kube.watch.with_earlier_ids`), oldest first.
     - ``container_requests``: container name -> its memory request in bytes (app, sidecar and
       init containers that have one; an app container's or sidecar's as resized in place).
     - ``mirror``: a static pod's mirror (annotation ``kubernetes.io/config.mirror``);
@@ -465,6 +570,8 @@ class PodMeta:
     - ``config_hash``: a mirror pod's ``kubernetes.io/config.hash`` annotation, the UID the
       kubelet gave the static pod (pkg/kubelet/config/common.go ``applyDefaults``), which its
       cgroup carries; ``None`` for other pods.
+    - ``ready``: the ``Ready`` condition is ``True`` (pkg/api/pod ``IsPodReady``, what the
+      eviction API and the disruption controller call healthy).
     """
 
     uid: str
@@ -486,6 +593,15 @@ class PodMeta:
     daemonset: bool
     terminating: bool
     config_hash: str | None = None
+    ready: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """Phase ``Succeeded`` or ``Failed``: its containers are gone and never restart
+        (pkg/apis/core ``PodSucceeded``/``PodFailed`` are terminal). Such a pod holds no memory
+        and no resources, is never a victim and never blocks its gang (kubectl drain skips
+        it too: kubernetes#26080)."""
+        return self.phase in ("Succeeded", "Failed")
 
     @property
     def cgroup_uid(self) -> str:
@@ -497,12 +613,23 @@ class PodMeta:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeMeta:
     """This node as the API sees it: ``status.allocatable`` and ``status.capacity`` memory
-    (bytes), and whether it is unschedulable."""
+    (bytes), the pre-allocated huge pages of ``status.capacity`` (``hugepages-<size>``, all
+    sizes summed, bytes; 0 when none), and whether it is unschedulable."""
 
     name: str
     allocatable_memory_bytes: int | None
     capacity_memory_bytes: int | None
     unschedulable: bool
+    capacity_hugepages_bytes: int = 0
+
+    @property
+    def usable_memory_bytes(self) -> int | None:
+        """``capacity.memory`` (MemTotal, from cAdvisor's MachineInfo) minus the huge pages of
+        ``capacity``, at least 0, as the kubelet takes them out of allocatable memory
+        (pkg/kubelet/nodestatus/setters.go ``MachineInfo``); ``None`` without a capacity."""
+        if self.capacity_memory_bytes is None:
+            return None
+        return max(0, self.capacity_memory_bytes - self.capacity_hugepages_bytes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -541,7 +668,8 @@ class NodeSnapshot:
     ``kubepods``: the ``kubepods`` cgroup itself, on which the kubelet enforces node allocatable
     (``--enforce-node-allocatable=pods``: its limit is capacity minus kube-reserved and
     system-reserved); ``None`` where there is none. ``cgroup_root``: the absolute path of the
-    memory hierarchy the pods' ``CgroupMemory.path`` are relative to.
+    memory hierarchy the pods' ``CgroupMemory.path`` are relative to. ``vmstat``: the node's
+    global reclaim counters (:class:`VmStat`), ``None`` where ``/proc/vmstat`` is absent.
 
     ``focused``: ``None`` for a full sample. A focused sample (:mod:`nodeguard.sampler`)
     re-reads ``/proc/meminfo``, PSI and only the pod and container cgroups whose keys it lists
@@ -563,6 +691,7 @@ class NodeSnapshot:
     cgroup_files_open: int | None = None
     kubepods: CgroupMemory | None = None
     cgroup_root: str | None = None
+    vmstat: VmStat | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     focused: tuple[str, ...] | None = None
 
@@ -587,12 +716,14 @@ class NodeSnapshot:
 
     def gpu_containers(self) -> list[GpuContainerUsage]:
         """GPU memory per container and GPU (and MIG instance), from the processes NVML listed
-        that live in a kubepods cgroup; in device order, then by pod UID and container ID."""
+        that live in a kubepods cgroup, MPS servers left out (:class:`GpuProcess`); in device
+        order, then by pod UID and container ID."""
         out: list[GpuContainerUsage] = []
         for dev in self.gpu.devices if self.gpu else ():
             groups: dict[tuple[str, str | None, int | None], list[GpuProcess]] = {}
             for proc in dev.processes or ():
-                if proc.pod_uid is not None:
+                # An MPS server's memory is its clients' (GpuProcess): counted in theirs.
+                if proc.pod_uid is not None and not proc.mps_server:
                     key = (proc.pod_uid, proc.container_id, proc.mig_gpu_instance_id)
                     groups.setdefault(key, []).append(proc)
             for (uid, cid, gi), procs in sorted(groups.items(), key=lambda kv: _group_order(kv[0])):
@@ -617,7 +748,7 @@ class NodeSnapshot:
         against allocatable); ``None`` without the pod list."""
         if self.pod_meta is None:
             return None
-        live = [m for m in self.pod_meta.values() if m.phase not in ("Succeeded", "Failed")]
+        live = [m for m in self.pod_meta.values() if not m.finished]
         return PodMemoryTotals(
             requests_bytes=sum(m.memory_request_bytes for m in live),
             limits_bytes=sum(m.memory_limit_bytes or 0 for m in live),

@@ -18,6 +18,7 @@ from nodeguard.statefile import StateFile
 from tests.controlplane.cluster import TestCluster
 from tests.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
 from tests.deploy.fixtures import applier, kustomize_bin, manifests  # noqa: F401  (fixtures)
+from tests.gpu.fixtures import make_stub, stub_libs  # noqa: F401  (fixtures)
 from tests.kube_helpers import Cluster
 
 HOSTS = Path(__file__).parent / "fixtures" / "hosts"

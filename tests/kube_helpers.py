@@ -155,6 +155,71 @@ class Cluster:
             },
         )
 
+    def finish_pod(self, namespace: str, name: str, *, phase: str = "Succeeded") -> None:
+        """Mark a pod finished as the kubelet does when its containers end for good: phase
+        ``Succeeded`` or ``Failed``, ``Ready`` False, containers terminated."""
+        code = 0 if phase == "Succeeded" else 1
+        self.core.patch_namespaced_pod_status(
+            name,
+            namespace,
+            {
+                "status": {
+                    "phase": phase,
+                    "conditions": [{"type": "Ready", "status": "False"}],
+                    "containerStatuses": [
+                        {
+                            "name": "main",
+                            "image": "pause",
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 0,
+                            "state": {"terminated": {"exitCode": code}},
+                        }
+                    ],
+                }
+            },
+        )
+
+    def budget(
+        self,
+        namespace: str,
+        *,
+        name: str,
+        labels: dict[str, str],
+        min_available: int,
+        healthy: int,
+        policy: str | None = None,
+    ) -> dict[str, Any]:
+        """A PodDisruptionBudget (integer ``minAvailable``, which the disruption controller
+        computes without looking for the pods' controllers) over ``labels``; returns its JSON
+        once kube-controller-manager's disruption controller has written a status for this
+        generation with ``healthy`` pods counted."""
+        spec: dict[str, Any] = {"minAvailable": min_available, "selector": {"matchLabels": labels}}
+        if policy:
+            spec["unhealthyPodEvictionPolicy"] = policy
+        self.policy.create_namespaced_pod_disruption_budget(
+            namespace, {"metadata": {"name": name}, "spec": spec}
+        )
+        return self.synced_budget(namespace, name=name, healthy=healthy)
+
+    def synced_budget(self, namespace: str, *, name: str, healthy: int) -> dict[str, Any]:
+        """The budget once its status is the controller's for its generation, ``healthy``
+        pods counted (at most 30 s)."""
+        deadline = time.monotonic() + 30
+        while True:
+            pdb: dict[str, Any] = self.api.sanitize_for_serialization(
+                self.policy.read_namespaced_pod_disruption_budget(name, namespace)
+            )
+            status = pdb.get("status") or {}
+            if (
+                status.get("observedGeneration") == pdb["metadata"]["generation"]
+                and status.get("currentHealthy", 0) == healthy
+            ):
+                return pdb
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the disruption controller never synced {name}: {status}")
+            time.sleep(0.1)
+
     def pod_json(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.api.sanitize_for_serialization(

@@ -8,12 +8,12 @@ from collections import deque
 
 from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import MAX_ANNOTATION_CHARS, trimmed
+from nodeguard.rules.oom_history import push_change
 from nodeguard.rules.signals import (
     GROWTH_WINDOW,
     MAX_POINTS,
     OOM_WINDOW,
     _push,
-    _push_change,
     seconds_to_limit,
 )
 
@@ -38,7 +38,7 @@ def test_history_at_the_shortest_interval_is_bounded_and_fits_the_same_growth() 
 def test_an_oom_counter_that_changes_every_sample_is_bounded_too() -> None:
     store: dict[str, deque[tuple[float, int]]] = {}
     for i in range(20 * 60 * 10):  # a kill every 50 ms for 10 minutes
-        _push_change(store, "c", i * 0.05, i, OOM_WINDOW)
+        push_change(store, "c", i * 0.05, i, keep=OOM_WINDOW, thin=OOM_WINDOW / MAX_POINTS)
     assert len(store["c"]) <= MAX_POINTS + 3  # and the window's baseline, just before it
     assert store["c"][-1] == (11999 * 0.05, 11999)
 

@@ -97,8 +97,16 @@ async def sampler() -> AsyncIterator[Sampler]:
     s.close()
 
 
-def test_the_six_collectors_are_registered_in_reading_order() -> None:
-    assert set(COLLECTORS) == {"meminfo", "pressure", "cgroups", "kmsg", "processes", "gpu"}
+def test_the_seven_collectors_are_registered_in_reading_order() -> None:
+    assert set(COLLECTORS) == {
+        "meminfo",
+        "pressure",
+        "cgroups",
+        "kmsg",
+        "processes",
+        "gpu",
+        "vmstat",
+    }
     order = [c.name for c in ordered()]
     assert order.index("meminfo") < order.index("cgroups")
     assert order.index("cgroups") < order.index("processes")

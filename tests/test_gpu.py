@@ -23,13 +23,13 @@ import pytest
 from tests.agent import Agent, get, running_agent
 from tests.conftest import HOSTS
 from tests.fixtures.make_hosts import CID, CID_PAUSE, UID_AGENT, UID_B, UID_BE, UID_G
+from tests.gpu.fixtures import StubFactory
 from tests.gpu.stub import (
     DRIVER_NOT_LOADED,
     NOT_SUPPORTED,
     UNKNOWN,
     Scenario,
     StubEnv,
-    build,
     collector,
     samples,
     snapshot_json,
@@ -90,33 +90,6 @@ def two_gpus() -> Scenario:
         .add(f"proc 1 -1 777 {256 * MiB}")
         .add(f"proc 1 -1 31337 {512 * MiB}")
     )  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def stub_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The stub NVML builds (full, without the v3 process query, without memory info v2) and a
-    directory whose libnvidia-ml.so.1 does not load."""
-    try:
-        return build(tmp_path_factory.mktemp("nvml-stub"))
-    except subprocess.CalledProcessError as exc:
-        pytest.fail(f"building the stub NVML failed:\n{exc.stderr}")
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-
-
-StubFactory = Callable[..., StubEnv]
-
-
-@pytest.fixture
-def make_stub(stub_libs: dict[str, Path], tmp_path: Path) -> StubFactory:
-    def make(scenario: Scenario, variant: str = "full", name: str = "stub") -> StubEnv:
-        return StubEnv(
-            library_dir=stub_libs[variant],
-            scenario=scenario.write(tmp_path / f"{name}.scenario"),
-            log=tmp_path / f"{name}.calls",
-        )
-
-    return make
 
 
 def wait(predicate: Callable[[], Any], timeout: float = 15.0) -> None:
@@ -276,7 +249,10 @@ def test_snapshot_json_keeps_every_process(main_run: MainRun) -> None:
         "cgroup": None,
         "pod_uid": None,
         "container_id": None,
+        "lists": ["compute"],
+        "mps_server": False,
     }
+    assert d0["processes_missing"] == d1["processes_missing"] == []
 
 
 def test_nvml_is_initialised_once_and_shut_down_on_exit(main_run: MainRun) -> None:
@@ -449,15 +425,16 @@ def test_memory_query_not_supported_on_one_device(make_stub: StubFactory, tmp_pa
 
 
 def test_driver_without_the_process_query(make_stub: StubFactory, tmp_path: Path) -> None:
-    """nvmlDeviceGetComputeRunningProcesses_v3 missing: pynvml raises FunctionNotFound; no
-    per-process data, device data still exported."""
-    stub = make_stub(two_gpus(), variant="no-procs-v3")
+    """nvmlDeviceGetComputeRunningProcesses_v3 and _v2 missing: pynvml raises
+    FunctionNotFound; no per-process data, device data still exported."""
+    stub = make_stub(two_gpus(), variant="no-procs")
     with agent(stub, flags(procfs(tmp_path)), tmp_path) as base:
         body, snap = metrics(base), snapshot_of(base)
     for dev in snap["gpu"]["devices"]:
         assert dev["processes"] is None
         assert dev["errors"][-1] == (
-            "processes: nvmlDeviceGetComputeRunningProcesses_v3 not in this driver"
+            "processes: nvmlDeviceGetComputeRunningProcesses_v3 / "
+            "nvmlDeviceGetComputeRunningProcesses_v2 not in this driver"
         )
     assert value(body, "nodeguard_gpu_memory_used_bytes", gpu="0") == 13 * GiB
     assert samples(body, "nodeguard_gpu_container_processes") == {}

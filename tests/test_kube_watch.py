@@ -4,6 +4,7 @@ against the real kube-apiserver."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
 from tests.conftest import HOSTS, exposition, synced_watcher
 from tests.controlplane.cluster import TestCluster
-from tests.fixtures.make_hosts import v2_cgroup
+from tests.fixtures.make_hosts import kmsg, oom_records, v2_cgroup
 from tests.kube_helpers import Cluster
 
 GiB = 1 << 30
@@ -290,3 +291,99 @@ def _unreachable_kubeconfig(control_plane: TestCluster) -> Path:
     path = control_plane.kubeconfig_path.with_name("unreachable.kubeconfig")
     path.write_text(_json.dumps(data))
     return path
+
+
+def _restarted(cluster: Cluster, *, name: str, ns: str, new: str, old: str, restarts: int) -> None:
+    """The status the kubelet writes after restarting an OOM-killed container: the new ID, the
+    old one in ``lastState.terminated`` (pkg/kubelet/kubelet_pods.go
+    ``convertToAPIContainerStatuses``), through the status subresource as the kubelet does."""
+    cluster.core.patch_namespaced_pod_status(
+        name,
+        ns,
+        {
+            "status": {
+                "containerStatuses": [
+                    {
+                        "name": "main",
+                        "containerID": f"containerd://{new}",
+                        "image": "pause",
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": restarts,
+                        "state": {"running": {}},
+                        "lastState": {
+                            "terminated": {
+                                "containerID": f"containerd://{old}",
+                                "exitCode": 137,
+                                "reason": "OOMKilled",
+                            }
+                        },
+                    }
+                ]
+            }
+        },
+    )
+
+
+async def test_a_kernel_log_victim_is_named_after_its_container_was_replaced(
+    cluster: Cluster,
+    control_plane: TestCluster,
+    tmp_path: Path,
+) -> None:
+    """The kernel log names the killed container by the ID the kubelet has replaced within a
+    second; its series is labelled with the container's name through
+    ``lastState.terminated.containerID`` (kube-state-metrics#570 lost the kill the same way),
+    and after a second restart, which leaves the first ID in no status, through the IDs the
+    watch saw before. Both kills are one series of the container: 2."""
+    ns, node = cluster.namespace("oom"), cluster.node()
+    pod = cluster.pod(namespace=ns, node=node, name="trainer")
+    uid = pod["metadata"]["uid"]
+    first = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
+    second, third = "5" * 64, "6" * 64
+    paths = host_for(tmp_path, [pod])
+    kmsg_file = tmp_path / "kmsg"
+    records: list[str] = []
+
+    def kernel_kill(cid: str, pid: int) -> None:
+        memcg = f"/kubepods/burstable/pod{uid}/{cid}"
+        records.extend(
+            oom_records(
+                memcg=memcg, pid=pid, comm="python3", anon_kb=1, constraint="CONSTRAINT_MEMCG"
+            )
+        )
+        kmsg_file.write_text(kmsg(records))
+
+    def replace_cgroup(old: str, new: str) -> None:
+        pod_dir = tmp_path / f"sys/fs/cgroup/kubepods/burstable/pod{uid}"
+        shutil.rmtree(pod_dir / old)
+        v2_cgroup(pod_dir / new, current=GiB, anon=GiB)
+
+    kernel_kill(first, 4100)
+    replace_cgroup(first, second)
+    paths = dataclasses.replace(paths, kmsg=kmsg_file)
+    series = re.compile(r"^nodeguard_container_kernel_oom_kills_total\{(.*)\} (\S+)$", re.M)
+    async with synced_watcher(kubeconfig=control_plane.kubeconfig_path, node=node) as watcher:
+        _restarted(cluster, name="trainer", ns=ns, new=second, old=first, restarts=1)
+        await wait_for(lambda: second in watcher.pods()[uid].containers)
+        sampler = Sampler(
+            config=SamplerConfig(
+                paths=paths, node_name=node, collectors=frozenset({"meminfo", "cgroups", "kmsg"})
+            ),
+            cluster=watcher,
+        )
+        try:
+            body = exposition(sampler.sample_once())
+            assert series.findall(body) == [
+                (f'container="main",namespace="{ns}",pod="trainer"', "1.0")
+            ]
+            kernel_kill(second, 4200)
+            replace_cgroup(second, third)
+            _restarted(cluster, name="trainer", ns=ns, new=third, old=second, restarts=2)
+            await wait_for(lambda: third in watcher.pods()[uid].containers)
+            assert first in watcher.pods()[uid].containers  # the earlier status's ID, kept
+            body = exposition(sampler.sample_once())
+            assert series.findall(body) == [
+                (f'container="main",namespace="{ns}",pod="trainer"', "2.0")
+            ]
+        finally:
+            sampler.close()

@@ -48,7 +48,10 @@ def test_derived_values() -> None:
     assert mem.total_bytes == 16384000 * 1024
     assert mem.available_bytes == 4096000 * 1024
     assert not mem.available_estimated
-    assert mem.used_bytes == (16384000 - 4096000) * 1024
+    # 16 default-size (2 MiB) huge pages, no Hugetlb: line (before 4.16): a 32 MiB pool.
+    assert mem.hugetlb_bytes == 32 * MiB
+    assert mem.usable_bytes == 16384000 * 1024 - 32 * MiB
+    assert mem.used_bytes == (16384000 - 4096000) * 1024 - 32 * MiB
     assert mem.page_cache_bytes == (1000000 + 900000) * 1024
     assert mem.slab_reclaimable_bytes == 300000 * 1024
     assert mem.slab_unreclaimable_bytes == 5000000 * 1024
@@ -120,7 +123,10 @@ def test_fixture_with_trailing_blank_line_and_hugepages() -> None:
     mem = read_meminfo(paths=host_paths("v2-systemd-containerd"))
     assert mem.total_bytes == 32 * GiB
     assert mem.available_bytes == 6 * GiB
-    assert mem.used_bytes == 26 * GiB
+    # Used is usable - available: the 16 MiB pool (8 x 2 MiB) is its own line.
+    assert mem.hugetlb_bytes == 16 * MiB
+    assert mem.usable_bytes == 32 * GiB - 16 * MiB
+    assert mem.used_bytes == 26 * GiB - 16 * MiB
     assert mem.page_cache_bytes == 2560 * MiB
     assert mem.slab_unreclaimable_bytes == 10 * GiB
     assert mem.page_counts["HugePages_Total"] == 8

@@ -133,7 +133,8 @@ def test_try_act_on_the_test_control_plane_as_the_readme_says(
     # Blocked by the budget: the pod named, with why; exit status 3; no retry promised.
     assert blocked.returncode == 3, blocked.stdout + blocked.stderr
     (line,) = [ln for ln in blocked.stdout.splitlines() if ln.startswith("DRY RUN evict")]
-    assert "blocked: try/trial-a-worker-0 (PodDisruptionBudget: Cannot evict pod" in line
+    # The gang counted against its budget whole (minAvailable 2 of 2 pods: 0 allowed, 2 needed).
+    assert "would not evict gang katib-trial/try/trial-a: budget try/trial-a allows 0 of 2" in line
     assert line.endswith("not tried again: nodeguard act runs once)")
 
     assert cordon.returncode == 0 and "DRY RUN cordon done" in cordon.stdout, cordon.stdout

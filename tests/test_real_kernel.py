@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 
 from nodeguard.paths import HostPaths
+from nodeguard.rules.signals import SIGNALS, History, targets
+from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import PodMemory
 from nodeguard.sources.cgroups import CgroupReader
 from tests.agent import get, running_agent
 from tests.kernel_cgroup import hog_in, kubelet_cgroup, writable_memory_controller
+from tests.pod_list import PodList, status
 
 MiB = 1 << 20
 LIMIT = 64 * MiB
@@ -136,3 +139,61 @@ def test_a_pods_oom_kills_count_its_containers_also_those_gone(require_kernel: N
         with hog_in(sidecar, step=MiB, pause=0.005, up_to=4 * LIMIT) as hog:
             assert hog.wait(timeout=30) == -9
         assert _pod(reader, uid).memory.oom_kills == 2
+
+
+def test_an_oom_kill_stays_the_containers_after_the_kubelet_replaces_it(
+    require_kernel: None,
+) -> None:
+    """The kernel OOM-kills a container's process; the container's cgroup is removed and a new
+    one made for its restart (a new ID, counters at 0), the pod status naming the old ID in
+    ``lastState.terminated``, as the kubelet does within a second, before any sample read the
+    old cgroup's count. The kill stays the container's (pod UID, name) and the pod's: one."""
+    uid = str(uuid.uuid4())
+    pods = PodList()
+    sampler = Sampler(
+        config=SamplerConfig(
+            paths=HostPaths(), node_name="n", collectors=frozenset({"meminfo", "cgroups", "kmsg"})
+        ),
+        cluster=pods,
+    )
+    history = History()
+
+    def kills(signal: str, key: str) -> float | None:
+        snap = sampler.sample_once()
+        history.observe(snap)
+        sig = SIGNALS[signal]
+        return sig.fn(snap, history, next(t for t in targets(snap, sig.scope) if t.key == key))
+
+    try:
+        with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as sidecar:
+            with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as first:
+                pods.set(
+                    uid=uid,
+                    name="trainer",
+                    statuses=[
+                        status("app", first.container_id),
+                        status("side", sidecar.container_id),
+                    ],
+                )
+                assert kills("container_oom_kills_10m", f"{uid}/{first.container_id}") == 0
+                with hog_in(first, step=MiB, pause=0.005, up_to=4 * LIMIT) as hog:
+                    assert hog.wait(timeout=30) == -9
+            with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as second:
+                pods.set(
+                    uid=uid,
+                    name="trainer",
+                    statuses=[
+                        status("app", second.container_id, last=first.container_id),
+                        status("side", sidecar.container_id),
+                    ],
+                )
+                key = f"{uid}/{second.container_id}"
+                # The kernel log's record may come a moment after the victim's death.
+                deadline = time.monotonic() + 10
+                while kills("container_oom_kills_10m", key) != 1 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert kills("container_oom_kills_10m", key) == 1
+                assert kills("pod_oom_kills_10m", uid) == 1
+                assert kills("container_oom_kills_10m", f"{uid}/{sidecar.container_id}") == 0
+    finally:
+        sampler.close()

@@ -87,8 +87,8 @@ def _check_incident(out: dict[str, Any], *, dry_run: bool) -> None:
     inc = out["incident"]
     assert inc["dry_run"] is dry_run
     assert inc["target"] == f"{out['uid']}/{out['cid']}"
-    assert inc["values"]["container_working_set_limit_ratio"] >= 0.95
-    assert 0 <= inc["values"]["container_seconds_to_limit"] <= 60
+    assert inc["values"]["container_unreclaimable_limit_ratio"] >= 0.95
+    assert 0 <= inc["values"]["container_unreclaimable_seconds_to_limit"] <= 60
     top = next(c for c in inc["evidence"]["top_containers"] if c["container_id"] == out["cid"])
     assert top["namespace"] == out["ns"] and top["pod"] == "pandas-prep"
     assert top["container"] == "main"

@@ -256,6 +256,39 @@ def test_a_gang_cut_short_by_the_api_server_is_finished_and_every_pod_recorded(
         assert len(cluster.events(ns, name=name, reason="NodeguardEvicted")) == 1, name
 
 
+def test_killed_mid_gang_within_its_budget_the_next_agent_finishes_it(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    ns, node, other = cluster.namespace("gang-kill"), cluster.node(), cluster.node()
+    names = _gang(cluster, ns, node, other)
+    # A budget over the trial that affords the whole gang: minAvailable 0 of two healthy pods,
+    # as the disruption controller computes it (2 allowed, 2 needed).
+    cluster.budget(
+        ns, name="trial", labels={"katib.kubeflow.org/trial": "e-t1"}, min_available=0, healthy=2
+    )
+    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    # The budget check and the dry-run asks pass, the first member goes; hold the second.
+    held = proxied.hold("POST", r"/pods/t1-\w+/eviction(?!.*dryRun)", skip=1)
+    with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
+        held.wait_hit()
+        (first,) = _evicted(cluster, ns, names)
+        _kill(base.pid)
+    held.drop()  # the second eviction is lost with the agent
+    proxied.clear()
+    assert _evicted(cluster, ns, names) == [first]  # half-evicted, and recorded on the node
+    assert "t1-worker" in cluster.core.read_node(node).metadata.annotations[GANGS_ANNOTATION]
+    pdb = cluster.policy.read_namespaced_pod_disruption_budget("trial", ns)
+    assert pdb.status.disruptions_allowed == 1  # the first eviction spent one of the two
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
+        (incident,) = _until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
+    assert full["actions"][0]["outcome"] == "done", full["actions"][0]
+    # The gang is whole again in one way only: both members gone, the bystander left.
+    assert _evicted(cluster, ns, names) == ["t1-master", "t1-worker"]
+    assert GANGS_ANNOTATION not in (cluster.core.read_node(node).metadata.annotations or {})
+
+
 def test_act_evict_rerun_finishes_a_half_evicted_gang(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:

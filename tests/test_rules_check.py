@@ -49,6 +49,7 @@ def test_shipped_rules_load_together() -> None:
         "node-memory-low",
         "slab-unreclaimable-high",
         "memory-pressure-high",
+        "container-thrashing-at-limit",
     }
 
 

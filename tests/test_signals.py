@@ -8,12 +8,12 @@ from collections import deque
 
 import pytest
 
+from nodeguard.rules.oom_history import kills_in_window, push_change
 from nodeguard.rules.signals import (
+    MAX_POINTS,
     OOM_WINDOW,
     SIGNALS,
     History,
-    _kills_in_window,
-    _push_change,
     seconds_to_limit,
     targets,
 )
@@ -80,8 +80,8 @@ def test_oom_kills_in_the_last_ten_minutes_from_the_counters_changes() -> None:
     store: dict[str, deque[tuple[float, int]]] = {}
 
     def at(now: float, value: int) -> float | None:
-        _push_change(store, "c", now, value, OOM_WINDOW)
-        return _kills_in_window(list(store["c"]))
+        push_change(store, "c", now, value, keep=OOM_WINDOW, thin=OOM_WINDOW / MAX_POINTS)
+        return kills_in_window(list(store["c"]))
 
     assert at(0, 0) == 0.0
     for t in range(5, 305, 5):
@@ -107,10 +107,12 @@ def test_real_signals_on_a_fixture_host() -> None:
         target = next(t for t in targets(snap, sig.scope) if t.key == key)
         return sig.fn(snap, history, target)
 
-    assert value("node_memory_available_ratio", "n") == pytest.approx(6 / 32)
+    # Shares of usable memory: MemTotal less the 16 MiB hugetlb pool of the fixture.
+    usable = 32 * GiB - 16 * MiB
+    assert value("node_memory_available_ratio", "n") == pytest.approx(6 * GiB / usable)
     assert value("node_memory_available_bytes", "n") == 6 * GiB
-    assert value("node_slab_unreclaimable_ratio", "n") == pytest.approx(10 / 32)
-    assert value("node_page_cache_ratio", "n") == pytest.approx(2.5 / 32)
+    assert value("node_slab_unreclaimable_ratio", "n") == pytest.approx(10 * GiB / usable)
+    assert value("node_page_cache_ratio", "n") == pytest.approx(2.5 * GiB / usable)
     assert value("node_psi_full_avg10", "n") == pytest.approx(0.04)
     assert value("node_psi_some_avg60", "n") == pytest.approx(0.08)
     # kubepods.slice: 20 GiB used, 1 GiB of it inactive file, against its 30 GiB limit.

@@ -29,8 +29,8 @@ class ActionArgs(BaseModel):
 @dataclass(frozen=True, slots=True)
 class Amount:
     """A memory amount: ``bytes`` (a quantity) or ``fraction`` (a percent, as 0..1) of a
-    whole the action knows (a node's MemTotal, a GPU's memory). ``text`` is what was written;
-    ``0`` means "one unit, whatever its size" where the action says so."""
+    whole the action knows (a node's usable memory, a GPU's memory). ``text`` is what was
+    written; ``0`` means "one unit, whatever its size" where the action says so."""
 
     text: str
     bytes: int | None = None

@@ -10,13 +10,21 @@ limit or an API failure (:class:`Stop`).
   and is skipped until it expires (an Event says so), and the next unit is tried; nodeguard
   never falls back to DELETE. Each Eviction carries the pod's UID as a precondition, so a pod
   replaced under the same name (a StatefulSet's) is never evicted in its place.
-- A gang's members elsewhere in the cluster (same trial, job or PodGroup) are evicted with it.
-  Every member is first asked with ``dryRun=All``, so a budget that refuses one member leaves
-  the whole gang running. Then the gang is written on the Node acted on (annotation
-  ``nodeguard.io/evicting-gangs``: its members by name and UID) before the first real
-  eviction, and removed once every member is gone: a gang cut short (the API server died, a
-  budget changed its mind, the agent was killed) is finished first by the next eviction on
-  that node, whichever process runs it (the agent after a restart, ``nodeguard act evict``).
+- A gang's members elsewhere in the cluster (same trial, job or PodGroup) are evicted with it;
+  finished members (``Succeeded``/``Failed``) are neither evicted nor counted. Every unit, a
+  lone pod too, is first counted against the PodDisruptionBudgets of its namespace as a whole
+  (:mod:`nodeguard.actions.budgets`: a dry run's decrement is never written, so asking each
+  member with ``dryRun=All`` passes a gang its budget cannot afford): a budget short of the
+  unit refuses all of it ("would not evict gang X: budget NS/NAME allows N of M"), with the
+  backoff of a 429. A dry run keeps the disruptions it would have spent in this walk, so two
+  units sharing a budget are judged as the real run, whose spending the server records, judges
+  them. Every member is then asked with ``dryRun=All`` (a webhook or a budget that changed
+  meanwhile refuses there and leaves the whole gang running). Then the gang is written on the
+  Node acted on (annotation ``nodeguard.io/evicting-gangs``: its members by name and UID)
+  before the first real eviction, and removed once every member is gone: a gang cut short
+  (the API server died, a budget changed its mind, the agent was killed) is finished first by
+  the next eviction on that node, whichever process runs it (the agent after a restart,
+  ``nodeguard act evict``).
 - Dry run sends the same Eviction requests with ``dryRun=All`` (the API server runs the same
   PodDisruptionBudget check and deletes nothing) and spends scratch copies of the limiter and
   backoff, so the units, blocks and limit it reports are the ones a real run acts on.
@@ -36,6 +44,7 @@ from pydantic import Field
 
 from nodeguard.actions.args import ActionArgs, MemoryAmount, parse_amount
 from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef, Outcome
+from nodeguard.actions.budgets import check_budgets
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.actions.ranking import (
     EvictFilter,
@@ -48,6 +57,7 @@ from nodeguard.actions.ranking import (
     plan_eviction,
 )
 from nodeguard.actions.registry import Action, register
+from nodeguard.kube.budgets import budget_of
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import Conflict, KubeError, NotFound, ServerError, TooManyRequests
 from nodeguard.kube.objects import node_meta, pod_meta
@@ -73,7 +83,7 @@ GANGS_ANNOTATION = "nodeguard.io/evicting-gangs"
 #: Priority at or below which a rule's ``evict`` (and ``nodeguard act evict``) may evict when
 #: it names no ``maxPriority``: below the usual production PriorityClasses (1000 and up).
 DEFAULT_MAX_PRIORITY = 999
-#: A node rule's ``free`` when it names none: 5 % of the node's MemTotal.
+#: A node rule's ``free`` when it names none: 5 % of the node's usable memory.
 DEFAULT_NODE_FREE = "5%"
 _MAX_OPEN_GANGS = 16
 
@@ -82,7 +92,9 @@ class EvictArgs(ActionArgs):
     """What to evict.
 
     - ``free``: how much working set to free: a Kubernetes quantity (``4Gi``) or a percent of
-      the node's MemTotal (``5%``; of the GPU's memory in a ``gpu`` rule); ``0``: the first
+      the node's usable memory (``5%``: MemTotal less the hugetlb pool and HardwareCorrupted,
+      :attr:`~nodeguard.snapshot.MemInfo.usable_bytes`, the memory eviction can give back; of
+      the GPU's memory in a ``gpu`` rule); ``0``: the first
       unit alone. Default: ``5%`` for a node rule (and ``nodeguard act evict``); the pod's own
       unit for a pod or container rule; the first unit for a ``gpu`` rule.
     - ``maxPriority`` (default 999), ``priorityClasses``, ``namespaces``, ``selector`` (labels,
@@ -122,7 +134,9 @@ class Evicted:
 class Blocked:
     """A PodDisruptionBudget refused ``pod`` (now; or earlier, ``in_backoff``, and ``pod``
     names the unit's pods); the unit is left alone for ``retry_in`` seconds. ``partial``:
-    members evicted before the refusal."""
+    members evicted before the refusal. ``budget``: the budget (``namespace/name``) that the
+    check of the whole unit found short, before any eviction (``pod``: the first member it
+    counts); ``gang``: the unit has more than one member."""
 
     unit: str
     pod: str
@@ -130,6 +144,14 @@ class Blocked:
     retry_in: float
     in_backoff: bool = False
     partial: tuple[str, ...] = ()
+    budget: str = ""
+    gang: bool = False
+
+    def refusal(self, *, dry_run: bool) -> str:
+        """The whole unit refused by a budget, in words: "would not evict gang X: budget
+        NS/NAME allows N of M: ..." (the real run: "did not evict")."""
+        verb = "would not evict" if dry_run else "did not evict"
+        return f"{verb} {'gang ' if self.gang else ''}{self.unit}: {self.reason}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,12 +266,16 @@ async def _evict_all(
 
 
 async def _live(kube: KubeClient, members: list[_Member]) -> list[_Member]:
-    """The members still running: not deleted, not terminating, not replaced (same UID)."""
+    """The members still running: not deleted, not terminating, not finished, not replaced
+    (same UID). A finished one is left be: its eviction would only delete it (and the logs a
+    retained Katib trial pod is kept for)."""
     alive: set[str] = set()
     for namespace in sorted({m.namespace for m in members}):
         items, _ = await kube.list_pods(namespace=namespace)
         alive |= {
-            str(p["metadata"]["uid"]) for p in items if not p["metadata"].get("deletionTimestamp")
+            meta.uid
+            for meta in (pod_meta(p) for p in items)
+            if not meta.terminating and not meta.finished
         }
     return [m for m in members if m.uid in alive]
 
@@ -327,6 +353,8 @@ class _Walk:
     flt: EvictFilter = dataclasses.field(default_factory=EvictFilter)
     outcomes: list[UnitOutcome] = dataclasses.field(default_factory=list)
     stop: Stop | None = None
+    # Disruptions by budget a dry run would have spent so far (the server never records them).
+    spent: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def freed(self) -> int:
@@ -428,7 +456,7 @@ class _Walk:
 
     async def members(self, unit: Unit) -> list[PodMeta]:
         """Every live pod of the unit, cluster-wide for a gang: the namespace's pods (by label
-        where the gang has one) whose gang is this one."""
+        where the gang has one) whose gang is this one, neither terminating nor finished."""
         if unit.kind == "pod":
             return list(unit.pods)
         items, _ = await self.kube.list_pods(
@@ -437,7 +465,7 @@ class _Walk:
         found = {
             m.uid: m
             for m in (pod_meta(p) for p in items)
-            if not m.terminating and gang_of(m) == (unit.kind, unit.name)
+            if not m.terminating and not m.finished and gang_of(m) == (unit.kind, unit.name)
         }
         found.update({p.uid: p for p in unit.pods})
         return sorted(found.values(), key=lambda m: (m.node_name, m.name))
@@ -472,10 +500,30 @@ class _Walk:
                 )
             )
             return
+        gang = len(metas) > 1
+        try:
+            budgets = await self.kube.list_pod_disruption_budgets(namespace=unit.namespace)
+        except KubeError as exc:
+            raise _Failed(exc, []) from exc
+        check = check_budgets(
+            members=metas, budgets=[budget_of(b) for b in budgets], spent=self.spent
+        )
+        if (short := check.shortfall) is not None:
+            # The whole unit, before any eviction: never a gang cut short by its budget.
+            self.outcomes.append(
+                Blocked(
+                    unit=unit.key,
+                    pod=short.pod,
+                    reason=short.reason,
+                    retry_in=self.backoff.refused(unit.key, retry_after=short.retry_after),
+                    budget=short.budget,
+                    gang=gang,
+                )
+            )
+            return
         members = [
             _Member(namespace=p.namespace, name=p.name, uid=p.uid, node=p.node_name) for p in metas
         ]
-        gang = len(members) > 1
         try:
             if gang or self.dry_run:
                 # Ask first for every member: a budget refusing one leaves the whole gang running.
@@ -519,6 +567,9 @@ class _Walk:
             raise _Failed(exc, []) from exc
         self.limiter.record(self.node)
         self.backoff.succeeded(unit.key)
+        if self.dry_run:
+            for ref, n in check.needs.items():
+                self.spent[ref] = self.spent.get(ref, 0) + n
         if gang and not self.dry_run:
             try:
                 await _write_gangs(self.kube, self.node, _forget(unit.key), dry_run=False)
@@ -613,9 +664,12 @@ def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[Audit
                 evicted(
                     p, f": part of {o.unit}, whose member {o.pod} a PodDisruptionBudget refused"
                 )
-            message = (
-                f"eviction of {o.pod} refused ({o.reason}); never by DELETE; {_later(walk, o)}"
-            )
+            if o.budget:
+                message = f"{o.refusal(dry_run=walk.dry_run)}; never by DELETE; {_later(walk, o)}"
+            else:
+                message = (
+                    f"eviction of {o.pod} refused ({o.reason}); never by DELETE; {_later(walk, o)}"
+                )
             out.append(
                 AuditEvent(
                     obj=ref(o.pod),
@@ -707,7 +761,10 @@ async def evict(
     if partial:
         message += f"; {verb} also {', '.join(partial)} of unit(s) left half-done"
     for b in blocked:
-        message += f"; blocked: {b.pod} ({b.reason}; {_later(walk, b)})"
+        if b.budget:
+            message += f"; {b.refusal(dry_run=dry_run)} ({_later(walk, b)})"
+        else:
+            message += f"; blocked: {b.pod} ({b.reason}; {_later(walk, b)})"
     for s in skipped:
         message += f"; skipped: {s.pod} ({s.reason})"
     if stop is not None:
@@ -743,6 +800,7 @@ async def evict(
                     "retry_in_seconds": b.retry_in,
                     "in_backoff": b.in_backoff,
                     "partial": list(b.partial),
+                    "budget": b.budget or None,
                 }
                 for b in blocked
             ],
@@ -758,6 +816,10 @@ async def evict(
 
 
 # -- the action --------------------------------------------------------------------------------
+def _freed_by(unreclaimable: int | None, working_set: int | None) -> int | None:
+    return unreclaimable if unreclaimable is not None else working_set
+
+
 async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | None, dict[str, int]]:
     """The plan, the target in bytes (``None``: it cannot be known) and the working sets."""
     firing, kube = call.firing, call.api()
@@ -776,12 +838,18 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
         return plan, args.free.of(total), usage
     if snap is not None and snap.pod_meta is not None:
         pods = dict(snap.pod_meta)
+        # What evicting a pod frees is its unreclaimable memory: its page cache, counted in
+        # the working set, the kernel would reclaim anyway (nodeguard.sources.unreclaimable).
+        # The working set stands in where memory.stat lacks the lines it is made from.
         usage = {
-            p.uid: p.memory.working_set_bytes
+            p.uid: u
             for p in snap.pods
-            if p.memory.working_set_bytes is not None
+            if (u := _freed_by(p.memory.unreclaimable_bytes, p.memory.working_set_bytes))
+            is not None
         }
-        mem_total = snap.meminfo.total_bytes if snap.meminfo else None
+        # Usable, not MemTotal: 5 % of a node that is 90 % huge pages is more than its regular
+        # memory, and no eviction frees a huge page of the pool.
+        mem_total = snap.meminfo.usable_bytes if snap.meminfo else None
     else:
         items, _ = await kube.list_pods(node_name=firing.node)
         pods = {m.uid: m for m in (pod_meta(p) for p in items)}
@@ -806,10 +874,12 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
         return plan, 0 if args.free is None else args.free.of(mem_total), usage
     free = args.free or parse_amount(DEFAULT_NODE_FREE)
     if free.fraction is not None and mem_total is None:
-        # MemTotal of another node: the kubelet reports it as status.capacity.memory
-        # (pkg/kubelet/nodestatus MachineInfo, from cAdvisor's MemoryCapacity = MemTotal).
+        # Another node's usable memory: the kubelet reports MemTotal as status.capacity.memory
+        # (pkg/kubelet/nodestatus MachineInfo, from cAdvisor's MemoryCapacity) and each size's
+        # pre-allocated huge pages as capacity hugepages-<size>, which it takes out of
+        # allocatable memory there too. HardwareCorrupted is not in the API.
         node = await kube.get_node(name=firing.node)
-        mem_total = node_meta(node).capacity_memory_bytes
+        mem_total = node_meta(node).usable_memory_bytes
     return plan, free.of(mem_total), usage
 
 
@@ -831,7 +901,7 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
     elif target is None:
         refusal = (
             f"free: {args.free} is a share of a total this process does not know "
-            f"({call.firing.node}'s MemTotal or the GPU's memory)"
+            f"({call.firing.node}'s usable memory or the GPU's memory)"
         )
     limiter, backoff = call.limits()
     if refusal is not None:

@@ -95,11 +95,13 @@ def _now() -> str:
 
 def experiments_on_node(pods: Mapping[str, PodMeta]) -> list[tuple[str, str]]:
     """``(namespace, experiment)`` of every experiment with a live trial pod on the node (pod
-    label ``katib.kubeflow.org/experiment``, set by Katib's trial templates)."""
+    label ``katib.kubeflow.org/experiment``, set by Katib's trial templates): neither
+    terminating nor finished. A trial's pod kept after it ended (``retain: true``, katib#708;
+    phase ``Succeeded``/``Failed``) runs nothing here and holds no experiment."""
     found = {
         (p.namespace, p.labels[EXPERIMENT_LABEL])
         for p in pods.values()
-        if EXPERIMENT_LABEL in p.labels and not p.terminating
+        if EXPERIMENT_LABEL in p.labels and not p.terminating and not p.finished
     }
     return sorted(found)
 

@@ -15,6 +15,10 @@ useful:
   PyTorchJob/TFJob/MPIJob/XGBoostJob owner) or one Indexed Job are one unit: evicting one
   member kills the whole, so they are counted (usage, request, highest priority) and evicted
   together, with their members on other nodes.
+- Finished pods (phase ``Succeeded``/``Failed``: a Katib trial kept with ``retain: true``, a
+  Job's completed index, a PyTorchJob's pods under ``cleanPodPolicy: None``) are dropped before
+  any grouping: never a victim, and never "a member that may not be evicted" that would keep
+  its gang's running pods from being one (kubectl drain skips them too, kubernetes#26080).
 
 Pure functions: no I/O, tested without a cluster.
 """
@@ -187,6 +191,10 @@ def plan_eviction(
     excluded: list[Exclusion] = []
     gangs: dict[tuple[str, str, str], list[PodMeta]] = {}
     for pod in sorted(pods.values(), key=lambda p: (p.namespace, p.name)):
+        if pod.finished:
+            # Before grouping: a finished member neither ranks nor holds its gang back.
+            excluded.append(Exclusion(pod=pod, reason=f"phase {pod.phase}: finished"))
+            continue
         kind, name = gang_of(pod)
         gangs.setdefault((kind, pod.namespace, name), []).append(pod)
 

@@ -149,7 +149,8 @@ def focus(parser: argparse.ArgumentParser) -> None:
         type=percent,
         default=10.0,
         metavar="PERCENT",
-        help="the node is focused while MemAvailable is below this share of MemTotal (default 10)",
+        help="the node is focused while MemAvailable is below this share of usable memory "
+        "(MemTotal - hugetlb pool - HardwareCorrupted; default 10)",
     )
     for flag, what in (
         ("thresholds", "cgroup v1 memory thresholds (eventfd) at the focus and rule levels"),

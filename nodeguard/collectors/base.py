@@ -43,6 +43,7 @@ from nodeguard.snapshot import (
     PodMemory,
     Pressure,
     ProcessRss,
+    VmStat,
 )
 from nodeguard.sources import NoDataError
 from nodeguard.sources.skipped import Skipped
@@ -92,6 +93,7 @@ class Parts:
     oom: OomLog | None = None
     processes: tuple[ProcessRss, ...] = ()
     gpu: GpuInfo | None = None
+    vmstat: VmStat | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fields(self) -> dict[str, Any]:

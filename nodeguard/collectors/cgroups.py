@@ -2,8 +2,9 @@
 (:mod:`nodeguard.sources.cgroups`: the files, the layouts, the held files), and the pods'
 identities and requests from the pod list where the snapshot has it.
 
-Working set is cAdvisor's (usage - inactive_file, clamped at 0); the limit is the smallest real
-limit up the tree, absent when none. Counters are the kernel's: OOM kills and limit hits from
+Working set is cAdvisor's (usage - inactive_file, clamped at 0); unreclaimable memory leaves page
+cache out (:mod:`nodeguard.sources.unreclaimable`); the limit is the smallest real limit up the
+tree, absent when none. Counters are the kernel's: OOM kills and limit hits from
 ``memory.events`` (v2, hierarchical) or ``memory.oom_control`` / ``memory.failcnt`` (v1, this
 cgroup's own).
 """
@@ -39,6 +40,8 @@ _INT_FIELDS = operator.attrgetter(
     "oom_kills",
     "limit_hits",
     "high_events",
+    "unreclaimable_bytes",
+    "refault_file_bytes",
 )
 
 
@@ -88,6 +91,20 @@ class _MemoryFamilies:
             f"{lv} times memory.high throttled reclaim (v2 memory.events high)",
             labels,
         )
+        self.unreclaimable = out.gauge(
+            f"{lv}_memory_unreclaimable_bytes",
+            f"{lv} memory the kernel cannot reclaim without killing: anon, shmem/tmpfs, "
+            "unevictable, kernel memory but reclaimable slab (v2 only), less what fits in swap; "
+            "page cache left out (what the default rules compare with the limit)",
+            labels,
+        )
+        self.refaults = out.counter(
+            f"{lv}_memory_refault_file_bytes",
+            f"{lv} page cache read back after reclaim dropped it (memory.stat "
+            "workingset_refault_file, pages times the page size); absent where the kernel "
+            "does not count",
+            labels,
+        )
         self.stall = out.counter(
             f"{lv}_memory_pressure_stall_seconds",
             f"{lv} memory PSI total stall time (v2 memory.pressure)",
@@ -103,6 +120,8 @@ class _MemoryFamilies:
             self.oom,
             self.hits,
             self.high,
+            self.unreclaimable,
+            self.refaults,
         )
 
     def add(self, values: tuple[str, ...], mem: CgroupMemory) -> None:
@@ -131,6 +150,13 @@ class _KubepodsFamilies:
             "node_kubepods_memory_working_set_bytes",
             "working set of all pods together: kubepods usage minus inactive_file",
         )
+        self.unreclaimable = node_gauge(
+            out,
+            "node_kubepods_memory_unreclaimable_bytes",
+            "memory of all pods together that the kernel cannot reclaim without killing "
+            "(kubepods: anon, shmem/tmpfs, unevictable, kernel memory but reclaimable slab on "
+            "v2); page cache left out",
+        )
         self.limit = node_gauge(
             out,
             "node_kubepods_memory_limit_bytes",
@@ -142,13 +168,14 @@ class _KubepodsFamilies:
         for family, value in (
             (self.usage, mem.usage_bytes),
             (self.working_set, mem.working_set_bytes),
+            (self.unreclaimable, mem.unreclaimable_bytes),
             (self.limit, mem.effective_limit_bytes),
         ):
             if value is not None:
                 family.add(NO_WORKLOAD, value)
 
     def all(self) -> tuple[Family, ...]:
-        return (self.usage, self.working_set, self.limit)
+        return (self.usage, self.working_set, self.unreclaimable, self.limit)
 
 
 @register
@@ -170,15 +197,19 @@ class CgroupsCollector(Collector):
 
     def read(self, parts: Parts) -> None:
         total = parts.meminfo.total_bytes if parts.meminfo else None
-        parts.cgroup_version, parts.pods = self.reader.read(mem_total=total)
+        swap = parts.meminfo.swap_free_bytes if parts.meminfo else None
+        parts.cgroup_version, parts.pods = self.reader.read(mem_total=total, swap_free=swap)
         parts.kubepods = self.reader.kubepods
         parts.cgroup_root = self.reader.root
         parts.cgroup_files_open = self.reader.open_files
 
     def refresh(self, parts: Parts, *, keys: frozenset[str]) -> frozenset[str]:
         total = parts.meminfo.total_bytes if parts.meminfo else None
-        parts.pods, done = self.reader.refresh(parts.pods, keys=keys, mem_total=total)
-        parts.kubepods = self.reader.refresh_kubepods(mem_total=total)
+        swap = parts.meminfo.swap_free_bytes if parts.meminfo else None
+        parts.pods, done = self.reader.refresh(
+            parts.pods, keys=keys, mem_total=total, swap_free=swap
+        )
+        parts.kubepods = self.reader.refresh_kubepods(mem_total=total, swap_free=swap)
         return done
 
     def close(self) -> None:

@@ -109,7 +109,8 @@ class GpuCollector(Collector):
         )
         procs = out.gauge(
             "gpu_container_processes",
-            "compute processes of a container on a GPU (NVML, mapped by host PID to its cgroup)",
+            "processes of a container on a GPU (NVML's compute, graphics and MPS lists, each PID "
+            "once, mapped by host PID to its cgroup; MPS servers count for no container)",
             names,
         )
         for usage in snapshot.gpu_containers():

@@ -54,12 +54,21 @@ class KmsgCollector(Collector):
         yield kills
         victims = out.counter(
             "container_kernel_oom_kills",
-            "OOM kills in the kernel log whose task_memcg is this container; a series "
-            "starts at the first kill (use the cgroup counter for increase() from 0)",
+            "OOM kills in the kernel log whose task_memcg is this container, all its "
+            "container IDs (restarts) together; a series starts at the first kill (use the "
+            "pod cgroup counter for increase() from 0)",
             WORKLOAD_LABELS,
         )
-        for key, count in sorted(oom.by_container.items()):
+        # The victim's cgroup names the container ID that was killed, which the kubelet has
+        # replaced within a second: its name comes from the pod's lastState (PodMeta.containers),
+        # and each name's IDs are one series (kmsg drops a pod's IDs together, so it never
+        # goes down).
+        by_labels: dict[tuple[str, str, str], int] = {}
+        for key, count in oom.by_container.items():
             uid, _, cid = key.partition("/")
             cl = snapshot.labels_for(uid, cid or None)
-            victims.add((cl.namespace, cl.pod, cl.container), count)
+            labels = (cl.namespace, cl.pod, cl.container)
+            by_labels[labels] = by_labels.get(labels, 0) + count
+        for labels, count in sorted(by_labels.items()):
+            victims.add(labels, count)
         yield victims

@@ -10,6 +10,7 @@ from nodeguard.collectors.labels import NO_WORKLOAD, node_counter, node_gauge
 from nodeguard.families import Families, Family
 from nodeguard.snapshot import NodeSnapshot, Pressure
 from nodeguard.sources.pressure import read_node_pressure
+from nodeguard.stall import stall_outside_limits
 
 __all__ = ["PressureCollector", "add_stall"]
 
@@ -25,7 +26,9 @@ def add_stall(family: Family, values: tuple[str, ...], pressure: Pressure | None
 
 @register
 class PressureCollector(Collector):
-    """``parts.pressure``; ``nodeguard_node_memory_pressure_{stall_seconds_total,ratio}``."""
+    """``parts.pressure``; ``nodeguard_node_memory_pressure_{stall_seconds_total,ratio}`` and
+    ``nodeguard_node_memory_stall_outside_limits_ratio`` (:mod:`nodeguard.stall`, from the
+    snapshot's node and cgroup PSI: what the ``memory-pressure-high`` rule reads)."""
 
     name = "pressure"
     refresh_whole = True
@@ -57,3 +60,13 @@ class PressureCollector(Collector):
             for window, share in (("10s", line.avg10), ("60s", line.avg60), ("300s", line.avg300)):
                 ratio.add((*NO_WORKLOAD, kind, window), share)
         yield from (stall, ratio)
+        outside = stall_outside_limits(snapshot)
+        if outside is not None:
+            outside_family = node_gauge(
+                out,
+                "node_memory_stall_outside_limits_ratio",
+                "share of node memory PSI full avg10 not explained by cgroups stalling at "
+                "their own limit (absent where that cannot be told: v1 with a cgroup at its limit)",
+            )
+            outside_family.add(NO_WORKLOAD, outside)
+            yield outside_family

@@ -136,6 +136,7 @@ class KubeClient:
         self.api = api_client
         self.core = CoreV1(api_client)  # not the generated classes: nodeguard/kube/core.py
         self.coordination = k8s.CoordinationV1Api(api_client)
+        self.policy = k8s.PolicyV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
         self._read_attempts = read_attempts
         self._threads = ThreadPoolExecutor(
@@ -286,6 +287,13 @@ class KubeClient:
         await self.write(
             self.core.create_namespaced_pod_eviction, name, namespace, body, **self._dry(dry_run)
         )
+
+    async def list_pod_disruption_budgets(self, *, namespace: str) -> list[JSON]:
+        """GET /apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets: every budget of
+        the namespace, as the eviction handler lists them (it matches selectors itself)."""
+        body = await self.read(self.policy.list_namespaced_pod_disruption_budget, namespace)
+        items: list[JSON] = body.get("items", [])
+        return items
 
     # -- events ------------------------------------------------------------------------------
     async def create_event(self, *, namespace: str, body: JSON) -> JSON:

@@ -16,7 +16,14 @@ from kubernetes.utils import parse_quantity
 from nodeguard.kube.resources import memory_bytes, pod_memory
 from nodeguard.snapshot import NodeMeta, OwnerRef, PodMeta
 
-__all__ = ["node_meta", "parse_bytes", "pod_meta", "strip_container_id"]
+__all__ = [
+    "container_ids",
+    "hugepages_bytes",
+    "node_meta",
+    "parse_bytes",
+    "pod_meta",
+    "strip_container_id",
+]
 
 JSON = dict[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -33,19 +40,38 @@ def parse_bytes(text: str, *, exact: bool = False) -> int:
 
 
 def strip_container_id(value: str) -> str:
-    """``containerd://<id>`` (containerStatuses[].containerID) -> ``<id>``."""
+    """``<type>://<id>`` (``containerd://``, ``cri-o://``, ``docker://``: the kubelet's
+    ``kubecontainer.ContainerID.String()`` in ``containerStatuses[].containerID`` and
+    ``lastState.terminated.containerID``) -> ``<id>``."""
     return value.split("://", 1)[-1]
+
+
+def container_ids(status: JSON) -> dict[str, str]:
+    """Container ID (runtime prefix stripped) -> container name, from a pod's ``status``: each
+    status's ``containerID`` and its ``lastState.terminated.containerID``, app, init and
+    ephemeral containers alike.
+
+    The kubelet restarts an OOM-killed container within a second, in a new container with a
+    new ID; the dead one's ID stays only in ``lastState.terminated`` (pkg/kubelet/kubelet_pods.go
+    ``convertToAPIContainerStatuses`` copies the previous status into ``LastTerminationState``,
+    ``containerID`` included; kube-state-metrics#570 is the same loss, fixed by reading
+    ``lastState``). Without it, the kernel log's victim of that kill has no name."""
+    ids: dict[str, str] = {}
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        for cs in status.get(key) or []:
+            name = cs.get("name", "")
+            last = ((cs.get("lastState") or {}).get("terminated") or {}).get("containerID")
+            for cid in (last, cs.get("containerID")):
+                if cid:
+                    ids[strip_container_id(cid)] = name
+    return ids
 
 
 def pod_meta(pod: JSON) -> PodMeta:
     """A :class:`PodMeta` from a Pod object."""
     meta, spec, status = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
     memory = pod_memory(pod)
-    ids: dict[str, str] = {}
-    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
-        for cs in status.get(key) or []:
-            if cs.get("containerID"):
-                ids[strip_container_id(cs["containerID"])] = cs.get("name", "")
+    ids = container_ids(status)
     owners = tuple(
         OwnerRef(
             kind=o.get("kind", ""), name=o.get("name", ""), controller=bool(o.get("controller"))
@@ -79,6 +105,10 @@ def pod_meta(pod: JSON) -> PodMeta:
         daemonset=any(o.kind == "DaemonSet" and o.controller for o in owners),
         terminating=bool(meta.get("deletionTimestamp")),
         config_hash=str(config_hash) if config_hash else None,
+        ready=any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ),
     )
 
 
@@ -90,4 +120,21 @@ def node_meta(node: JSON) -> NodeMeta:
         allocatable_memory_bytes=memory_bytes(status.get("allocatable")),
         capacity_memory_bytes=memory_bytes(status.get("capacity")),
         unschedulable=bool(node.get("spec", {}).get("unschedulable")),
+        capacity_hugepages_bytes=hugepages_bytes(status.get("capacity")),
     )
+
+
+def hugepages_bytes(resources: JSON | None) -> int:
+    """The ``hugepages-<size>`` resources of a ResourceList (``{"hugepages-1Gi": "8Gi"}``),
+    summed, in bytes; 0 when there are none. The kubelet reports each size's pre-allocated pool
+    there (v1helper.IsHugePageResourceName: the ``hugepages-`` prefix); an unparsable value is
+    left out."""
+    total = 0
+    for name, value in (resources or {}).items():
+        if not str(name).startswith("hugepages-"):
+            continue
+        try:
+            total += int(parse_quantity(str(value)))
+        except ValueError:
+            continue
+    return max(0, total)

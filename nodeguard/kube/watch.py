@@ -30,12 +30,22 @@ from nodeguard.kube.errors import KubeError
 from nodeguard.kube.objects import node_meta, pod_meta
 from nodeguard.snapshot import NodeMeta, PodMeta
 
-__all__ = ["MAX_ANNOTATION_CHARS", "PodWatcher", "trimmed"]
+__all__ = [
+    "EARLIER_IDS_PER_CONTAINER",
+    "MAX_ANNOTATION_CHARS",
+    "PodWatcher",
+    "trimmed",
+    "with_earlier_ids",
+]
 
 log = logging.getLogger(__name__)
 
 #: The longest annotation value kept of a pod (a Kubernetes name is at most 253 characters).
 MAX_ANNOTATION_CHARS = 1024
+#: Earlier container IDs kept per container name of a pod, beside those its status lists: a
+#: container restarted twice within the OOM window is named by neither ``containerID`` nor
+#: ``lastState`` for its first ID (CrashLoopBackOff's delay starts at 10 s).
+EARLIER_IDS_PER_CONTAINER = 8
 
 
 def trimmed(meta: PodMeta) -> PodMeta:
@@ -44,6 +54,25 @@ def trimmed(meta: PodMeta) -> PodMeta:
         return meta
     kept = {k: v for k, v in meta.annotations.items() if len(v) <= MAX_ANNOTATION_CHARS}
     return dataclasses.replace(meta, annotations=kept)
+
+
+def with_earlier_ids(meta: PodMeta, earlier: PodMeta | None) -> PodMeta:
+    """``meta`` whose ``containers`` also names the IDs ``earlier`` (the same pod, UID equal, as
+    last seen) named and ``meta``'s status no longer lists: the status keeps a container's
+    current and last ID only (``containerID``, ``lastState.terminated.containerID``), and a
+    kernel-log kill of an older one must still be named. At most
+    :data:`EARLIER_IDS_PER_CONTAINER` earlier IDs a container name, the newest."""
+    if earlier is None or earlier.uid != meta.uid:
+        return meta
+    gone: dict[str, list[str]] = {}
+    for cid, name in earlier.containers.items():  # oldest first: insertion order
+        if cid not in meta.containers:
+            gone.setdefault(name, []).append(cid)
+    if not gone:
+        return meta
+    ids = {cid: name for name, cids in gone.items() for cid in cids[-EARLIER_IDS_PER_CONTAINER:]}
+    ids.update(meta.containers)
+    return dataclasses.replace(meta, containers=ids)
 
 
 class _Relist(Exception):
@@ -110,7 +139,7 @@ class PodWatcher:
         items, rv = await self._kube.list_pods(node_name=self._node_name)
         fresh = {m.uid: m for m in (trimmed(pod_meta(p)) for p in items)}
         with self._lock:
-            self._pods = fresh
+            self._pods = {u: with_earlier_ids(m, self._pods.get(u)) for u, m in fresh.items()}
         self.relists += 1
         await self._refresh_node()
         self.synced.set()
@@ -127,7 +156,7 @@ class PodWatcher:
         if kind in ("ADDED", "MODIFIED"):
             meta = trimmed(pod_meta(obj))
             with self._lock:
-                self._pods[meta.uid] = meta
+                self._pods[meta.uid] = with_earlier_ids(meta, self._pods.get(meta.uid))
         elif kind == "DELETED":
             with self._lock:
                 self._pods.pop(obj.get("metadata", {}).get("uid", ""), None)

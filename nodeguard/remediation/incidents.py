@@ -86,7 +86,8 @@ def evidence(snapshot: NodeSnapshot | None, *, top: int = 10) -> dict[str, Any]:
 
 def _gpu_evidence(snapshot: NodeSnapshot, *, top: int) -> dict[str, Any] | None:
     """GPU memory by device and MIG instance, and each device's top processes by GPU memory
-    with their containers; ``None`` without GPU data."""
+    with their containers, the NVML lists that have each and whether it is an MPS server (whose
+    memory is its clients'); ``None`` without GPU data."""
     if snapshot.gpu is None:
         return None
     devices = []
@@ -104,6 +105,8 @@ def _gpu_evidence(snapshot: NodeSnapshot, *, top: int) -> dict[str, Any] | None:
                     "container": labels.container if labels else None,
                     "pod_uid": p.pod_uid,
                     "container_id": p.container_id,
+                    "lists": list(p.lists),
+                    "mps_server": p.mps_server,
                 }
             )
         procs.sort(key=lambda p: p["used_bytes"] or 0, reverse=True)
@@ -117,6 +120,7 @@ def _gpu_evidence(snapshot: NodeSnapshot, *, top: int) -> dict[str, Any] | None:
                 "memory": None if dev.memory is None else asdict(dev.memory),
                 "mig_devices": [asdict(m) for m in dev.mig_devices],
                 "processes": None if dev.processes is None else procs[:top],
+                "processes_missing": list(dev.processes_missing),
                 "errors": list(dev.errors),
             }
         )

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from nodeguard.rules.oom_history import OomHistory
 from nodeguard.snapshot import (
     CgroupMemory,
     ContainerMemory,
@@ -27,6 +28,7 @@ from nodeguard.snapshot import (
     PodMemoryTotals,
     PodMeta,
 )
+from nodeguard.stall import stall_outside_limits
 
 __all__ = [
     "ABOVE_ZERO",
@@ -37,6 +39,7 @@ __all__ = [
     "Scope",
     "Signal",
     "Target",
+    "counter_rate",
     "register",
     "targets",
 ]
@@ -47,6 +50,10 @@ Scope = Literal["node", "pod", "container", "gpu"]
 GROWTH_WINDOW = 30.0
 GROWTH_FLOOR = 0.01  # share of the limit to grow over the window that always counts
 OOM_WINDOW = 600.0
+#: How far back the node's direct reclaim rate is taken.
+RECLAIM_WINDOW = 30.0
+#: How far back the refault rate is taken.
+REFAULT_WINDOW = 10.0
 #: Points kept per target and series: at short intervals (the least is 50 ms) a point is kept
 #: per window/120 at most (0.5 s for the growth window), the newest always; 120 points of a
 #: target cost about 12 KB, whatever the interval.
@@ -102,20 +109,33 @@ def targets(snapshot: NodeSnapshot, scope: Scope, *, current: bool = False) -> l
 
 
 class History:
-    """The agent's own recent samples per target: working set (for growth) and the cgroup OOM
-    kill counter (for kills in a window). Targets not seen in a sample are forgotten; each
-    target keeps at most :data:`MAX_POINTS` + 1 working-set points and the OOM counter's
-    changes (bounded by the kernel's kills in the window)."""
+    """The agent's own recent samples per target: working set and unreclaimable memory (for
+    growth; targets not seen in a sample are forgotten, each keeps at most :data:`MAX_POINTS`
+    + 1 points a series), the refault counter (for its rate), the node's direct-reclaim scan
+    counter (for its rate; at most :data:`MAX_POINTS` + 1 points) and, in ``ooms``, the OOM
+    kills of the window by pod and container name from the cgroup counters and the kernel log
+    (:mod:`nodeguard.rules.oom_history`)."""
 
     def __init__(self) -> None:
         self._ws: dict[str, deque[tuple[float, int]]] = {}
-        self._oom: dict[str, deque[tuple[float, int]]] = {}
+        self._un: dict[str, deque[tuple[float, int]]] = {}
+        self._refault: dict[str, deque[tuple[float, int]]] = {}
+        self._reclaim: dict[str, deque[tuple[float, int]]] = {}
+        self.ooms = OomHistory(window=OOM_WINDOW, thin=OOM_WINDOW / MAX_POINTS)
 
     def observe(self, snapshot: NodeSnapshot) -> None:
         """Record one snapshot. Of a focused sample, only the targets it re-read: the others'
         values are the last sample's, and a point at the new time would fake a flat stretch
         (and forgetting them would lose their growth)."""
         now = snapshot.timestamp
+        vm = snapshot.vmstat
+        if vm is not None and vm.pgscan_direct is not None:
+            # In bytes, so that a rate needs no page size.
+            scanned = vm.pgscan_direct * vm.page_size_bytes
+            _push(self._reclaim, snapshot.node_name, now, scanned, RECLAIM_WINDOW * 2)
+        else:
+            self._reclaim.pop(snapshot.node_name, None)
+        self.ooms.observe(snapshot, current=snapshot.is_current)
         seen: set[str] = set()
         for scope in ("pod", "container"):
             for t in targets(snapshot, scope):
@@ -125,19 +145,28 @@ class History:
                 seen.add(t.key)
                 if mem.working_set_bytes is not None:
                     _push(self._ws, t.key, now, mem.working_set_bytes, GROWTH_WINDOW * 2)
-                if mem.oom_kills is not None:
-                    _push_change(self._oom, t.key, now, mem.oom_kills, OOM_WINDOW)
+                if mem.unreclaimable_bytes is not None:
+                    _push(self._un, t.key, now, mem.unreclaimable_bytes, GROWTH_WINDOW * 2)
+                if mem.refault_file_bytes is not None:
+                    _push(self._refault, t.key, now, mem.refault_file_bytes, REFAULT_WINDOW)
         if snapshot.focused is not None:
             return
-        for store in (self._ws, self._oom):
+        for store in (self._ws, self._un, self._refault):
             for key in [k for k in store if k not in seen]:
                 del store[key]
 
     def working_set(self, key: str) -> list[tuple[float, int]]:
         return list(self._ws.get(key, ()))
 
-    def oom_kills(self, key: str) -> list[tuple[float, int]]:
-        return list(self._oom.get(key, ()))
+    def direct_reclaim(self, node: str) -> list[tuple[float, int]]:
+        """``(time, bytes scanned by direct reclaim since boot)`` of the node's samples."""
+        return list(self._reclaim.get(node, ()))
+
+    def unreclaimable(self, key: str) -> list[tuple[float, int]]:
+        return list(self._un.get(key, ()))
+
+    def refaults(self, key: str) -> list[tuple[float, int]]:
+        return list(self._refault.get(key, ()))
 
 
 def _push(
@@ -149,23 +178,6 @@ def _push(
     else:
         series.append((now, value))
     while series and series[0][0] < now - keep:
-        series.popleft()
-
-
-def _push_change(
-    store: dict[str, deque[tuple[float, int]]], key: str, now: float, value: int, keep: float
-) -> None:
-    """A counter's changes only: a counter that stays (most OOM counters, most of the time)
-    holds one point, not one per sample for ``keep`` seconds (120 a target at 5 s: ~5 MB at
-    330 containers). The newest point older than ``keep`` stays as the value the window
-    starts from."""
-    series = store.setdefault(key, deque())
-    if not series or series[-1][1] != value:
-        if len(series) >= 2 and now - series[-2][0] < keep / MAX_POINTS:
-            series[-1] = (now, value)  # a counter that changes every sample: thinned the same
-        else:
-            series.append((now, value))
-    while len(series) > 1 and series[1][0] <= now - keep:
         series.popleft()
 
 
@@ -225,9 +237,12 @@ def _ratio(part: float | None, whole: float | None) -> float | None:
 
 # -- node ----------------------------------------------------------------------------------------
 def _mem_ratio(attr: str) -> SignalFn:
+    # A share of the node's usable memory (MemTotal - hugetlb pool - HardwareCorrupted,
+    # MemInfo.usable_bytes), never of MemTotal: on a node whose RAM is mostly huge pages
+    # MemAvailable / MemTotal reads a few percent while the node idles.
     def fn(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
         m = snap.meminfo
-        return None if m is None else _ratio(getattr(m, attr), m.total_bytes)
+        return None if m is None else _ratio(getattr(m, attr), m.usable_bytes)
 
     return fn
 
@@ -259,7 +274,7 @@ register(
     scope="node",
     unit="ratio",
     valid=SHARE,
-    help="MemAvailable / MemTotal",
+    help="MemAvailable / usable memory (MemTotal - hugetlb pool - HardwareCorrupted)",
     fn=_mem_ratio("available_bytes"),
 )
 register(
@@ -267,7 +282,7 @@ register(
     scope="node",
     unit="ratio",
     valid=SHARE,
-    help="page cache (file LRU) / MemTotal",
+    help="page cache (file LRU) / usable memory",
     fn=_mem_ratio("page_cache_bytes"),
 )
 register(
@@ -275,7 +290,7 @@ register(
     scope="node",
     unit="ratio",
     valid=SHARE,
-    help="SReclaimable / MemTotal",
+    help="SReclaimable / usable memory",
     fn=_mem_ratio("slab_reclaimable_bytes"),
 )
 register(
@@ -283,7 +298,7 @@ register(
     scope="node",
     unit="ratio",
     valid=SHARE,
-    help="SUnreclaim / MemTotal",
+    help="SUnreclaim / usable memory",
     fn=_mem_ratio("slab_unreclaimable_bytes"),
 )
 register(
@@ -342,6 +357,23 @@ register(
     "kubelet enforces it",
     fn=_allocatable,
 )
+
+
+def _allocatable_unreclaimable(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+    k = snap.kubepods
+    return None if k is None else k.unreclaimable_ratio
+
+
+register(
+    "node_allocatable_unreclaimable_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="unreclaimable memory of all pods (the kubepods cgroup: anon, shmem/tmpfs, "
+    "unevictable, kernel memory but reclaimable slab; page cache left out) / its limit, node "
+    "allocatable as the kubelet enforces it",
+    fn=_allocatable_unreclaimable,
+)
 register(
     "node_memory_requests_allocatable_ratio",
     scope="node",
@@ -357,6 +389,51 @@ register(
     valid=ABOVE_ZERO,
     help="sum of pod memory limits / node allocatable (overcommit above 1)",
     fn=_overcommit(lambda t: t.limits_bytes),
+)
+
+
+def counter_rate(samples: Iterable[tuple[float, int]], *, window: float) -> float | None:
+    """Per-second increase of a counter over the last ``window`` seconds of ``samples``
+    (``(time, value)``, oldest first): the increases summed (a value below the one before is a
+    reset and counts from 0) over the time they span. ``None`` with fewer than two points in
+    the window or no time between them."""
+    points = list(samples)
+    if not points:
+        return None
+    recent = [(t, v) for t, v in points if t >= points[-1][0] - window]
+    if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
+        return None
+    total, prev = 0, recent[0][1]
+    for _, v in recent[1:]:
+        total += v - prev if v >= prev else v
+        prev = v
+    return total / (recent[-1][0] - recent[0][0])
+
+
+def _direct_reclaim(snap: NodeSnapshot, h: History, _t: Target) -> float | None:
+    return counter_rate(h.direct_reclaim(snap.node_name), window=RECLAIM_WINDOW)
+
+
+def _outside_limits(snap: NodeSnapshot, _h: History, _t: Target) -> float | None:
+    return stall_outside_limits(snap)
+
+
+register(
+    "node_direct_reclaim_bytes_per_second",
+    scope="node",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="memory scanned per second by direct (global) reclaim over the last 30 s: "
+    "/proc/vmstat pgscan_direct x page size; reclaim at a cgroup's own limit is not counted",
+    fn=_direct_reclaim,
+)
+register(
+    "node_memory_stall_outside_limits_ratio",
+    scope="node",
+    unit="ratio",
+    valid=SHARE,
+    help="share of node PSI full avg10 not explained by cgroups stalling at their own limit",
+    fn=_outside_limits,
 )
 
 
@@ -421,18 +498,6 @@ def _growing(
     return slope >= critical * math.sqrt(residuals / (n - 2) / var)
 
 
-def _kills_in_window(samples: list[tuple[float, int]]) -> float | None:
-    """Kills since the value in effect when the window began: the counter's changes kept by
-    :func:`_push_change`, the first of them the window's starting value."""
-    if not samples:
-        return None
-    total, prev = 0, samples[0][1]
-    for _, v in samples[1:]:
-        total += v - prev if v >= prev else v  # a reset (new cgroup) counts from 0
-        prev = v
-    return float(total)
-
-
 def _request(t: Target) -> int | None:
     if t.meta is None:
         return None
@@ -462,7 +527,29 @@ def _eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
 
 
 def _ooms(_s: NodeSnapshot, h: History, t: Target) -> float | None:
-    return _kills_in_window(h.oom_kills(t.key))
+    if t.pod is None:
+        return None
+    if t.container is None:
+        return h.ooms.pod_kills(pod_uid=t.pod.uid)
+    return h.ooms.container_kills(pod_uid=t.pod.uid, container_id=t.container.container_id)
+
+
+def _unreclaimable(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    return None if t.memory is None else t.memory.unreclaimable_bytes
+
+
+def _un_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    m = t.memory
+    return None if m is None else m.unreclaimable_ratio
+
+
+def _un_eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
+    m = t.memory
+    return None if m is None else seconds_to_limit(h.unreclaimable(t.key), m.effective_limit_bytes)
+
+
+def _refault_rate(_s: NodeSnapshot, h: History, t: Target) -> float | None:
+    return counter_rate(h.refaults(t.key), window=REFAULT_WINDOW)
 
 
 # The same functions for a pod (its pod-level cgroup) and for each of its containers.
@@ -531,11 +618,81 @@ register(
     fn=_eta,
 )
 register(
+    "pod_unreclaimable_bytes",
+    scope="pod",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="pod memory the kernel cannot reclaim without killing: anon, shmem/tmpfs, unevictable, "
+    "kernel memory but reclaimable slab (v2), less what fits in swap; page cache left out",
+    fn=_unreclaimable,
+)
+register(
+    "container_unreclaimable_bytes",
+    scope="container",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="container memory the kernel cannot reclaim without killing: anon, shmem/tmpfs, "
+    "unevictable, kernel memory but reclaimable slab (v2), less what fits in swap; page cache "
+    "left out",
+    fn=_unreclaimable,
+)
+register(
+    "pod_unreclaimable_limit_ratio",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod unreclaimable memory / effective memory limit (the kernel OOM-kills at 1)",
+    fn=_un_limit,
+)
+register(
+    "container_unreclaimable_limit_ratio",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container unreclaimable memory / effective memory limit (the kernel OOM-kills at 1)",
+    fn=_un_limit,
+)
+register(
+    "pod_unreclaimable_seconds_to_limit",
+    scope="pod",
+    unit="seconds",
+    valid=ABOVE_ZERO,
+    help="pod: seconds until unreclaimable memory reaches the limit at its recent growth",
+    fn=_un_eta,
+)
+register(
+    "container_unreclaimable_seconds_to_limit",
+    scope="container",
+    unit="seconds",
+    valid=ABOVE_ZERO,
+    help="container: seconds until unreclaimable memory reaches the limit at its recent growth",
+    fn=_un_eta,
+)
+register(
+    "pod_refault_bytes_per_second",
+    scope="pod",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="pod page cache read back after reclaim dropped it (workingset_refault_file), bytes "
+    "per second over the last 10 s: reclaim taking what the workload still reads",
+    fn=_refault_rate,
+)
+register(
+    "container_refault_bytes_per_second",
+    scope="container",
+    unit="bytes",
+    valid=ABOVE_ZERO,
+    help="container page cache read back after reclaim dropped it (workingset_refault_file), "
+    "bytes per second over the last 10 s: reclaim taking what the workload still reads",
+    fn=_refault_rate,
+)
+register(
     "pod_oom_kills_10m",
     scope="pod",
     unit="count",
     valid=ABOVE_ZERO,
-    help="pod OOM kills (cgroup counter) in the last 10 minutes",
+    help="pod OOM kills in the last 10 minutes, each victim once (cgroup counter and kernel "
+    "log), its containers' restarts included",
     fn=_ooms,
 )
 register(
@@ -543,8 +700,77 @@ register(
     scope="container",
     unit="count",
     valid=ABOVE_ZERO,
-    help="container OOM kills (cgroup counter) in the last 10 minutes",
+    help="container OOM kills in the last 10 minutes, each victim once (cgroup counter and "
+    "kernel log), all its restarts (pod UID and container name) together",
     fn=_ooms,
+)
+
+
+def _cgroup_psi(kind: str) -> SignalFn:
+    def fn(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+        m = t.memory
+        line = getattr(m.pressure, kind) if m is not None and m.pressure is not None else None
+        return None if line is None else float(line.avg10)
+
+    return fn
+
+
+def _usage_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    m = t.memory
+    if m is None or m.usage_bytes is None or not m.effective_limit_bytes:
+        return None
+    return min(1.0, m.usage_bytes / m.effective_limit_bytes)
+
+
+register(
+    "pod_psi_full_avg10",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod cgroup memory PSI full avg10 (v2 memory.pressure; no data on v1)",
+    fn=_cgroup_psi("full"),
+)
+register(
+    "container_psi_full_avg10",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container cgroup memory PSI full avg10 (v2 memory.pressure; no data on v1)",
+    fn=_cgroup_psi("full"),
+)
+register(
+    "pod_psi_some_avg10",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod cgroup memory PSI some avg10 (v2 memory.pressure; no data on v1)",
+    fn=_cgroup_psi("some"),
+)
+register(
+    "container_psi_some_avg10",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container cgroup memory PSI some avg10 (v2 memory.pressure; no data on v1)",
+    fn=_cgroup_psi("some"),
+)
+register(
+    "pod_usage_limit_ratio",
+    scope="pod",
+    unit="ratio",
+    valid=SHARE,
+    help="pod usage (page cache included) / effective memory limit: 0.98 and more is at "
+    "the limit, where the kernel reclaims inside the cgroup",
+    fn=_usage_limit,
+)
+register(
+    "container_usage_limit_ratio",
+    scope="container",
+    unit="ratio",
+    valid=SHARE,
+    help="container usage (page cache included) / effective memory limit: 0.98 and more is "
+    "at the limit, where the kernel reclaims inside the cgroup",
+    fn=_usage_limit,
 )
 
 
@@ -563,8 +789,10 @@ def _gpu_free(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
 def _pod_gpu(snap: NodeSnapshot, _h: History, t: Target) -> float | None:
     if snap.gpu is None or t.pod is None:
         return None
-    if any(d.processes is None for d in snap.gpu.devices):
-        return None  # a GPU without a process list (lost, old driver): any sum is a guess
+    if not all(d.processes_complete for d in snap.gpu.devices):
+        # A GPU without a process list (lost, old driver) or with a list it could not read
+        # (graphics; MPS clients of a server that runs there): any sum is a guess.
+        return None
     mine = [u.used_bytes for u in snap.gpu_containers() if u.pod_uid == t.pod.uid]
     if None in mine:
         return None  # a process whose memory NVML does not give
@@ -592,6 +820,7 @@ register(
     scope="pod",
     unit="bytes",
     valid=ABOVE_ZERO,
-    help="GPU memory used by the pod's processes, all GPUs together",
+    help="GPU memory used by the pod's processes (NVML's compute, graphics and MPS lists), "
+    "all GPUs together",
     fn=_pod_gpu,
 )

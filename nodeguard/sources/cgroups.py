@@ -10,7 +10,12 @@ usage               ``memory.current``          ``memory.usage_in_bytes``
 limit               ``memory.max`` (``max``)    ``memory.limit_in_bytes`` (PAGE_COUNTER_MAX
                                                  rounded to a page, 9223372036854771712)
 stat                ``memory.stat`` anon, file,  ``memory.stat`` total_rss, total_cache,
-                    inactive_file               total_inactive_file (hierarchical)
+                    the LRU lists,               the LRU lists, refaults (hierarchical)
+                    slab_reclaimable, refaults
+swap room           ``memory.swap.max``,         (none: the kubelet has no swap on v1)
+                    ``memory.swap.current``
+                    (only where the node has
+                    swap free)
 OOM kills           ``memory.events`` oom_kill   ``memory.oom_control`` oom_kill (>= 4.13);
                     (hierarchical)               a pod's summed with its containers'
 limit hits          ``memory.events`` max        ``memory.failcnt``
@@ -28,6 +33,9 @@ any cgroup file (:data:`~nodeguard.sources.files.MAX_FILE_BYTES`) or does not ho
 kernel writes (a negative size) is left out, and a directory that cannot be listed loses its
 children; each is counted and logged once (:mod:`nodeguard.sources.skipped`), and the rest of
 the node is read.
+
+Each cgroup's unreclaimable memory (what an OOM kill is on its way from, page cache left out) is
+computed here from those files (:mod:`nodeguard.sources.unreclaimable`).
 """
 
 from __future__ import annotations
@@ -53,6 +61,12 @@ from nodeguard.sources.files import parse_flat_keyed, read_optional
 from nodeguard.sources.open_files import OpenFiles
 from nodeguard.sources.pressure import parse_pressure
 from nodeguard.sources.skipped import DuplicateError, Skipped
+from nodeguard.sources.unreclaimable import (
+    refault_file_pages,
+    swap_room,
+    unreclaimable_v1,
+    unreclaimable_v2,
+)
 
 __all__ = ["CgroupLayout", "CgroupReader", "detect_layout", "normalise_limit", "read_limit"]
 
@@ -101,10 +115,38 @@ def normalise_limit(value: int | None, *, mem_total: int | None) -> int | None:
 
 
 # The keys read from memory.stat and memory.events (parse_flat_keyed ignores the rest).
-_V2_STAT_KEYS = frozenset({"anon", "file", "inactive_file"})
-_V1_STAT_KEYS = frozenset(
-    {"total_inactive_file", "inactive_file", "total_rss", "rss", "total_cache", "cache"}
+_V2_STAT_KEYS = frozenset(
+    {
+        "anon",
+        "file",
+        "inactive_file",
+        "active_file",
+        "active_anon",
+        "inactive_anon",
+        "slab_reclaimable",
+        "workingset_refault_file",
+        "workingset_refault",
+    }
 )
+_V1_STAT_KEYS = frozenset(
+    {
+        "total_inactive_file",
+        "inactive_file",
+        "total_rss",
+        "rss",
+        "total_cache",
+        "cache",
+        "total_active_anon",
+        "active_anon",
+        "total_inactive_anon",
+        "inactive_anon",
+        "total_unevictable",
+        "unevictable",
+        "total_workingset_refault_file",
+        "workingset_refault_file",
+    }
+)
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")  # memory.stat counts refaults in pages
 _V2_EVENT_KEYS = frozenset({"oom_kill", "max", "high"})
 _V1_OOM_KEYS = frozenset({"oom_kill"})
 
@@ -164,11 +206,27 @@ class _Parts(NamedTuple):
     failcnt: int | None  # v1 only
     pressure: Pressure | None  # v2 only
     own_limit: int | None
+    swap_max: int | None = None  # v2, read only where the node has swap free
+    swap_current: int | None = None
 
 
-# path -> (its parts, parent limit and MemTotal; the CgroupMemory built from them; the inode
-# number of its directory)
-_Built = dict[str, tuple[tuple[_Parts, int | None, int | None], CgroupMemory, int]]
+class _Swap(NamedTuple):
+    """What bounds a cgroup's swap room besides its own files: the node's SwapFree (``None``:
+    unknown or none), ``vm.swappiness`` and the room its pod cgroup leaves (``None``: no bound
+    or not a container)."""
+
+    node_free: int | None
+    swappiness: int | None
+    parent_room: int | None
+
+
+_NO_SWAP = _Swap(node_free=None, swappiness=None, parent_room=None)
+
+
+# path -> (its parts, parent limit, MemTotal and swap bounds; the CgroupMemory built from them;
+# the inode number of its directory)
+_Key = tuple[_Parts, int | None, int | None, _Swap]
+_Built = dict[str, tuple[_Key, CgroupMemory, int]]
 
 
 def _limit_file(version: Literal[1, 2]) -> str:
@@ -199,6 +257,14 @@ def _min_limit(a: int | None, b: int | None) -> int | None:
     return min(a, b)
 
 
+def _own_swap_room(parts: _Parts) -> int | None:
+    """``memory.swap.max - memory.swap.current``; ``None`` for no bound (``max``, or files
+    absent: swap accounting off, or the node has no swap free and they were not read)."""
+    if parts.swap_max is None or parts.swap_max >= _UNLIMITED_FLOOR or parts.swap_current is None:
+        return None
+    return max(0, parts.swap_max - parts.swap_current)
+
+
 def _build(
     *,
     rel: str,
@@ -206,6 +272,7 @@ def _build(
     parts: _Parts,
     parent_limit: int | None,
     mem_total: int | None,
+    swap: _Swap,
 ) -> CgroupMemory:
     stat = parts.stat or _EMPTY
     events = parts.events or _EMPTY
@@ -222,6 +289,15 @@ def _build(
     working_set = None
     if usage is not None and inactive is not None:
         working_set = max(0, usage - inactive)
+    if version == 2:
+        room = swap_room(
+            rooms=(swap.node_free, swap.parent_room, _own_swap_room(parts)),
+            swappiness=swap.swappiness,
+        )
+        unreclaimable = unreclaimable_v2(usage=usage, stat=stat, swap=room)
+    else:
+        unreclaimable = unreclaimable_v1(stat=stat)
+    refaults = refault_file_pages(stat=stat, version=version)
     limit = normalise_limit(parts.own_limit, mem_total=mem_total)
     return CgroupMemory(
         path=rel,
@@ -237,6 +313,8 @@ def _build(
         limit_hits=limit_hits,
         high_events=high,
         pressure=parts.pressure,
+        unreclaimable_bytes=unreclaimable,
+        refault_file_bytes=None if refaults is None else refaults * _PAGE_SIZE,
     )
 
 
@@ -334,7 +412,11 @@ class _PodKillTally:
 class CgroupReader:
     """Reads every pod and container cgroup under the kubepods roots.
 
-    ``read(mem_total=...)`` returns ``(cgroup_version, pods)``. Raises :class:`NoDataError` when
+    ``read(mem_total=..., swap_free=...)`` returns ``(cgroup_version, pods)``; ``swap_free``:
+    the node's SwapFree in bytes (``None``: unknown, taken as no swap), which bounds what
+    unreclaimable memory leaves out (:func:`~nodeguard.sources.unreclaimable.swap_room`); only
+    where it is above 0 are ``memory.swap.*`` and ``vm.swappiness`` read. Raises
+    :class:`NoDataError` when
     there is no memory controller or no kubepods hierarchy (a node without a kubelet).
     With ``max_open_files`` above 0, up to that many cgroup files stay open between samples and
     are re-read with ``pread`` (:mod:`nodeguard.sources.open_files`); :meth:`close` closes them.
@@ -361,6 +443,19 @@ class CgroupReader:
         self._building: _Built = {}
         self._kubepods: tuple[str, int, int | None] | None = None  # path, inode, parent limit
         self._pod_kills = _PodKillTally()
+        self._node_swap = _NO_SWAP  # SwapFree and vm.swappiness of this read
+
+    def _set_swap(self, swap_free: int | None) -> None:
+        """The node's swap state for this read: SwapFree, and ``vm.swappiness`` where there is
+        swap free to use (one procfs file; absent or bad: unknown)."""
+        swappiness: int | None = None
+        if swap_free:
+            text = read_optional(self._paths.proc("sys", "vm", "swappiness"))
+            try:
+                swappiness = int(text) if text is not None else None
+            except ValueError:
+                swappiness = None
+        self._node_swap = _Swap(node_free=swap_free, swappiness=swappiness, parent_room=None)
 
     @property
     def root(self) -> str | None:
@@ -395,9 +490,12 @@ class CgroupReader:
             self._found_at = now
         return self._layout, self._roots
 
-    def read(self, *, mem_total: int | None) -> tuple[int, tuple[PodMemory, ...]]:
+    def read(
+        self, *, mem_total: int | None, swap_free: int | None = None
+    ) -> tuple[int, tuple[PodMemory, ...]]:
         pods: list[PodMemory] = []
         self._kubepods = None
+        self._set_swap(swap_free)
         try:
             layout, roots = self._discover()
             if not roots:
@@ -456,17 +554,25 @@ class CgroupReader:
         if self._read(layout=layout, path=path, ino=ino, parent_limit=above, total=total):
             self._kubepods = (path, ino, above)
 
-    def refresh_kubepods(self, *, mem_total: int | None) -> CgroupMemory | None:
+    def refresh_kubepods(
+        self, *, mem_total: int | None, swap_free: int | None = None
+    ) -> CgroupMemory | None:
         """Re-read the kubepods cgroup alone (a focused sample); the last one where it cannot
         be read."""
         if self._kubepods is None or self._layout is None:
             return None
+        self._set_swap(swap_free)
         path, ino, above = self._kubepods
         memory = self._reread(path=path, ino=ino, parent_limit=above, total=mem_total)
         return memory or self.kubepods
 
     def refresh(
-        self, pods: tuple[PodMemory, ...], *, keys: frozenset[str], mem_total: int | None
+        self,
+        pods: tuple[PodMemory, ...],
+        *,
+        keys: frozenset[str],
+        mem_total: int | None,
+        swap_free: int | None = None,
     ) -> tuple[tuple[PodMemory, ...], frozenset[str]]:
         """Re-read only the pods and containers of ``pods`` (the last read's) whose keys are
         in ``keys`` (a pod's UID: its pod cgroup; ``<pod uid>/<container id>``: that container
@@ -475,6 +581,7 @@ class CgroupReader:
         re-read. Never sweeps held files: only a full read knows which cgroups are gone."""
         if self._layout is None or not keys:
             return pods, frozenset()
+        self._set_swap(swap_free)
         root = str(self._layout.root)
         out: list[PodMemory] = []
         done: set[str] = set()
@@ -520,20 +627,37 @@ class CgroupReader:
         built = self._built.get(path)
         if built is None:
             return last
-        memory = self._reread(path=path, ino=built[2], parent_limit=built[0][1], total=total)
+        memory = self._reread(
+            path=path,
+            ino=built[2],
+            parent_limit=built[0][1],
+            total=total,
+            parent_room=built[0][3].parent_room,
+        )
         if memory is None:
             return last
         done.add(key)
         return memory
 
     def _reread(
-        self, *, path: str, ino: int, parent_limit: int | None, total: int | None
+        self,
+        *,
+        path: str,
+        ino: int,
+        parent_limit: int | None,
+        total: int | None,
+        parent_room: int | None = None,
     ) -> CgroupMemory | None:
         """One cgroup read again between full reads; what it said replaces the last read's
         record (so the next full read finds it unchanged, and builds nothing anew)."""
         assert self._layout is not None
         memory = self._read(
-            layout=self._layout, path=path, ino=ino, parent_limit=parent_limit, total=total
+            layout=self._layout,
+            path=path,
+            ino=ino,
+            parent_limit=parent_limit,
+            total=total,
+            parent_room=parent_room,
         )
         if memory is not None:
             self._built[path] = self._building.pop(path)
@@ -565,8 +689,16 @@ class CgroupReader:
             self.skipped.add(path=path, exc=exc)
             return None
 
+    def _optional(self, path: str, *, ino: int) -> int | None:
+        """A one-number file that older kernels or a kernel option may leave out (the swap
+        files without swap accounting): absent is no data, not a skip."""
+        if not os.path.exists(path):
+            return None
+        return self._file(path, _parse_int, ino=ino)
+
     def _read_parts(self, base: str, version: Literal[1, 2], ino: int) -> _Parts:
         if version == 2:
+            swap = bool(self._node_swap.node_free)
             return _Parts(
                 stat=self._file(f"{base}/memory.stat", _stat_v2, ino=ino),
                 usage=self._file(f"{base}/memory.current", _parse_int, ino=ino),
@@ -574,6 +706,10 @@ class CgroupReader:
                 failcnt=None,
                 pressure=self._file(f"{base}/memory.pressure", parse_pressure, ino=ino),
                 own_limit=self._file(f"{base}/memory.max", _parse_int, ino=ino),
+                swap_max=self._optional(f"{base}/memory.swap.max", ino=ino) if swap else None,
+                swap_current=self._optional(f"{base}/memory.swap.current", ino=ino)
+                if swap
+                else None,
             )
         return _Parts(
             stat=self._file(f"{base}/memory.stat", _stat_v1, ino=ino),
@@ -628,6 +764,7 @@ class CgroupReader:
         )
         if memory is None:
             return None
+        pod_room = _own_swap_room(self._building[path][0][0])  # bounds its containers' swap
         containers: list[ContainerMemory] = []
         listed: set[str] = set()
         for child in _subdirs(path, self.skipped):
@@ -641,6 +778,7 @@ class CgroupReader:
                 ino=child.inode(),
                 parent_limit=memory.effective_limit_bytes,
                 total=total,
+                parent_room=pod_room,
             )
             if cmem is not None:
                 containers.append(
@@ -659,12 +797,15 @@ class CgroupReader:
         ino: int,
         parent_limit: int | None,
         total: int | None,
+        parent_room: int | None = None,
     ) -> CgroupMemory | None:
-        """The cgroup, or ``None`` when it is gone; a file skipped leaves its values out."""
+        """The cgroup, or ``None`` when it is gone; a file skipped leaves its values out.
+        ``parent_room``: the swap room its pod leaves a container (``None``: no bound)."""
         parts = self._read_parts(path, layout.version, ino)
         if parts.usage is None and not os.path.isdir(path):
             return None  # removed between listing and reading
-        key = (parts, parent_limit, total)
+        swap = self._node_swap._replace(parent_room=parent_room)
+        key = (parts, parent_limit, total, swap)
         last = self._built.get(path)
         if last is not None and last[0] == key:
             memory = last[1]  # the same files said the same: the same (immutable) object
@@ -680,6 +821,7 @@ class CgroupReader:
                 parts=parts,
                 parent_limit=parent_limit,
                 mem_total=total,
+                swap=swap,
             )
         self._building[path] = (key, memory, ino)
         return memory

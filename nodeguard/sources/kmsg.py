@@ -40,7 +40,7 @@ __all__ = ["KmsgRecord", "OomEventParser", "OomLogReader", "parse_record"]
 log = logging.getLogger(__name__)
 
 _RECENT_MAX = 256
-_CONTAINER_TTL = 24 * 3600.0  # a container's count is dropped this long after its last kill
+_CONTAINER_TTL = 24 * 3600.0  # a pod's counts are dropped this long after its last kill
 _STATE_FILE = "kmsg-oom.json"
 
 
@@ -73,7 +73,7 @@ class OomLogReader:
 
     def __init__(self, *, paths: HostPaths, clock: Callable[[], float] = time.time) -> None:
         self._paths = paths
-        self._clock = clock  # wall clock: a container's count expires a day after its last kill
+        self._clock = clock  # wall clock: a pod's counts expire a day after its last kill
         self._fd: int | None = None
         self._is_device = False
         self._parser = OomEventParser()
@@ -193,10 +193,7 @@ class OomLogReader:
             changed = self._count_new(kills, after=counted_to) or changed
             self._last_seq = max(self._last_seq, record.sequence)
         changed = self._count_new(self._parser.flush(), after=counted_to) or changed
-        cutoff = self._clock() - _CONTAINER_TTL
-        for ckey in [k for k, c in self._by_container.items() if c.last < cutoff]:
-            del self._by_container[ckey]
-            changed = True
+        changed = self._prune(cutoff=self._clock() - _CONTAINER_TTL) or changed
         if changed:
             self._save_state()
         return OomLog(
@@ -206,6 +203,20 @@ class OomLogReader:
             recent=tuple(self._recent),
             repeats_by_container={k: c.repeats for k, c in self._by_container.items() if c.repeats},
         )
+
+    def _prune(self, *, cutoff: float) -> bool:
+        """Drop the counts of the pods whose last kill was counted before ``cutoff``, all of a
+        pod's containers at once: the exposition sums a container's IDs under its name (a
+        container restarted after a kill has a new ID), and a sum that loses one ID while
+        another stays would go down, which Prometheus takes for a counter reset."""
+        last: dict[str, float] = {}
+        for ckey, c in self._by_container.items():
+            uid = ckey.partition("/")[0]
+            last[uid] = max(last.get(uid, c.last), c.last)
+        gone = [k for k in self._by_container if last[k.partition("/")[0]] < cutoff]
+        for ckey in gone:
+            del self._by_container[ckey]
+        return bool(gone)
 
     def _count_new(self, kills: list[ParsedKill], *, after: int) -> bool:
         """Count the kills whose record is numbered ``after`` the last one read before; whether

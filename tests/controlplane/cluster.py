@@ -6,8 +6,9 @@ The two binaries are built from Go modules kept next to this file
 The key changes whenever a ``go.mod``, ``go.sum`` or ``main.go`` there changes, so
 ``go build`` runs only on the first use and after a version bump.
 
-No controller-manager, scheduler or kubelet runs: objects are stored and served,
-but nothing reconciles them. In particular no ``default`` ServiceAccount is created
+No scheduler or kubelet runs, and kube-controller-manager runs only the ResourceQuota and
+disruption (PodDisruptionBudget status) controllers: other objects are stored and served, but
+nothing reconciles them. In particular no ``default`` ServiceAccount is created
 in namespaces, so the ``ServiceAccount`` admission plugin is disabled (otherwise no
 Pod could be created).
 
@@ -45,7 +46,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -553,7 +554,7 @@ class TestCluster:
 
     @property
     def controller_manager_log_path(self) -> Path:
-        """Log of kube-controller-manager (the ResourceQuota controller only)."""
+        """Log of kube-controller-manager (the ResourceQuota and disruption controllers only)."""
         return self._require_dir() / "kube-controller-manager.log"
 
     @property
@@ -641,13 +642,15 @@ class TestCluster:
             self.apiserver_log_path,
             "namespace default to be created",
         )
-        # Only the ResourceQuota controller: it computes status.used, which quota admission
-        # checks. Not the garbage collector: test pods name owners that do not exist.
+        # The ResourceQuota controller computes status.used, which quota admission checks; the
+        # disruption controller computes a PodDisruptionBudget's status (disruptionsAllowed,
+        # currentHealthy, observedGeneration), which the eviction API checks. Not the garbage
+        # collector: test pods name owners that do not exist.
         self._controller_manager = _spawn(
             [
                 str(binaries.kube_controller_manager),
                 f"--kubeconfig={self.kubeconfig_path}",
-                "--controllers=resourcequota",
+                "--controllers=resourcequota,disruption",
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--v=1",
@@ -669,6 +672,21 @@ class TestCluster:
         self._dir = None
         self._pki = None
         _running.discard(self)
+
+    @contextlib.contextmanager
+    def controllers_frozen(self) -> Iterator[None]:
+        """kube-controller-manager stopped (SIGSTOP) for the block, resumed (SIGCONT) after:
+        the API server serves on while no controller writes a status, as when the
+        controller-manager is down or behind (a PodDisruptionBudget's ``observedGeneration``
+        then stays below its ``generation``)."""
+        proc = self._controller_manager
+        if proc is None or proc.poll() is not None:
+            raise ControlPlaneError("kube-controller-manager is not running")
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGCONT)
 
     def stop_apiserver(self, *, kill: bool = False) -> None:
         """Stop only kube-apiserver (SIGTERM then SIGKILL, or SIGKILL at once if ``kill``)."""

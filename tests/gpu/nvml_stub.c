@@ -15,14 +15,20 @@
  *                                bytes as memory info v2 gives them (v1's used = USED+RESERVED)
  *   mig I SLOT UUID GI CI TOTAL RESERVED USED FREE
  *                                a MIG device of GPU I at handle index SLOT
- *   proc I SLOT PID USED         a compute process on GPU I (SLOT -1) or on its MIG device SLOT;
- *                                USED is bytes or "na" (NVML_VALUE_NOT_AVAILABLE)
+ *   proc I SLOT PID USED [LIST]  a process on GPU I (SLOT -1) or on its MIG device SLOT, in the
+ *                                list LIST: compute (the default), graphics or mps; USED is
+ *                                bytes or "na" (NVML_VALUE_NOT_AVAILABLE). A PID may be in
+ *                                several lists, with an amount in each.
  *   fail I CALL RC               calls on GPU I return RC; CALL is mem (v1 and v2), mem_v2,
- *                                procs, uuid, name or mig
+ *                                procs (the compute list), graphics_procs, mps_procs, uuid,
+ *                                name or mig
  *   lost I PATH                  once PATH exists, every call on GPU I returns GPU_IS_LOST
  *
- * Build variants drop symbols, as older drivers lack them: -DNO_PROCS_V3 (no
- * nvmlDeviceGetComputeRunningProcesses_v3), -DNO_MEMORY_V2 (no nvmlDeviceGetMemoryInfo_v2).
+ * The graphics list of a MIG device answers NOT_SUPPORTED (MIG has no graphics contexts).
+ * Build variants drop symbols, as older drivers lack them: -DNO_PROCS_V3 (no _v3 of the three
+ * process lists: nvmlDevice{Compute,Graphics,MPSCompute}RunningProcesses_v3), -DNO_PROCS_V2
+ * (no _v2 of them), -DNO_MPS (no MPS list at all), -DNO_MEMORY_V2 (no
+ * nvmlDeviceGetMemoryInfo_v2).
  * With $NVML_STUB_LOG set, init and shutdown append a line there, so tests can count them.
  */
 #include <fcntl.h>
@@ -49,6 +55,8 @@ enum {
 #define MAX_GPUS 8
 #define MAX_MIG 8
 #define MAX_PROCS 64
+enum { LIST_COMPUTE, LIST_GRAPHICS, LIST_MPS, LISTS };
+static const char *const list_names[LISTS] = {"compute", "graphics", "mps"};
 #define NA_UINT 0xFFFFFFFFu
 #define NA_ULL 0xFFFFFFFFFFFFFFFFull
 #define MEMORY_V2_VERSION ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
@@ -84,13 +92,14 @@ struct gpu {
     struct node node;
     char name[96];
     int mig_mode; /* 0, 1, -1: not supported */
-    int rc_mem, rc_mem_v2, rc_procs, rc_uuid, rc_name, rc_mig;
+    int rc_mem, rc_mem_v2, rc_uuid, rc_name, rc_mig;
+    int rc_procs[LISTS]; /* per list: compute, graphics, mps */
     char lost_path[512];
     struct node migs[MAX_MIG];
 };
 
 struct proc {
-    int gpu, slot;
+    int gpu, slot, list;
     unsigned int pid;
     unsigned long long used;
 };
@@ -154,21 +163,25 @@ static int parse(const char *path) {
             m.present = 1;
             gpus[i].migs[slot] = m;
         } else if (!strcmp(word, "proc")) {
-            char used[32];
+            char used[32], list[16] = "compute";
             struct proc p;
             if (proc_count >= MAX_PROCS ||
-                sscanf(line, "%*s %d %d %u %31s", &p.gpu, &p.slot, &p.pid, used) != 4)
+                sscanf(line, "%*s %d %d %u %31s %15s", &p.gpu, &p.slot, &p.pid, used, list) < 4)
                 goto bad;
+            for (p.list = 0; p.list < LISTS && strcmp(list, list_names[p.list]); p.list++) {}
+            if (p.list == LISTS) goto bad;
             p.used = strcmp(used, "na") ? strtoull(used, NULL, 10) : NA_ULL;
             procs[proc_count++] = p;
         } else if (!strcmp(word, "fail")) {
-            char call[16];
-            if (sscanf(line, "%*s %d %15s %d", &i, call, &rc) != 3 || i < 0 || i >= MAX_GPUS)
+            char call[24];
+            if (sscanf(line, "%*s %d %23s %d", &i, call, &rc) != 3 || i < 0 || i >= MAX_GPUS)
                 goto bad;
             struct gpu *g = &gpus[i];
             if (!strcmp(call, "mem")) g->rc_mem = rc;
             else if (!strcmp(call, "mem_v2")) g->rc_mem_v2 = rc;
-            else if (!strcmp(call, "procs")) g->rc_procs = rc;
+            else if (!strcmp(call, "procs")) g->rc_procs[LIST_COMPUTE] = rc;
+            else if (!strcmp(call, "graphics_procs")) g->rc_procs[LIST_GRAPHICS] = rc;
+            else if (!strcmp(call, "mps_procs")) g->rc_procs[LIST_MPS] = rc;
             else if (!strcmp(call, "uuid")) g->rc_uuid = rc;
             else if (!strcmp(call, "name")) g->rc_name = rc;
             else if (!strcmp(call, "mig")) g->rc_mig = rc;
@@ -352,18 +365,26 @@ API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned int *
     return NVML_SUCCESS;
 }
 
-#ifndef NO_PROCS_V3
-API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
-                                                         nvmlProcessInfo_t *infos) {
+/*
+ * The three process lists. NVML fills *count with what is there and answers INSUFFICIENT_SIZE
+ * when infos is NULL or too short, SUCCESS with *count 0 when the list is empty; pynvml asks
+ * once with NULL, then with room for twice as many plus five.
+ */
+/* unused: the build without any process list (-DNO_PROCS_V3 -DNO_PROCS_V2) */
+__attribute__((unused)) static nvmlReturn_t list_procs(nvmlDevice_t dev, int list,
+                                                       unsigned int *count,
+                                                       nvmlProcessInfo_t *infos) {
     struct gpu *g;
     nvmlReturn_t rc = check(dev, &g);
     if (rc != NVML_SUCCESS) return rc;
-    if (g->rc_procs) return g->rc_procs;
+    if (g->rc_procs[list]) return g->rc_procs[list];
+    /* A MIG instance has no graphics contexts (NVIDIA's MIG user guide). */
+    if (list == LIST_GRAPHICS && dev->slot >= 0) return NVML_ERROR_NOT_SUPPORTED;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     /* On a GPU in MIG mode the parent lists nothing here; each MIG device lists its own. */
     unsigned int n = 0;
     for (int k = 0; k < proc_count; k++)
-        if (procs[k].gpu == dev->gpu && procs[k].slot == dev->slot) n++;
+        if (procs[k].gpu == dev->gpu && procs[k].slot == dev->slot && procs[k].list == list) n++;
     if (n == 0) {
         *count = 0;
         return NVML_SUCCESS;
@@ -374,7 +395,8 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsig
     }
     unsigned int j = 0;
     for (int k = 0; k < proc_count; k++) {
-        if (procs[k].gpu != dev->gpu || procs[k].slot != dev->slot) continue;
+        if (procs[k].gpu != dev->gpu || procs[k].slot != dev->slot || procs[k].list != list)
+            continue;
         infos[j].pid = procs[k].pid;
         infos[j].usedGpuMemory = procs[k].used;
         infos[j].gpuInstanceId = dev->slot < 0 ? NA_UINT : dev->gi;
@@ -384,4 +406,25 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsig
     *count = n;
     return NVML_SUCCESS;
 }
+
+/* _v2 and _v3 take the same nvmlProcessInfo_v2_t layout (nvml.h; pynvml declares one struct). */
+#define PROCS(name, list)                                                                      \
+    API nvmlReturn_t name(nvmlDevice_t dev, unsigned int *count, nvmlProcessInfo_t *infos) {   \
+        return list_procs(dev, list, count, infos);                                            \
+    }
+
+#ifndef NO_PROCS_V3
+PROCS(nvmlDeviceGetComputeRunningProcesses_v3, LIST_COMPUTE)
+PROCS(nvmlDeviceGetGraphicsRunningProcesses_v3, LIST_GRAPHICS)
+#ifndef NO_MPS
+PROCS(nvmlDeviceGetMPSComputeRunningProcesses_v3, LIST_MPS)
+#endif
+#endif
+
+#ifndef NO_PROCS_V2
+PROCS(nvmlDeviceGetComputeRunningProcesses_v2, LIST_COMPUTE)
+PROCS(nvmlDeviceGetGraphicsRunningProcesses_v2, LIST_GRAPHICS)
+#ifndef NO_MPS
+PROCS(nvmlDeviceGetMPSComputeRunningProcesses_v2, LIST_MPS)
+#endif
 #endif

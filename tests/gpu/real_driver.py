@@ -80,8 +80,14 @@ def test_processes_are_those_nvidia_smi_lists() -> None:
         plain = {d["uuid"] for d in devices if not d["mig_enabled"]}  # MIG: per instance
         for d in devices:
             assert d["processes"] is not None, f"GPU {d['index']}: {d['errors']}"
-        ours = {
-            (p["pid"], d["uuid"]) for d in devices if d["uuid"] in plain for p in d["processes"]
+            # A current driver has all three lists: none may be missing where nothing fails.
+            assert d["processes_missing"] == [], f"GPU {d['index']}: {d['errors']}"
+        ours = {  # nvidia-smi's compute apps: NVML's compute list (ours also has graphics, MPS)
+            (p["pid"], d["uuid"])
+            for d in devices
+            if d["uuid"] in plain
+            for p in d["processes"]
+            if "compute" in p["lists"]
         }
         theirs = {(int(pid), uuid) for pid, uuid, *_ in smi if uuid in plain}
         if ours == theirs:

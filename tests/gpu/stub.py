@@ -20,7 +20,13 @@ from typing import Any
 
 SOURCE = Path(__file__).with_name("nvml_stub.c")
 #: Build variants: directory name -> extra gcc flags. Older drivers lack the newer symbols.
-VARIANTS = {"full": [], "no-procs-v3": ["-DNO_PROCS_V3"], "no-memory-v2": ["-DNO_MEMORY_V2"]}
+VARIANTS = {
+    "full": [],
+    "no-procs-v3": ["-DNO_PROCS_V3"],  # the process lists' _v2 only
+    "no-procs": ["-DNO_PROCS_V3", "-DNO_PROCS_V2"],  # neither symbol pynvml calls
+    "no-mps": ["-DNO_MPS"],  # compute and graphics lists, no MPS list
+    "no-memory-v2": ["-DNO_MEMORY_V2"],
+}
 
 # NVML return codes (nvml.h), as the scenarios use them.
 NOT_SUPPORTED = 3
@@ -91,6 +97,14 @@ class Scenario:
     ) -> Scenario:
         """A MIG device of GPU ``gpu`` at handle index ``slot`` (no reserved memory)."""
         self.extra.append(f"mig {gpu} {slot} {uuid} {gi} {ci} {total} 0 {used} {total - used}")
+        return self
+
+    def proc(
+        self, gpu: int, pid: int, used: int | None, *, slot: int = -1, list: str = "compute"
+    ) -> Scenario:
+        """A process in one of NVML's lists (``compute``, ``graphics``, ``mps``) of GPU ``gpu``
+        (``slot``: its MIG device); ``used`` ``None`` is NVML_VALUE_NOT_AVAILABLE."""
+        self.extra.append(f"proc {gpu} {slot} {pid} {'na' if used is None else used} {list}")
         return self
 
     def add(self, line: str) -> Scenario:
