@@ -95,6 +95,8 @@ class Auditor:
         )
         await self.flush()
         for e in events:
+            if e.written:
+                continue
             reason = dry_reason(e.reason) if result.dry_run else e.reason
             await self.event(obj=e.obj, reason=reason, message=e.message, event_type=e.type)
 

@@ -38,6 +38,9 @@ class AuditEvent:
     reason: str
     message: str
     type: Literal["Normal", "Warning"] = "Normal"
+    #: Already written as it happened (an eviction's Event, before the next eviction): the
+    #: audit line names it, the auditor does not write it again.
+    written: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -228,6 +229,10 @@ class _Member:
         return f"{self.namespace}/{self.name}"
 
 
+#: ``(pod "namespace/name", pod UID, message)``: write the Event of one pod evicted.
+Announce = Callable[[str, str, str], Awaitable[None]]
+
+
 async def _evict_one(kube: KubeClient, m: _Member, *, dry_run: bool) -> bool:
     """Evict one member (UID precondition); False when it is gone or replaced. Raises
     :class:`_Refused` for a budget's refusal, :class:`KubeError` for anything else."""
@@ -247,16 +252,17 @@ async def _evict_all(
     members: list[_Member],
     *,
     dry_run: bool,
-    each: Callable[[str], None] = lambda _ref: None,
+    each: Callable[[_Member], Awaitable[None]] | None = None,
 ) -> list[str]:
-    """Evict each member in order; the ones evicted (``each(ref)`` after each). Raises
+    """Evict each member in order; the ones evicted (``await each(member)`` after each). Raises
     :class:`_Refused` or :class:`_Failed` carrying the members evicted before it."""
     done: list[str] = []
     for m in members:
         try:
             if await _evict_one(kube, m, dry_run=dry_run):
                 done.append(m.ref)
-                each(m.ref)
+                if each is not None:
+                    await each(m)
         except _Refused as refused:
             refused.evicted = done
             raise
@@ -355,6 +361,10 @@ class _Walk:
     stop: Stop | None = None
     # Disruptions by budget a dry run would have spent so far (the server never records them).
     spent: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Writes a pod's Event the moment its eviction is done (``Announce``), so that a run cut
+    # short (nodeguard act interrupted or killed, the agent SIGKILLed) leaves none unsaid.
+    announce: Announce | None = None
+    announced: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def freed(self) -> int:
@@ -377,7 +387,7 @@ class _Walk:
         members = _members_of(inflight)
         try:
             live = await _live(self.kube, members)
-            evicted = await self._evict(live)
+            evicted = await self._evict(live, why=str(inflight.get("why", "")))
         except _Refused as refused:  # a budget changed its mind meanwhile: "later"
             evicted = refused.evicted
         # Reported now: what this run evicted, and what an earlier one evicted but did not
@@ -396,15 +406,22 @@ class _Walk:
             )
         )
 
-    async def _evict(self, members: list[_Member]) -> list[str]:
+    async def _evict(self, members: list[_Member], *, why: str) -> list[str]:
         """Evict members for real (or dry run), noting each one done in the written-ahead
-        ``inflight`` record (saved at once), so a retry never reports it twice."""
+        ``inflight`` record (saved at once), so a retry never reports it twice, and writing
+        its Event at once (``announce``)."""
 
-        def each(ref: str) -> None:
+        async def each(m: _Member) -> None:
+            if self.dry_run:
+                return
             inflight = self.progress.get("inflight")
-            if inflight is not None and not self.dry_run:
-                inflight["done"] = [*inflight.get("done", []), ref]
+            if inflight is not None:
+                inflight["done"] = [*inflight.get("done", []), m.ref]
                 self.checkpoint()
+            if self.announce is not None:
+                message = f"evicted {m.ref} from {self.node} for rule {self.rule}"
+                await self.announce(m.ref, m.uid, f"{message} ({self.note}): {why}")
+                self.announced.add(m.ref)
 
         return await _evict_all(self.kube, members, dry_run=self.dry_run, each=each)
 
@@ -546,7 +563,7 @@ class _Walk:
                     "why": why,
                 }
                 self.checkpoint()
-            evicted = await self._evict(members)
+            evicted = await self._evict(members, why=why)
         except _Refused as refused:
             partial = tuple(refused.evicted)
             self.progress.pop("inflight", None)
@@ -652,7 +669,13 @@ def _events(walk: _Walk, pods: Mapping[tuple[str, str], PodMeta]) -> tuple[Audit
     def evicted(pod: str, why: str) -> None:
         message = f"{verb} {pod} from {walk.node} for rule {walk.rule}{why}"
         out.append(
-            AuditEvent(obj=ref(pod), reason="NodeguardEvicted", message=message, type="Warning")
+            AuditEvent(
+                obj=ref(pod),
+                reason="NodeguardEvicted",
+                message=message,
+                type="Warning",
+                written=pod in walk.announced,
+            )
         )
 
     for o in walk.outcomes:
@@ -700,6 +723,7 @@ async def evict(
     checkpoint: Callable[[], None] = lambda: None,
     one_shot: bool = False,
     flt: EvictFilter | None = None,
+    announce: Announce | None = None,
 ) -> ActionResult:
     """Evict units of ``plan`` in order until ``target_bytes`` are freed (0: just the first).
     With a target, units whose working set is unknown are skipped, never evicted blind. Gangs
@@ -724,6 +748,7 @@ async def evict(
         checkpoint=checkpoint,
         one_shot=one_shot,
         flt=flt or EvictFilter(),
+        announce=announce,
     )
     await walk.run(plan, target_bytes, usage or {})
     evicted = [o for o in walk.outcomes if isinstance(o, Evicted)]
@@ -883,6 +908,14 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
     return plan, free.of(mem_total), usage
 
 
+async def _announce(call: Call, ref: str, uid: str, message: str) -> None:
+    namespace, name = _split(ref)
+    obj = ObjectRef(kind="Pod", name=name, namespace=namespace, uid=uid)
+    await call.env.auditor.event(
+        obj=obj, reason="NodeguardEvicted", message=message, event_type="Warning"
+    )
+
+
 async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
     try:
         plan, target, usage = await _victims(call, args)
@@ -927,6 +960,7 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
         checkpoint=call.checkpoint,
         one_shot=call.one_shot,
         flt=args.filter(),
+        announce=functools.partial(_announce, call),
     )
     return [dataclasses.replace(result, details={**result.details, "plan": plan_record(plan)})]
 
