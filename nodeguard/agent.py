@@ -41,7 +41,7 @@ from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
 from nodeguard.connections import ConnectionGuard, ConnectionLimits, ConnectionsCollector
 from nodeguard.firing import Firing
 from nodeguard.focus import FocusCollector, Notifications, NotifyConfig, threshold_levels
-from nodeguard.kube.client import KubeClient
+from nodeguard.kube.client import REQUEST_TIMEOUT_SECONDS, KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.metric_filter import MetricFilter
 from nodeguard.remediation.incidents import IncidentStore
@@ -84,6 +84,15 @@ class AgentConfig:
     limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     metric_filter: MetricFilter = field(default_factory=MetricFilter)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    pod_list_wait: float | None = None
+
+    def pods_wait(self) -> float:
+        """How long a step that plans from pods (an eviction) waits for this node's pod list
+        and a sample that names the cgroups from it, seconds: ``pod_list_wait``, by default two
+        sampling intervals and one API call's timeout (the watch's first LIST)."""
+        if self.pod_list_wait is not None:
+            return self.pod_list_wait
+        return 2 * self.sampler.interval + REQUEST_TIMEOUT_SECONDS
 
 
 STATE_FILE = "remediation-state.json"
@@ -148,6 +157,9 @@ async def run_agent(cfg: AgentConfig) -> int:
             changed=state.save,
         ),
         backoff=EvictionBackoff(store=state.section("backoff"), changed=state.save),
+        # An eviction plans on the snapshot's pods: it waits for the watch's first LIST.
+        pods_synced=cluster[1].is_synced if cluster else None,
+        latest=lambda: sampler.latest,
     )
     if state.recovered is not None:
         # What was done just before is unknown: act less, never more.
@@ -157,6 +169,10 @@ async def run_agent(cfg: AgentConfig) -> int:
     def feedback(firing: Firing, _results: list[dict[str, Any]], applied: bool) -> None:
         if firing.source == "local":
             engine.finished(firing, at=time.time(), applied=applied)
+
+    def unplanned(firing: Firing, changed: bool) -> None:
+        if firing.source == "local":  # nothing was planned: no cooldown, it fires again
+            engine.unplanned(firing, changed=changed)
 
     dedupe = AlertDedupe(store=state.section("alerts"), changed=state.save)
 
@@ -184,6 +200,8 @@ async def run_agent(cfg: AgentConfig) -> int:
         queue_size=cfg.queue_size,
         concurrency=cfg.concurrency,
         on_done=feedback,
+        on_unplanned=unplanned,
+        pods_wait=cfg.pods_wait(),
         claim=receiver.claimer(claims) if claims is not None else None,
     )
     remediator.restore()

@@ -151,6 +151,7 @@ def config(args: argparse.Namespace) -> AgentConfig:
             max_connections=connection_cap(wanted=args.max_connections, held_files=held)
         ),
         metric_filter=metric_filter(args),
+        pod_list_wait=args.pod_list_wait,
     )
 
 

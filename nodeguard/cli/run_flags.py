@@ -204,6 +204,16 @@ def remediation(parser: argparse.ArgumentParser) -> None:
     )
     add_state(g)
     g.add_argument(
+        "--remediation.pod-list-wait",
+        dest="pod_list_wait",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="how long an eviction decided (or resumed) before this node's pod list is known "
+        "waits for it, then is abandoned with why and its rule may fire again (default: two "
+        "--interval and 20s, one API call's timeout)",
+    )
+    g.add_argument(
         "--incidents.keep",
         dest="incidents_keep",
         type=count,
