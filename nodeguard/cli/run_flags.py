@@ -210,8 +210,8 @@ def remediation(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DURATION",
         help="how long an eviction decided (or resumed) before this node's pod list is known "
-        "waits for it, then is abandoned with why and its rule may fire again (default: two "
-        "--interval and 20s, one API call's timeout)",
+        "waits for it, then is abandoned with why and its rule may fire again "
+        f"({DURATION_EXAMPLES}; default: two --interval and 20s, one API call's timeout)",
     )
     g.add_argument(
         "--incidents.keep",
