@@ -171,8 +171,11 @@ async def run_agent(cfg: AgentConfig) -> int:
             engine.finished(firing, at=time.time(), applied=applied)
 
     def unplanned(firing: Firing, changed: bool) -> None:
-        if firing.source == "local":  # nothing was planned: no cooldown, it fires again
+        # Nothing was planned: no cooldown, the rule fires again; an alert's re-sent copy acts.
+        if firing.source == "local":
             engine.unplanned(firing, changed=changed)
+        elif firing.key:
+            dedupe.forget(firing.key)
 
     dedupe = AlertDedupe(store=state.section("alerts"), changed=state.save)
 
