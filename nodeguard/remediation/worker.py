@@ -33,7 +33,12 @@ after a restart, waits for that data (:meth:`nodeguard.actions.context.Env.pod_d
 newest snapshot; past the bound the firing is abandoned with why (a ``refused`` result of the
 step, audited: log line, ``nodeguard_actions_total``, an Event on the node; the incident's
 ``abandoned``), and ``on_unplanned`` is told instead of ``on_done``: nothing was planned, so no
-cooldown starts and the rule fires again once the data is there.
+cooldown starts and the rule fires again once the data is there. This is client-go's rule for
+controllers (``cache.WaitForCacheSync`` before acting on an informer's cache; acting on an
+unsynced one removed every node label in kubernetes-sigs/node-feature-discovery#1817/#1936, and
+an informer that reported "synced" when empty made maistra/xns-informer#22 reconcile on no
+data), bounded as ovn-kubernetes bounds it (#3763: a sync timeout, then an error, not a wait
+for ever).
 """
 
 from __future__ import annotations
