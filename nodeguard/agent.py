@@ -42,7 +42,7 @@ from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
 from nodeguard.connections import ConnectionGuard, ConnectionLimits, ConnectionsCollector
 from nodeguard.firing import Firing
 from nodeguard.focus import FocusCollector, Notifications, NotifyConfig, threshold_levels
-from nodeguard.kube.client import KubeClient
+from nodeguard.kube.client import REQUEST_TIMEOUT_SECONDS, KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.logs import AUDIT, report_dropped
 from nodeguard.metric_filter import MetricFilter
@@ -127,6 +127,15 @@ class AgentConfig:
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     #: Seconds after SIGTERM to wait for the tasks before cancelling them (``--shutdown.timeout``).
     shutdown_timeout: float = 20.0
+    pod_list_wait: float | None = None
+
+    def pods_wait(self) -> float:
+        """How long a step that plans from pods (an eviction) waits for this node's pod list
+        and a sample that names the cgroups from it, seconds: ``pod_list_wait``, by default two
+        sampling intervals and one API call's timeout (the watch's first LIST)."""
+        if self.pod_list_wait is not None:
+            return self.pod_list_wait
+        return 2 * self.sampler.interval + REQUEST_TIMEOUT_SECONDS
 
 
 STATE_FILE = "remediation-state.json"
@@ -191,6 +200,9 @@ async def run_agent(cfg: AgentConfig) -> int:
             changed=state.save,
         ),
         backoff=EvictionBackoff(store=state.section("backoff"), changed=state.save),
+        # An eviction plans on the snapshot's pods: it waits for the watch's first LIST.
+        pods_synced=cluster[1].is_synced if cluster else None,
+        latest=lambda: sampler.latest,
     )
     if state.recovered is not None:
         # What was done just before is unknown: act less, never more.
@@ -200,6 +212,13 @@ async def run_agent(cfg: AgentConfig) -> int:
     def feedback(firing: Firing, _results: list[dict[str, Any]], applied: bool) -> None:
         if firing.source == "local":
             engine.finished(firing, at=time.time(), applied=applied)
+
+    def unplanned(firing: Firing, changed: bool) -> None:
+        # Nothing was planned: no cooldown, the rule fires again; an alert's re-sent copy acts.
+        if firing.source == "local":
+            engine.unplanned(firing, changed=changed)
+        elif firing.key:
+            dedupe.forget(firing.key)
 
     dedupe = AlertDedupe(store=state.section("alerts"), changed=state.save)
 
@@ -227,6 +246,8 @@ async def run_agent(cfg: AgentConfig) -> int:
         queue_size=cfg.queue_size,
         concurrency=cfg.concurrency,
         on_done=feedback,
+        on_unplanned=unplanned,
+        pods_wait=cfg.pods_wait(),
         claim=receiver.claimer(claims) if claims is not None else None,
     )
     remediator.restore()

@@ -62,6 +62,16 @@ async def _flaky(call: Call, args: NoArgs) -> list[ActionResult]:
     return [_result(call, "test_flaky")]
 
 
+#: What ``test_pods`` planned on: the pods of each run's snapshot (``None``: none listed).
+PLANNED: list[int | None] = []
+
+
+async def _pods(call: Call, args: NoArgs) -> list[ActionResult]:
+    snap = call.firing.snapshot
+    PLANNED.append(None if snap is None or snap.pod_meta is None else len(snap.pod_meta))
+    return [_result(call, "test_pods")]
+
+
 _REASONS = dict.fromkeys(("done", "noop", "refused", "blocked", "failed"), "NodeguardTestStandIn")
 for _name, _run in (("test_gate", _gate), ("test_count", _count), ("test_flaky", _flaky)):
     if _name not in ACTIONS:
@@ -75,3 +85,15 @@ for _name, _run in (("test_gate", _gate), ("test_count", _count), ("test_flaky",
                 reasons=_REASONS,  # type: ignore[arg-type]
             )
         )
+if "test_pods" not in ACTIONS:  # plans from the node's pods, as evict does
+    register(
+        Action(
+            name="test_pods",
+            summary="a stand-in for tests",
+            args=NoArgs,
+            run=_pods,
+            needs_api=False,
+            needs_pods=True,
+            reasons=_REASONS,  # type: ignore[arg-type]
+        )
+    )

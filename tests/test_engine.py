@@ -392,3 +392,41 @@ def test_limits_and_backoffs_are_never_longer_than_their_window_after_a_step_bac
     assert not limiter.allows("n") and backoff.until("u") == 1_300.0
     now["t"] = 1_601.0
     assert limiter.allows("n") and backoff.until("u") is None
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_firing_abandoned_unplanned_fires_again_at_the_next_sample(changed: bool) -> None:
+    # Its eviction found no pods to plan on (the pod list not yet there after a start): it did
+    # not act, so neither the 5m cooldown nor the cap of one firing an hour holds it back.
+    r = rule(
+        cooldown="5m",
+        maxFirings={"count": 1, "window": "1h"},
+        clear=[{"signal": "test_node_value", "op": "<", "value": 0.3}],
+        resolve=[{"action": "uncordon"}],
+    )
+    engine = RuleEngine(rules=[r])
+    (f,) = step(engine, 0, 0.9)
+    engine.unplanned(f, changed=changed)
+    (again,) = step(engine, 1, 0.9)
+    assert again.kind == "firing"
+    assert engine.counts[("r", "suppressed_cooldown")] == 0
+    assert engine.counts[("r", "suppressed_cap")] == 0
+    # That one acted: now the cooldown and the cap hold, as after any firing.
+    engine.finished(again, at=2)
+    assert step(engine, 3, 0.9) == []
+    assert engine.counts[("r", "suppressed_cooldown")] == 1
+
+
+@pytest.mark.parametrize(("changed", "undo"), [(False, []), (True, ["resolved"])])
+def test_an_unplanned_firing_owes_its_undo_only_when_an_earlier_step_changed_something(
+    changed: bool, undo: list[str]
+) -> None:
+    r = rule(
+        cooldown="5m",
+        clear=[{"signal": "test_node_value", "op": "<", "value": 0.3}],
+        resolve=[{"action": "uncordon"}],
+    )
+    engine = RuleEngine(rules=[r])
+    (f,) = step(engine, 0, 0.9)
+    engine.unplanned(f, changed=changed)  # changed: its cordon was done before the eviction
+    assert [x.kind for x in step(engine, 1, 0.1)] == undo

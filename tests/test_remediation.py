@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import tests.standin_actions as standin
 from nodeguard.actions.base import ActionResult
@@ -19,6 +22,7 @@ from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.schema import ActionSpec
 from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.snapshot import NodeSnapshot, PodMeta
 from tests.acting import env_for
 from tests.agent import get, running_agent
 from tests.conftest import host_flags, host_paths, state_at
@@ -49,7 +53,7 @@ def firing(rule: str = "r", *, actions: tuple[str, ...] = ("record",), **kw: Any
 def remediator(tmp_path: Path, **kw: Any) -> Remediator:
     state = kw.pop("state", None) or state_at(path=tmp_path / "state.json", node="node-a")
     return Remediator(
-        env=env_for(None, "node-a"),
+        env=kw.pop("env", None) or env_for(None, "node-a"),
         incidents=IncidentStore(directory=tmp_path / "incidents"),
         state=state,
         global_dry_run=kw.pop("global_dry_run", True),
@@ -368,3 +372,153 @@ def test_incidents_command_lists_and_shows(tmp_path: Path) -> None:
         env=env,
     )
     assert missing.returncode == 1
+
+
+def _listed(snap: NodeSnapshot | None, *uids: str) -> NodeSnapshot:
+    """``snap`` as sampled once the pod list is there: its cgroups named."""
+    assert snap is not None
+    meta = {
+        uid: PodMeta(
+            uid=uid,
+            name=f"pod-{i}",
+            namespace="ml",
+            node_name="node-a",
+            phase="Running",
+            priority=0,
+            priority_class="",
+            qos_class="burstable",
+            memory_request_bytes=GiB,
+            memory_limit_bytes=None,
+            owners=(),
+            labels={},
+            annotations={},
+            containers={},
+            container_requests={},
+            mirror=False,
+            daemonset=False,
+            terminating=False,
+        )
+        for i, uid in enumerate(uids)
+    }
+    return dataclasses.replace(snap, pod_meta=meta)
+
+
+class _Start:
+    """An agent's first seconds on a fake clock: the pod list is listed at ``synced_at`` and
+    the first sample that names the cgroups from it is taken at ``sampled_at`` (never, with
+    ``None``); the remediator's sleeps advance the clock."""
+
+    def __init__(self, first: NodeSnapshot | None, *, synced_at: float | None, sampled_at: float):
+        self.now, self.first = 1000.0, first
+        self.synced_at, self.sampled_at = synced_at, sampled_at
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+    def synced(self) -> bool:
+        return self.synced_at is not None and self.now >= self.synced_at
+
+    def latest(self) -> NodeSnapshot | None:
+        if self.synced() and self.now >= self.sampled_at:
+            return _listed(self.first, "uid-a", "uid-b")
+        return self.first
+
+
+async def test_a_step_that_plans_from_pods_waits_for_the_pod_list_then_plans_on_it(
+    tmp_path: Path,
+) -> None:
+    # Decided (or resumed) on the first sample, before the watch's first LIST: the snapshot has
+    # no pods. Listed at +2 s, a sample names the cgroups at +4 s: the step runs then, on it.
+    standin.PLANNED.clear()
+    f = firing("early", actions=("test_count", "test_pods"))
+    assert f.snapshot is not None and f.snapshot.pod_meta is None
+    start = _Start(f.snapshot, synced_at=1002.0, sampled_at=1004.0)
+    env = env_for(None, "node-a", pods_synced=start.synced, latest=start.latest)
+    done: list[bool] = []
+    unplanned: list[bool] = []
+    rem = remediator(
+        tmp_path,
+        env=env,
+        pods_wait=30,
+        pods_poll=0.5,
+        clock=start.clock,
+        sleep=start.sleep,
+        on_done=lambda _f, _r, applied: done.append(applied),
+        on_unplanned=lambda _f, changed: unplanned.append(changed),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(rem.run(stop=stop))
+    rem.submit(f)
+    await _until(lambda: done == [True])
+    stop.set()
+    await task
+    assert standin.PLANNED == [2]  # once, on the two pods listed: never on none
+    assert unplanned == []
+    (record,) = rem.incidents.list()
+    assert [(a["action"], a["outcome"]) for a in record["actions"]] == [
+        ("test_count", "done"),
+        ("test_pods", "done"),
+    ]
+    assert "abandoned" not in record
+
+
+@pytest.mark.parametrize(
+    ("synced_at", "missing"),
+    [
+        (None, "the pod list of node-a has not been listed"),
+        (1001.0, "no snapshot has named the cgroups of node-a from its pod list"),
+    ],
+)
+async def test_a_step_whose_pods_never_come_is_abandoned_with_why_and_not_as_done(
+    tmp_path: Path, synced_at: float | None, missing: str
+) -> None:
+    standin.PLANNED.clear()
+    f = firing("starved", actions=("test_count", "test_pods", "test_count"))
+    start = _Start(f.snapshot, synced_at=synced_at, sampled_at=float("inf"))
+    env = env_for(None, "node-a", pods_synced=start.synced, latest=start.latest)
+    done: list[bool] = []
+    unplanned: list[tuple[str, bool]] = []
+    rem = remediator(
+        tmp_path,
+        env=env,
+        pods_wait=30,
+        pods_poll=0.5,
+        clock=start.clock,
+        sleep=start.sleep,
+        on_done=lambda _f, _r, applied: done.append(applied),
+        on_unplanned=lambda g, changed: unplanned.append((g.rule, changed)),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(rem.run(stop=stop))
+    rem.submit(f)
+    await _until(lambda: unplanned != [])
+    stop.set()
+    await task
+    assert standin.PLANNED == []  # never planned on no pods
+    assert unplanned == [("starved", True)]  # its first step did something: undo owed
+    assert done == []  # not fed back as acted: no cooldown starts
+    assert start.now >= 1030.0  # it waited its whole bound
+    assert rem.journal == {}
+    (record,) = rem.incidents.list()
+    assert missing in record["abandoned"] and "after 30s" in record["abandoned"]
+    assert record["steps_not_run"] == ["test_pods", "test_count"]
+    assert [(a["action"], a["outcome"]) for a in record["actions"]] == [
+        ("test_count", "done"),
+        ("test_pods", "refused"),
+    ]
+    assert missing in record["actions"][1]["message"]
+
+
+async def test_without_a_pod_list_of_its_own_a_step_plans_at_once(tmp_path: Path) -> None:
+    # nodeguard act (and an agent without a cluster) keeps no pod list: nothing to wait for.
+    standin.PLANNED.clear()
+    rem = remediator(tmp_path, pods_wait=30)
+    rem.submit(firing("act", actions=("test_pods",)))
+    (key,) = rem.journal
+    results = await rem.handle(key)
+    assert results is not None and [r["outcome"] for r in results] == ["done"]
+    assert standin.PLANNED == [None]

@@ -535,3 +535,186 @@ def test_a_pdb_backoff_survives_kill_9(
         )
         assert blocked() == 1
         _until("the backoff to pass and the next refusal", lambda: blocked() == 2, timeout=30)
+
+
+# -- a runbook resumed before the pod list arrives -----------------------------------------------
+MiB = 1 << 20
+SLAB_HIGH = "SUnreclaim:     10485760 kB"  # the fixture's: 31 % of MemTotal, slab-high holds
+SLAB_LOW = "SUnreclaim:      1048576 kB"  # 3 %
+
+
+def _pod_cgroup(host: Path, pod: dict[str, Any], *, working_set: int, limit: int | None) -> None:
+    """The cgroup v2 tree the kubelet (systemd driver) and containerd make for ``pod`` (a
+    Burstable pod: ``kubepods-burstable-pod<uid, - as _>.slice/cri-containerd-<id>.scope``),
+    all of it anonymous memory (working set = memory.current - inactive_file, cAdvisor's)."""
+    uid = pod["metadata"]["uid"].replace("-", "_")
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    burstable = host / "sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice"
+    pod_dir = burstable / f"kubepods-burstable-pod{uid}.slice"
+    for d in (pod_dir, pod_dir / f"cri-containerd-{cid}.scope"):
+        d.mkdir(parents=True)
+        (d / "memory.current").write_text(f"{working_set}\n")
+        (d / "memory.max").write_text(f"{limit if limit else 'max'}\n")
+        (d / "memory.stat").write_text(
+            f"anon {working_set}\nfile 0\nactive_file 0\ninactive_file 0\nshmem 0\n"
+        )
+        (d / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+
+
+def _starved_host(tmp_path: Path, cluster: Cluster, ns: str, node: str) -> Path:
+    """A copy of the v2 fixture host whose slab is low (slab-high does not hold yet), with the
+    cgroups of two pods of ``node``: ``hog`` at 1.8 GiB of its 2 GiB limit (1 GiB requested),
+    ``idle`` at 100 MiB of its 1 GiB request. Ranked like the kubelet's (usage above request
+    first), only ``hog`` frees the 1 GiB asked."""
+    host = tmp_path / "host"
+    shutil.copytree(HOSTS / "v2-systemd-containerd", host, symlinks=True)
+    meminfo = host / "proc" / "meminfo"
+    meminfo.write_text(meminfo.read_text().replace(SLAB_HIGH, SLAB_LOW))
+    for name, used, limit in (("hog", 1843 * MiB, "2Gi"), ("idle", 100 * MiB, None)):
+        pod = cluster.pod(
+            namespace=ns,
+            node=node,
+            name=name,
+            request="1Gi",
+            limit=limit,
+            priority_class="nodeguard-test-low",
+        )
+        _pod_cgroup(host, pod, working_set=used, limit=2 << 30 if limit else None)
+    return host
+
+
+def _host_args(host: Path, tmp_path: Path, *, node: str, kubeconfig: Path) -> list[str]:
+    rules = _rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "1Gi"}}]')
+    return [
+        f"--path.procfs={host / 'proc'}",
+        f"--path.sysfs={host / 'sys'}",
+        f"--path.kmsg={host / 'kmsg'}",
+        f"--kubeconfig={kubeconfig}",
+        f"--rules={rules}",
+        f"--node-name={node}",
+        "--interval=100ms",
+        "--no-dry-run",
+        f"--path.state={tmp_path / 'state'}",
+        "--cordon.lease-namespace=default",
+    ]
+
+
+def _killed_between_cordon_and_evict(
+    *, host: Path, args: list[str], node: str, proxied: Any, log_path: Path, state: Path
+) -> None:
+    """Run the agent until its pods are known, make slab-high hold, and SIGKILL it when its
+    runbook's cordon is done and journalled and its eviction's first API call (the read of the
+    Node's gang record) is on the wire: the journal's next step is the eviction, unplanned."""
+    with running_agent(args=args, log_path=log_path) as base:
+        _until("the pod list", lambda: _metric(base, "nodeguard_pod_info", pod="hog") == 1)
+        # The cordon reads the Node twice (before and under its Lease); the third read is the
+        # eviction's. The pod watch read it with its list, already done.
+        held = proxied.hold("GET", rf"^/api/v1/nodes/{node}$", skip=2)
+        meminfo = host / "proc" / "meminfo"
+        meminfo.write_text(meminfo.read_text().replace(SLAB_LOW, SLAB_HIGH))
+        held.wait_hit()
+        _kill(base.pid)
+    proxied.clear()
+    (entry,) = json.loads(state.read_text())["sections"]["journal"].values()
+    assert entry["next"] == 1 and not entry["progress"].get("1")  # nothing of it done
+    assert [(r["action"], r["outcome"]) for r in entry["results"]] == [("cordon", "done")]
+
+
+def _pod_list(node: str) -> str:
+    """The pod watch's LIST of ``node``'s pods (not its watch, not a namespace's list)."""
+    return rf"^/api/v1/pods\?(?!.*watch=)(?=.*fieldSelector=spec\.nodeName%3D{node}\b)"
+
+
+def test_an_eviction_resumed_before_the_pod_list_waits_for_it_and_evicts_the_right_pod(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    # The fault: resumed on the first snapshot, before the pod list, the eviction found no
+    # working set, evicted nothing ("refused") and the rule waited its 5 m cooldown.
+    ns, node = cluster.namespace("resume-pods"), cluster.node()
+    host = _starved_host(tmp_path, cluster, ns, node)
+    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
+    state = tmp_path / "state" / "remediation-state.json"
+    _killed_between_cordon_and_evict(
+        host=host, args=args, node=node, proxied=proxied, log_path=tmp_path / "a1.log", state=state
+    )
+    listing = proxied.hold("GET", _pod_list(node), times=2)
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
+        listing.wait_hit()
+        time.sleep(3)  # the pod list held back for a few seconds (one API call's timeout: 20 s)
+        assert json.loads(get(f"{base}/incidents")[1]) == []  # the resumed eviction waits
+        assert _evicted(cluster, ns, ["hog", "idle"]) == []
+        listing.release()
+        (incident,) = _until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
+    assert full["resumed"] == 1 and "abandoned" not in full
+    assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
+        ("cordon", "done"),
+        ("evict", "done"),
+    ]
+    evicted = full["actions"][1]["details"]["evicted"]
+    assert [(e["pods"], e["usage_bytes"]) for e in evicted] == [([f"{ns}/hog"], 1843 * MiB)]
+    assert _evicted(cluster, ns, ["hog", "idle"]) == ["hog"]
+    assert "waits up to 20.2s for the pods of" in (tmp_path / "agent-2.log").read_text()
+
+
+def test_an_eviction_whose_pod_list_never_comes_is_abandoned_and_its_rule_fires_again(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    ns, node = cluster.namespace("resume-starved"), cluster.node()
+    host = _starved_host(tmp_path, cluster, ns, node)
+    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
+    state = tmp_path / "state" / "remediation-state.json"
+    _killed_between_cordon_and_evict(
+        host=host, args=args, node=node, proxied=proxied, log_path=tmp_path / "a1.log", state=state
+    )
+    listing = proxied.hold("GET", _pod_list(node), times=100)  # every LIST, retries included
+    wait = [*args, "--remediation.pod-list-wait=2s"]
+    with running_agent(args=wait, log_path=tmp_path / "agent-2.log") as base:
+        (incident,) = _until("the abandon", lambda: json.loads(get(f"{base}/incidents")[1]))
+        full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
+        assert full["resumed"] == 1
+        assert f"after 2s the pod list of {node} has not been listed" in full["abandoned"]
+        assert full["steps_not_run"] == ["evict"]
+        assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
+            ("cordon", "done"),
+            ("evict", "refused"),
+        ]
+        events = cluster.events("default", name=node, reason="NodeguardEvictRefused")
+        assert events and "has not been listed" in events[0].message
+        # Nothing was planned: no 5 m cooldown, no maxFirings (1 an hour) spent. It fires again
+        # (and waits again) while the cordon stays, its undo owed.
+        _until(
+            "slab-high to fire again",
+            lambda: _metric(base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing"),
+        )
+        assert _evicted(cluster, ns, ["hog", "idle"]) == []
+        assert cluster.core.read_node(node).spec.unschedulable is True
+        listing.release()  # the pod list at last: the firing under way evicts the right pod
+        _until("the eviction", lambda: _evicted(cluster, ns, ["hog", "idle"]) == ["hog"])
+
+
+def test_the_first_firing_after_a_start_waits_for_the_pod_list_too(
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    # No restart of a runbook: slab-high holds on the agent's first sample, before its pod list.
+    ns, node = cluster.namespace("first-firing"), cluster.node()
+    host = _starved_host(tmp_path, cluster, ns, node)
+    meminfo = host / "proc" / "meminfo"
+    meminfo.write_text(meminfo.read_text().replace(SLAB_LOW, SLAB_HIGH))
+    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
+    listing = proxied.hold("GET", _pod_list(node), times=2)
+    with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
+        listing.wait_hit()
+        _until("the cordon", lambda: cluster.core.read_node(node).spec.unschedulable)
+        time.sleep(2)
+        assert json.loads(get(f"{base}/incidents")[1]) == []  # its eviction waits
+        listing.release()
+        (incident,) = _until("the runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
+    assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
+        ("cordon", "done"),
+        ("evict", "done"),
+    ]
+    (evicted,) = full["actions"][1]["details"]["evicted"]
+    assert evicted["pods"] == [f"{ns}/hog"] and evicted["usage_bytes"] == 1843 * MiB
+    assert _evicted(cluster, ns, ["hog", "idle"]) == ["hog"]

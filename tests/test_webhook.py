@@ -394,3 +394,14 @@ def test_the_open_webhook_only_listens_on_loopback(tmp_path: Any) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "only with --listen-address on loopback" in done.stderr
+
+
+def test_a_delivery_whose_runbook_could_not_plan_acts_when_re_sent() -> None:
+    # Its eviction found no pod list in time (the agent had just started): the copy Alertmanager
+    # re-sends after repeat_interval must act, not be dropped as a duplicate.
+    d = AlertDedupe()
+    a = WebhookAlert.model_validate(alert())
+    assert d.take(a) is None
+    d.forget(delivery_key(a))
+    assert d.take(a) is None
+    assert d.take(a) == "duplicate"

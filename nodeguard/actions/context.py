@@ -20,8 +20,13 @@ from nodeguard.actions.cordon import CordonConfig
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.firing import Firing
 from nodeguard.kube.client import KubeClient
+from nodeguard.snapshot import NodeSnapshot
 
 __all__ = ["Call", "Env"]
+
+
+def _no_snapshot() -> NodeSnapshot | None:
+    return None
 
 
 def _identity() -> str:
@@ -40,6 +45,11 @@ class Env:
       and the PodDisruptionBudget backoff, kept in the state file by the agent.
     - ``usage``: pod UID -> working set bytes for nodes whose snapshot this process does not
       have (``nodeguard act --agent-url``).
+    - ``pods_synced``: whether this process's pod list of ``node`` has been listed (the pod
+      watch's first LIST, :meth:`nodeguard.kube.watch.PodWatcher.is_synced`); ``None`` where
+      it keeps none (``nodeguard act`` lists the pods itself). ``latest``: the sampler's
+      newest snapshot. Together they say when a step that plans from pods
+      (:attr:`~nodeguard.actions.registry.Action.needs_pods`) can: :meth:`pod_data`.
     """
 
     kube: KubeClient | None
@@ -50,6 +60,34 @@ class Env:
     backoff: EvictionBackoff = field(default_factory=EvictionBackoff)
     identity: str = field(default_factory=_identity)
     usage: Mapping[str, int] = field(default_factory=dict)
+    pods_synced: Callable[[], bool] | None = None
+    latest: Callable[[], NodeSnapshot | None] = _no_snapshot
+
+    def pod_data(self, firing: Firing) -> Firing | None:
+        """``firing`` with a snapshot whose cgroups were named from a listed pod list (its
+        ``pod_meta`` is set: names, priorities and working sets of this node's pods), or
+        ``None`` while there is none yet. Its own snapshot where that one has it, else the
+        newest (a firing decided, or resumed, on the first sample after a start carries one
+        taken before the pod list arrived: ``pod_meta`` is ``None`` there, see
+        :meth:`nodeguard.sampler.Sampler`). Unchanged where this process keeps no pod list or
+        the firing is for another node: its plan lists that node's pods from the API."""
+        if self.pods_synced is None or firing.node != self.node:
+            return firing
+        own = firing.snapshot
+        if own is not None and own.node_name == firing.node and own.pod_meta is not None:
+            return firing
+        if not self.pods_synced():
+            return None
+        latest = self.latest()
+        if latest is None or latest.node_name != firing.node or latest.pod_meta is None:
+            return None  # listed, but no sample since has named the cgroups
+        return firing.with_snapshot(latest)
+
+    def pod_data_missing(self) -> str:
+        """What :meth:`pod_data` still waits for, in words (for the abandon's record)."""
+        if self.pods_synced is not None and not self.pods_synced():
+            return f"the pod list of {self.node} has not been listed (the watch's first LIST)"
+        return f"no snapshot has named the cgroups of {self.node} from its pod list"
 
     def limits(self, *, dry_run: bool) -> tuple[EvictionLimiter, EvictionBackoff]:
         """The limiter and backoff a run spends: the real ones, or in dry run copies that

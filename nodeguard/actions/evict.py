@@ -995,6 +995,7 @@ register(
         "`free` is freed",
         args=EvictArgs,
         run=_run_evict,
+        needs_pods=True,
         reasons={
             "done": "NodeguardEvicted",
             "noop": "NodeguardEvictNoop",

@@ -51,6 +51,11 @@ class Action:
       ``failed`` result, ``retry=True`` when it is worth retrying); a programming error raises.
     - ``undo``: the action that reverses it (``cordon`` -> ``uncordon``), if any.
     - ``needs_api``: refused without a Kubernetes API.
+    - ``needs_pods``: its plan reads this node's pods joined to their cgroups (names,
+      priorities, working sets: the snapshot's ``pod_meta``). The agent's runbook waits before
+      such a step until its pod list has been listed and a snapshot has named the cgroups from
+      it, or abandons the firing with why, rather than plan on no pods
+      (:mod:`nodeguard.remediation.worker`).
     - ``reasons``: outcome -> the Event reason written when a result carries no Events of its
       own (on the node); ``extra_reasons``: the other reasons its results' Events use. Both are
       real-run forms; :func:`nodeguard.actions.audit.dry_reason` gives the dry-run form.
@@ -64,6 +69,7 @@ class Action:
     reasons: Mapping[Outcome, str]
     undo: str | None = None
     needs_api: bool = True
+    needs_pods: bool = False
     extra_reasons: frozenset[str] = field(default_factory=frozenset)
 
     def all_reasons(self) -> frozenset[str]:

@@ -242,7 +242,13 @@ class AlertDedupe:
 
     def release(self, alert: WebhookAlert) -> None:
         """Forget a delivery taken by :meth:`take` (the queue was full: the retry is new)."""
-        if self._seen.pop(delivery_key(alert), None) is not None:
+        self.forget(delivery_key(alert))
+
+    def forget(self, key: str) -> None:
+        """Forget the delivery :func:`delivery_key` ``key`` (a firing's ``key``): its next copy
+        acts. For an alert whose runbook could not plan (no pod list in time): Alertmanager
+        re-sends a firing alert every ``repeat_interval``, and that copy is not a duplicate."""
+        if self._seen.pop(key, None) is not None:
             self._changed()
 
 

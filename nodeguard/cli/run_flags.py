@@ -216,6 +216,16 @@ def remediation(parser: argparse.ArgumentParser) -> None:
         f"({DURATION_EXAMPLES}; default 20s, the DaemonSet's grace period is 30s)",
     )
     g.add_argument(
+        "--remediation.pod-list-wait",
+        dest="pod_list_wait",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="how long an eviction decided (or resumed) before this node's pod list is known "
+        "waits for it, then is abandoned with why and its rule may fire again "
+        f"({DURATION_EXAMPLES}; default: two --interval and 20s, one API call's timeout)",
+    )
+    g.add_argument(
         "--incidents.keep",
         dest="incidents_keep",
         type=count,

@@ -46,13 +46,15 @@ from nodeguard.kube.errors import (
     TooManyRequests,
 )
 
-__all__ = ["KubeClient", "translate_error"]
+__all__ = ["REQUEST_TIMEOUT_SECONDS", "KubeClient", "translate_error"]
 
 JSON = dict[str, Any]
 _MERGE = "application/merge-patch+json"
 _TIMEOUT = (5.0, 15.0)  # connect, read (seconds)
 #: The name prefix of the client's threads (a command's exit looks for those still in a call).
 KUBE_THREAD_PREFIX = "kube-api"
+#: The longest one API call (a LIST, a GET) waits for its answer: connect plus read, seconds.
+REQUEST_TIMEOUT_SECONDS = _TIMEOUT[0] + _TIMEOUT[1]
 #: Threads for API calls: the pod watch holds one for as long as each watch lasts, and actions,
 #: Events and webhook claims are rarely more than a few at once.
 API_THREADS = 4

@@ -22,6 +22,23 @@ capped exponential backoff (``retry_base`` .. ``retry_cap`` seconds) until ``res
 after the firing; later steps wait for it (a cordon before the eviction). After that the
 failure is final and the runbook goes on. Nothing is retried faster, and nothing else is
 retried: a budget's, a limit's or a PodDisruptionBudget's "no" is the answer for this firing.
+
+**Steps that plan from pods.** An action that reads this node's pods joined to their cgroups
+(:attr:`~nodeguard.actions.registry.Action.needs_pods`: ``evict``) has nothing to plan on
+before the pod watch's first LIST and a sample after it (the snapshot's ``pod_meta`` is
+``None`` until then): an eviction would find no working set, evict nothing, and its rule wait a
+cooldown. Such a step, whether of a firing decided on the first samples or of a runbook resumed
+after a restart, waits for that data (:meth:`nodeguard.actions.context.Env.pod_data`) up to
+``pods_wait`` seconds (the agent's ``--remediation.pod-list-wait``), then plans from the
+newest snapshot; past the bound the firing is abandoned with why (a ``refused`` result of the
+step, audited: log line, ``nodeguard_actions_total``, an Event on the node; the incident's
+``abandoned``), and ``on_unplanned`` is told instead of ``on_done``: nothing was planned, so no
+cooldown starts and the rule fires again once the data is there. This is client-go's rule for
+controllers (``cache.WaitForCacheSync`` before acting on an informer's cache; acting on an
+unsynced one removed every node label in kubernetes-sigs/node-feature-discovery#1817/#1936, and
+an informer that reported "synced" when empty made maistra/xns-informer#22 reconcile on no
+data), bounded as ovn-kubernetes bounds it (#3763: a sync timeout, then an error, not a wait
+for ever).
 """
 
 from __future__ import annotations
@@ -36,12 +53,13 @@ from typing import Any
 
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.context import Call, Env
-from nodeguard.actions.registry import dispatch, parse_step
+from nodeguard.actions.registry import dispatch, get, parse_step
 from nodeguard.firing import Firing
 from nodeguard.logs import AUDIT
 from nodeguard.remediation.incidents import IncidentStore, incident_id
 from nodeguard.snapshot import NodeSnapshot
 from nodeguard.statefile import StateFile
+from nodeguard.units import format_duration
 
 __all__ = ["Decision", "Done", "Remediator"]
 
@@ -52,6 +70,10 @@ log = logging.getLogger(__name__)
 Done = Callable[[Firing, list[dict[str, Any]], bool], None]
 #: ``check(firing, snapshot)`` -> ``None`` to resume a restored firing, else why not.
 Check = Callable[[Firing, NodeSnapshot | None], str | None]
+#: ``on_unplanned(firing, changed)``: the firing was abandoned because a step that plans from
+#: pods found none within ``pods_wait``; ``changed``: an earlier step did something (a cordon,
+#: whose undo is still owed).
+Unplanned = Callable[[Firing, bool], None]
 #: ``await claim(firing)``: claim an alert's delivery cluster-wide before its first step:
 #: ``claimed``/``ours`` go on, ``duplicate``/``stale`` drop it, ``unavailable`` waits.
 ClaimFn = Callable[[Firing], Awaitable[str]]
@@ -71,8 +93,9 @@ class Remediator:
     """Runs firings' steps with at most ``concurrency`` firings at once.
 
     ``global_dry_run`` always wins over a firing's own setting (a rule can only add dry run).
-    ``state``: the state file holding the journal (``None``: in memory). ``clock``/``sleep``
-    are injectable for tests.
+    ``state``: the state file holding the journal (``None``: in memory). ``pods_wait``: the
+    longest a step that plans from pods waits for them (seconds), looking every ``pods_poll``
+    seconds. ``clock``/``sleep`` are injectable for tests.
     """
 
     def __init__(
@@ -89,6 +112,9 @@ class Remediator:
         retry_base: float = 5.0,
         retry_cap: float = 60.0,
         claim: ClaimFn | None = None,
+        pods_wait: float = 30.0,
+        pods_poll: float = 0.1,
+        on_unplanned: Unplanned | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -101,6 +127,9 @@ class Remediator:
         self.queue_size = queue_size
         self.concurrency = concurrency
         self.on_done = on_done
+        self.on_unplanned = on_unplanned
+        self.pods_wait, self.pods_poll = pods_wait, pods_poll
+        self._pods_deadline: dict[str, float] = {}
         self.resume_window, self.retry_base, self.retry_cap = resume_window, retry_base, retry_cap
         self._clock, self._sleep = clock, sleep
         self._queue: asyncio.Queue[str] = asyncio.Queue()
@@ -275,6 +304,15 @@ class Remediator:
         call = Call(env=self.env, firing=firing, dry_run=dry, note=note, checkpoint=self.state.save)
         while entry["next"] < len(firing.steps):
             index = entry["next"]
+            if get(firing.steps[index].action).needs_pods:
+                ready = self.env.pod_data(firing)
+                if ready is None:
+                    if self._wait_for_pods(key, firing):
+                        return None
+                    return await self._unplanned(key, entry, firing, index=index, dry=dry)
+                self._pods_deadline.pop(key, None)
+                if ready is not firing:  # planned on the first snapshot that names the pods
+                    firing = call.firing = self._firings[key] = ready
             call.progress = entry["progress"].setdefault(str(index), {})
             results = await dispatch(call, firing.steps[index])
             late = self._clock() - float(entry["created"]) > self.resume_window
@@ -299,6 +337,84 @@ class Remediator:
         self.state.save()
         self._finish(firing, entry["results"])
         return list(entry["results"])
+
+    def _wait_for_pods(self, key: str, firing: Firing) -> bool:
+        """Whether the entry ``key`` may wait longer for its pods (then it is queued again as
+        soon as they are there, or when the wait is over)."""
+        now = self._clock()
+        deadline = self._pods_deadline.get(key)
+        if deadline is None:
+            deadline = self._pods_deadline[key] = now + self.pods_wait
+            log.warning(
+                "%s: %s waits up to %s for the pods of %s: %s",
+                key,
+                firing.rule,
+                format_duration(self.pods_wait),
+                firing.node,
+                self.env.pod_data_missing(),
+            )
+        if now >= deadline:
+            return False
+
+        async def wait() -> None:
+            while self._clock() < deadline and key in self._firings:
+                if self.env.pod_data(self._firings[key]) is not None:
+                    break
+                await self._sleep(self.pods_poll)
+            self._queue.put_nowait(key)
+
+        task = asyncio.get_running_loop().create_task(wait(), name=f"pods-{key}")
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
+        return True
+
+    async def _unplanned(
+        self, key: str, entry: dict[str, Any], firing: Firing, *, index: int, dry: bool
+    ) -> list[dict[str, Any]]:
+        """Abandon the entry ``key`` at step ``index``, whose plan found no pods in time: the
+        step's ``refused`` result is audited and recorded, the incident says why."""
+        self._pods_deadline.pop(key, None)
+        step = firing.steps[index]
+        action = get(step.action)
+        why = (
+            f"{step.action} plans from the pods of {firing.node}, and after "
+            f"{format_duration(self.pods_wait)} {self.env.pod_data_missing()}: abandoned "
+            "rather than planned on no pods (the rule may fire again once they are known)"
+        )
+        result = ActionResult(
+            action=step.action,
+            node=firing.node,
+            dry_run=dry,
+            outcome="refused",
+            message=why,
+            details={
+                "waited_seconds": self.pods_wait,
+                "pod_list_synced": bool(self.env.pods_synced and self.env.pods_synced()),
+            },
+        )
+        await self.env.auditor.record(result=result, default_reason=action.reasons["refused"])
+        results = [*entry["results"], result.to_record()]
+        left = [s.action for s in firing.steps[index:]]
+        log.warning(
+            "abandoning %s (%s): %s; steps not run: %s", key, firing.rule, why, ", ".join(left)
+        )
+        self.journal.pop(key, None)
+        self._firings.pop(key, None)
+        extra: dict[str, Any] = {"abandoned": why, "steps_not_run": left}
+        for name in ("resumed", "retried"):
+            if entry.get(name):
+                extra[name] = entry[name]
+        self.incidents.write(firing=firing, results=results, dry_run=dry, incident=key, extra=extra)
+        self.state.save()
+        changed = any(r.get("outcome") == "done" for r in results)
+        if self.on_unplanned is None:
+            self._finish(firing, results)
+        else:
+            try:
+                self.on_unplanned(firing, changed)
+            except Exception:
+                log.exception("remediation feedback for %s failed", firing.rule)
+        return results
 
     def _retry(self, key: str, entry: dict[str, Any], *, what: str, message: str) -> None:
         entry["attempts"] = int(entry.get("attempts", 0)) + 1

@@ -368,6 +368,23 @@ class RuleEngine:
                 st.firing = False
         self._save()
 
+    def unplanned(self, firing: Firing, *, changed: bool) -> None:
+        """Feed back that the firing was abandoned before a step could plan (its pods were not
+        known in time, :mod:`nodeguard.remediation.worker`): it did not act, so no cooldown
+        starts and its ``maxFirings`` count is given back; the target fires again at the next
+        sample where its condition holds. ``changed``: an earlier step changed something (a
+        cordon): the target stays firing, so its undo still runs when it clears."""
+        st = self._states.get((firing.rule, firing.target))
+        if st is None:
+            return
+        st.busy = False
+        if firing.kind == "firing":
+            st.firing, st.last_acted = changed, None
+            times = self._fired.get(firing.rule)
+            if times and firing.time in times:
+                times.remove(firing.time)
+        self._save()
+
     def dropped(self, firing: Firing) -> None:
         """The remediator could not take the firing (queue full): free the target so the rule
         can fire again at the next sample."""
