@@ -44,6 +44,16 @@ def liveness_probe() -> tuple[float, int]:
     return float(probe["timeoutSeconds"]), int(probe["failureThreshold"])
 
 
+def scrape_timeout() -> float:
+    """The ServiceMonitor's scrapeTimeout in seconds (daemonset/base/servicemonitor.yaml):
+    a scrape slower than that is a target down for Prometheus."""
+    doc = yaml.safe_load((ROOT / "daemonset/base/servicemonitor.yaml").read_text())
+    (endpoint,) = doc["spec"]["endpoints"]
+    text = str(endpoint["scrapeTimeout"])
+    assert text.endswith("s"), text
+    return float(text[:-1])
+
+
 def rss_bytes(pid: int) -> int:
     """VmRSS of a process (proc(5)); 0 once it has gone."""
     try:

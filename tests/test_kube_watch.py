@@ -213,16 +213,15 @@ async def test_cancelling_the_watch_does_not_hang(
     task = asyncio.create_task(watcher.run(stop=asyncio.Event()))
     await asyncio.wait_for(watcher.synced.wait(), 15)
     await asyncio.sleep(0.5)  # now blocked in the watch's read
-    started = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     # The pool is still usable after the shut-down socket.
     assert (await kube.get_node(name=node))["metadata"]["name"] == node
     kube.close()
-    # The executor thread let go too: asyncio.run() would otherwise wait for it at exit.
+    # The executor thread let go too: asyncio.run() would otherwise wait for it at exit, up to
+    # the 60 s of the server-side watch; a sixth of that bounds it here.
     await asyncio.wait_for(asyncio.get_running_loop().shutdown_default_executor(), 10)
-    assert time.monotonic() - started < 6
 
 
 def test_act_exit_codes(cluster: Cluster, control_plane: TestCluster) -> None:

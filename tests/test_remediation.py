@@ -69,13 +69,13 @@ async def test_slow_actions_never_block_submit_and_a_full_queue_refuses(tmp_path
     )
     stop = asyncio.Event()
     task = asyncio.create_task(rem.run(stop=stop))
-    started = time.perf_counter()
+    # submit() is synchronous and the gate never opens by itself: were it to wait for a
+    # worker, this test would hang here rather than pass.
     assert rem.submit(firing("first", actions=("test_gate",)))
     await asyncio.sleep(0.05)  # the worker took it and waits on the gate
     assert rem.in_flight == 1
     assert rem.submit(firing("second", actions=("test_gate",)))  # queued
     assert not rem.submit(firing("third", actions=("test_gate",)))  # full: refused at once
-    assert time.perf_counter() - started < 0.5
     gate.set()
     await _until(lambda: done == ["first", "second"])
     stop.set()
