@@ -31,6 +31,7 @@ from tests.controlplane.cluster import TestCluster, _spawn, ensure_built, termin
 from tests.kube_helpers import Cluster
 
 GROUP, VERSION = "kubeflow.org", "v1beta1"
+TRIAL_COUNT = "count/trials.kubeflow.org"
 
 
 def experiment_body(name: str, *, parallel: int, max_trials: int) -> dict[str, Any]:
@@ -111,6 +112,27 @@ class Katib:
             time.sleep(0.1)
         self._thread = threading.Thread(target=self._loop, name="katib-stand-ins", daemon=True)
         self._thread.start()
+
+    def wait_quota_counts_trials(self, *, timeout: float = 120.0) -> None:
+        """Wait until the ResourceQuota controller counts Trials: a probe quota's
+        ``status.used`` holds ``count/trials.kubeflow.org``. The controller finds a CRD's
+        resources by discovery every 30 s (kubernetes ``cmd/kube-controller-manager/app/
+        core.go``: ``resourceQuotaController.Sync(ctx, discoveryFunc, 30*time.Second)``);
+        until then admission refuses a Trial create as "status unknown for quota", not
+        "exceeded quota", and a test could pass on the wrong refusal."""
+        ns = self.cluster.namespace("katib-quota-probe")
+        self.cluster.core.create_namespaced_resource_quota(
+            ns, {"metadata": {"name": "probe"}, "spec": {"hard": {TRIAL_COUNT: "0"}}}
+        )
+        self.wait(
+            "the quota controller to count Trials",
+            lambda: (
+                TRIAL_COUNT
+                in (self.cluster.core.read_namespaced_resource_quota("probe", ns).status.used or {})
+            ),
+            timeout=timeout,
+        )
+        self.cluster.core.delete_namespace(ns)
 
     def stop(self) -> None:
         self._stop.set()
@@ -261,6 +283,7 @@ def running_katib(
     katib = Katib(control_plane=control_plane, cluster=cluster, log_path=log_path)
     katib.start()
     try:
+        katib.wait_quota_counts_trials()
         yield katib
     finally:
         katib.stop()
