@@ -21,11 +21,22 @@ while it stands; the dry run, the result and the Event name them. What was pause
 ``katib.kubeflow.org/experiment``, annotations) and on the Experiment (annotations), so any
 agent after any restart, and ``nodeguard act resume-katib``, finds and resumes it.
 
-**The resume** deletes the quota (UID precondition: only the one nodeguard made), then updates
-the Experiment (its pause annotations removed, ``nodeguard.io/resumed-at`` set): Katib does not
-retry a refused create by itself, and an update of the Experiment is an event its controller
-watches, so it reconciles at once and creates the trials it is owed; an experiment with no
-running trial would otherwise never start another.
+The pause is done only once the API server enforces it: admission reads the quota's
+``status.hard``, which the quota controller writes (:mod:`nodeguard.actions.katib_hold`); the
+pause waits, bounded, until the quota counts Trials, and names any Trial created meanwhile.
+Every pauser (``<node>/<rule>``) is recorded on the Experiment (``nodeguard.io/pausers``); a
+rule's resolve lets go of its own hold and the last one ends the pause (by hand: one pauser, or
+``force``). A quota that bears the pause's name but not nodeguard's labels and spec is a
+user's: never taken for the pause, never deleted.
+
+**The resume** marks the Experiment as resuming (the quota's UID, so a pauser coming in between
+tries again instead of joining a pause that is going), labels every unfinished experiment of
+the namespace held (the kicks owed, on the cluster), deletes the quota (UID precondition: only
+the one nodeguard made), then reads the namespace's pauses again and, with none left, updates
+every held experiment (label removed, ``nodeguard.io/resumed-at`` set): Katib does not retry a
+refused create by itself, and an update of the Experiment is an event its controller watches,
+so it reconciles at once and creates the trials it is owed. Every resume also completes the
+kicks any ended pause left undone (:func:`~nodeguard.actions.katib_hold.stranded`).
 
 Relief for a node under memory pressure comes from cordon and eviction; the pause only stops
 an experiment from adding trials while it lasts. Pauses made by nodeguard before this design
@@ -34,6 +45,7 @@ an experiment from adding trials while it lasts. Pauses made by nodeguard before
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Iterable, Mapping
@@ -99,8 +111,10 @@ _UNSET = "unset"
 DEFAULT_PARALLEL = 3
 #: How long a pause waits for the quota controller to make its quota count Trials.
 DEFAULT_ENFORCE_WAIT = 10.0
-# Reads and decides again this often when a pauser or resumer changed the experiment meanwhile.
-_ATTEMPTS = 4
+# Reads and decides again this often when the experiment changed meanwhile (Katib's own status
+# updates change its resourceVersion too), a short while apart.
+_ATTEMPTS = 8
+_AGAIN_DELAY = 0.2
 
 
 def experiments_on_node(pods: Mapping[str, PodMeta]) -> list[tuple[str, str]]:
@@ -416,8 +430,25 @@ class _Again(Exception):
     """Someone changed the experiment or the quota since it was read: read and decide again."""
 
 
+@dataclass(slots=True, kw_only=True)
+class _Progress:
+    """What a pause keeps from one read-and-decide pass to the next: the namespace's Trials
+    at its first read (what was created after is "meanwhile") and whether it made the quota
+    (then the pausers start afresh: marks on the experiment are an ended pause's)."""
+
+    baseline: frozenset[str] | None = None
+    made: bool = False
+
+
 async def _pause_once(
-    kube: KubeClient, t: _Target, *, by: str, reason: str, dry_run: bool, wait: float
+    kube: KubeClient,
+    t: _Target,
+    *,
+    by: str,
+    reason: str,
+    dry_run: bool,
+    wait: float,
+    progress: _Progress,
 ) -> _Paused:
     """Create the quota (or find it), wait until it is enforced, record ``by`` among its
     pausers on the experiment, label the namespace's experiments held. Raises :class:`_Again`
@@ -425,14 +456,17 @@ async def _pause_once(
     ns, name = t.namespace, t.name
     if t.resuming:
         raise _Again("a resume is deleting the pause quota")
-    created = t.quota is None
-    if created:
+    if progress.baseline is None:
+        progress.baseline = t.trials
+    if t.quota is None:
         try:
             await kube.create_resource_quota(
                 namespace=ns, body=_quota_body(t, by=by, reason=reason), dry_run=dry_run
             )
         except Conflict as exc:  # made meanwhile by another pauser, or a user's of that name
             raise _Again("the quota was made meanwhile") from exc
+        progress.made = True
+    created = progress.made
     enforced = None
     created_meanwhile: tuple[str, ...] = ()
     if not dry_run:
@@ -442,7 +476,9 @@ async def _pause_once(
         if enforced.quota is None:
             raise _Again("the quota went meanwhile (resumed)")
         trials = await kube.list_custom(group=GROUP, version=VERSION, plural=TRIALS, namespace=ns)
-        created_meanwhile = tuple(sorted({str(x["metadata"]["name"]) for x in trials} - t.trials))
+        created_meanwhile = tuple(
+            sorted({str(x["metadata"]["name"]) for x in trials} - progress.baseline)
+        )
     # A quota made now starts a fresh list: marks left on the experiment name pausers of an
     # earlier pause that ended.
     holders = [] if created else t.pausers()
@@ -500,8 +536,11 @@ async def pause_experiment(
         action="pause_katib", node=node, dry_run=dry_run, namespace=namespace, name=name
     )
     what = f"Katib experiment {namespace}/{name}"
+    progress = _Progress()
     try:
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(_AGAIN_DELAY)
             target = result.target = await _read(kube, namespace, name)
             if (state := _finished(target.experiment)) is not None:
                 return result("noop", f"{what} has {state}: nothing to pause", "NodeguardKatibNoop")
@@ -509,7 +548,13 @@ async def pause_experiment(
                 return result("failed", _foreign(target), "NodeguardKatibFailed")
             try:
                 done = await _pause_once(
-                    kube, target, by=by, reason=reason, dry_run=dry_run, wait=enforce_wait
+                    kube,
+                    target,
+                    by=by,
+                    reason=reason,
+                    dry_run=dry_run,
+                    wait=enforce_wait,
+                    progress=progress,
                 )
                 break
             except _Again:
@@ -671,7 +716,9 @@ async def resume_experiment(
     )
     what = f"Katib experiment {namespace}/{name}"
     try:
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(_AGAIN_DELAY)
             target = result.target = await _read(kube, namespace, name)
             holders = target.pausers()
             try:
