@@ -131,8 +131,10 @@ async def test_pause_deletes_no_trial_and_starts_none_then_resume_starts_them(
     assert real.outcome == "done", real.message
     # The same facts, but whether it is enforced: the dry run made no quota to wait for.
     assert dry.details["enforced"] is None and real.details["enforced"] is True
-    assert {k: v for k, v in real.details.items() if k not in ("experiment", "enforced")} == {
-        k: v for k, v in dry.details.items() if k not in ("experiment", "enforced")
+    assert real.details["trials_counted"] is True
+    known = ("experiment", "enforced", "trials_counted")
+    assert {k: v for k, v in real.details.items() if k not in known} == {
+        k: v for k, v in dry.details.items() if k not in known
     }
     quota = cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns)
     assert quota.spec.hard == {"count/trials.kubeflow.org": "0"}

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from nodeguard.actions.katib import quota_name
+from nodeguard.actions.katib_hold import TRIAL_COUNT as TRIALS
+from nodeguard.actions.katib_hold import enforcement
 from nodeguard.kube.client import KubeClient
 from tests.acting import env_for, run_action
 from tests.controlplane.cluster import TestCluster
@@ -357,3 +359,61 @@ async def test_every_pauser_is_recorded_and_the_last_resolve_ends_the_pause(
         env=env, node=node, action="resume_katib", rule="rule-b", source="local", kind="resolved"
     )
     assert late.outcome == "noop", late.message
+
+
+class _Quotas:
+    """Answers list_resource_quotas with the pause quota in the states given, one a read,
+    the last one again and again (the quota controller's writes, as the API server serves
+    them); the fake clock advances one second a read."""
+
+    def __init__(self, *statuses: dict[str, Any]) -> None:
+        self.statuses, self.reads, self.now = list(statuses), 0, 0.0
+
+    async def list_resource_quotas(self, **_: Any) -> list[dict[str, Any]]:
+        status = self.statuses[min(self.reads, len(self.statuses) - 1)]
+        self.reads += 1
+        self.now += 1.0
+        labels = {"nodeguard.io/katib-pause": "true", "katib.kubeflow.org/experiment": "exp"}
+        return [
+            {
+                "metadata": {"name": quota_name("exp"), "labels": labels},
+                "spec": {"hard": {"count/trials.kubeflow.org": "0"}},
+                "status": status,
+            }
+        ]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "enforced", "counted", "reads"),
+    [
+        # Written and counted at the third read: done then.
+        ([{}, {}, {"hard": {TRIALS: "0"}, "used": {TRIALS: "2"}}], True, True, 3),
+        # status.hard written, Trials never counted (a quota made before the controller
+        # discovered the CRD): enforced ("status unknown for quota"), said at the deadline.
+        ([{"hard": {TRIALS: "0"}}], True, False, 5),
+        # Nothing written (the controller down): not enforced, said at the deadline (5 s: the
+        # fifth read).
+        ([{}], False, False, 5),
+    ],
+)
+async def test_the_wait_for_enforcement_ends_at_its_bound_on_a_fake_clock(
+    statuses: list[dict[str, Any]], enforced: bool, counted: bool, reads: int
+) -> None:
+    api = _Quotas(*statuses)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    got = await enforcement(
+        api,  # type: ignore[arg-type]
+        namespace="ns",
+        experiment="exp",
+        wait=5.0,
+        interval=1.0,
+        sleep=sleep,
+        clock=lambda: api.now,
+    )
+    assert (got.enforced, got.counted, api.reads) == (enforced, counted, reads)
+    assert (got.why is None) == enforced
+    assert slept == [1.0] * (reads - 1)

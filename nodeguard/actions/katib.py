@@ -578,6 +578,17 @@ async def pause_experiment(
     return _pause_result(result, done, by=by)
 
 
+def _enforced(e: Enforcement | None) -> str:
+    if e is None:  # a dry run: no quota was made to wait for
+        return ""
+    if e.counted:
+        return ", enforced"
+    return (
+        ", enforced: new Trials are refused as 'status unknown for quota' until the quota "
+        "controller counts them"
+    )
+
+
 def _pause_result(result: _Results, p: _Paused, *, by: str) -> ActionResult:
     t, c = p.target, p.target.census
     what = f"Katib experiment {t.namespace}/{t.name}"
@@ -590,6 +601,7 @@ def _pause_result(result: _Results, p: _Paused, *, by: str) -> ActionResult:
         "namespace_experiments_held": list(t.neighbours),
         "pausers": list(p.holders),
         "enforced": None if p.enforced is None else p.enforced.enforced,
+        "trials_counted": None if p.enforced is None else p.enforced.counted,
         "trials_created_meanwhile": list(p.created_meanwhile),
     }
     meanwhile = (
@@ -631,7 +643,7 @@ def _pause_result(result: _Results, p: _Paused, *, by: str) -> ActionResult:
     message = (
         f"{verb} {what}: no new Trial may be created while paused (ResourceQuota "
         f"{quota_name(t.name)}, {TRIAL_COUNT}=0"
-        f"{', enforced' if p.enforced is not None else ''}); {len(c.running)} running and "
+        f"{_enforced(p.enforced)}); {len(c.running)} running and "
         f"{len(c.pending)} pending trial(s) keep running ({_names(c.running + c.pending)}); "
         f"{deleting}; 0 trials may start until it is resumed; {_scope(t)}{meanwhile}"
     )

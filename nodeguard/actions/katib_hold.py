@@ -23,7 +23,8 @@ server's ResourceQuota admission (k8s.io/apiserver ``pkg/admission/plugin/resour
 controller.go`` ``CheckRequest``) checks ``status.hard``, not ``spec.hard``; with no
 ``status.hard`` nothing is restricted and a Trial is admitted; with ``status.hard`` but no
 ``status.used`` for it the create is refused as "status unknown for quota"; with both, as
-"exceeded quota". :func:`enforcement` waits, bounded, for both.
+"exceeded quota". So the pause holds once ``status.hard`` is written; :func:`enforcement`
+waits, bounded, for that and for the count.
 """
 
 from __future__ import annotations
@@ -232,30 +233,28 @@ async def stranded(kube: KubeClient) -> list[str]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Enforcement:
-    """Whether the API server enforces a pause quota. ``enforced``: its status counts Trials
-    (``status.hard`` and ``status.used`` both hold ``count/trials.kubeflow.org``); else
-    ``why`` says what is missing. ``quota``: the quota as last read (``None``: gone)."""
+    """Whether the API server enforces a pause quota. ``enforced``: its ``status.hard`` holds
+    ``count/trials.kubeflow.org``, so admission refuses every new Trial (else ``why`` says what
+    is missing); ``counted``: ``status.used`` holds it too (refusals say "exceeded quota";
+    before, "status unknown for quota"). ``quota``: the quota as last read (``None``: gone)."""
 
     enforced: bool
+    counted: bool
     why: str | None
     quota: JSON | None
 
 
-def _check(quota: JSON | None) -> str | None:
+def _status(quota: JSON | None) -> tuple[str | None, bool]:
     if quota is None:
-        return "the quota is gone"
+        return "the quota is gone", False
     status = quota.get("status") or {}
+    counted = TRIAL_COUNT in (status.get("used") or {})
     if TRIAL_COUNT not in (status.get("hard") or {}):
         return (
-            "the quota controller (kube-controller-manager) has not written status.hard: "
-            "the API server admits new Trials until it does"
-        )
-    if TRIAL_COUNT not in (status.get("used") or {}):
-        return (
-            "the quota controller has not counted Trials (status.used): it has not "
-            "discovered trials.kubeflow.org yet; creates are refused as 'status unknown'"
-        )
-    return None
+            "the quota controller (kube-controller-manager) has not written its status.hard, "
+            "and until it does the API server admits new Trials"
+        ), counted
+    return None, counted
 
 
 async def enforcement(
@@ -268,18 +267,22 @@ async def enforcement(
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Enforcement:
-    """Read the pause quota of ``experiment`` until the quota controller has made it count
-    Trials, at most ``wait`` seconds (every ``interval``); ``sleep``/``clock`` for a fake
-    clock. Raises :class:`~nodeguard.kube.errors.KubeError` on an API error."""
+    """Read the pause quota of ``experiment`` until the quota controller has written its
+    status and counted Trials, at most ``wait`` seconds (every ``interval``); by then it may be
+    enforced without being counted (a quota made before the controller discovered Trials is
+    counted at its next full resync, 5 min by default: admission refuses Trials meanwhile).
+    ``sleep``/``clock`` for a fake clock. Raises :class:`~nodeguard.kube.errors.KubeError` on
+    an API error."""
     deadline = clock() + wait
     while True:
         pauses = await kube.list_resource_quotas(
             label_selector=f"{QUOTA_LABEL}=true", namespace=namespace
         )
         quota = next((q for q in pauses if is_pause(q, experiment)), None)
-        why = _check(quota)
-        if why is None or quota is None or clock() >= deadline:
-            return Enforcement(enforced=why is None, why=why, quota=quota)
+        why, counted = _status(quota)
+        # Enforced and counted, or as good as it gets by the deadline.
+        if (why is None and counted) or quota is None or clock() >= deadline:
+            return Enforcement(enforced=why is None, counted=counted, why=why, quota=quota)
         await sleep(interval)
 
 
