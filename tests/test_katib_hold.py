@@ -20,10 +20,12 @@ from nodeguard.actions.katib_hold import TRIAL_COUNT as TRIALS
 from nodeguard.actions.katib_hold import enforcement
 from nodeguard.kube.client import KubeClient
 from tests.acting import env_for, run_action
+from tests.agent import running_agent
 from tests.controlplane.cluster import TestCluster
 from tests.katib import GROUP, VERSION, Katib, running_katib
 from tests.kube_helpers import Cluster
 from tests.test_katib import _experiment, _nodeguard, _quota_refusals, _started
+from tests.test_restarts import _agent_args, _kill
 
 HELD = "nodeguard.io/katib-held"
 
@@ -417,3 +419,54 @@ async def test_the_wait_for_enforcement_ends_at_its_bound_on_a_fake_clock(
     assert (got.enforced, got.counted, api.reads) == (enforced, counted, reads)
     assert (got.why is None) == enforced
     assert slept == [1.0] * (reads - 1)
+
+
+HELD_RULES = """\
+apiVersion: nodeguard.io/v1alpha1
+kind: RuleSet
+spec:
+  rules:
+    - name: held
+      scope: node
+      when:
+        - {signal: node_slab_unreclaimable_ratio, op: ">", value: 0.99}
+      actions: [{action: pause_katib}]
+      resolve: [{action: resume_katib}]
+"""
+
+
+def test_an_agent_killed_between_its_resolves_kicks_is_completed_by_the_next_agent(
+    katib: Katib, cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+) -> None:
+    # The agent's own resolve: paused by rule `held` (which never fires on the fixture host),
+    # the agent adopts the undo it owes at start and runs it as the rule is clear; SIGKILLed
+    # while it kicks n2. Before, the next agent resumed the resolve and found nothing paused.
+    ns, node = cluster.namespace("katib-agentkick"), cluster.node()
+    names = ("a", "n1", "n2")
+    for name in names:
+        katib.experiment(ns, name, parallel=1, max_trials=5)
+        _started(katib, ns, name, 1)
+    kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    try:
+        asyncio.run(_pause(kube, node, f"{ns}/a", rule="held"))
+    finally:
+        kube.close()
+    asyncio.run(_all_trials_end(katib, ns, names))
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(HELD_RULES)
+    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    delete = proxied.hold("DELETE", rf"/namespaces/{ns}/resourcequotas/{quota_name('a')}")
+    with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
+        delete.wait_hit(timeout=60)
+        kick = proxied.hold("PATCH", rf"/namespaces/{ns}/experiments/n2(\?|$)")
+        delete.release()
+        kick.wait_hit()
+        _kill(base.pid)
+    kick.drop()
+    proxied.clear()
+    assert cluster.core.list_namespaced_resource_quota(ns).items == []
+    assert not katib.running(ns, "n2")
+    with running_agent(args=args, log_path=tmp_path / "agent-2.log"):
+        katib.wait("n2 to start a trial", lambda: len(katib.running(ns, "n2")) == 1, timeout=60)
+    for name in names:
+        katib.wait(f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1)
