@@ -470,3 +470,48 @@ def test_an_agent_killed_between_its_resolves_kicks_is_completed_by_the_next_age
         katib.wait("n2 to start a trial", lambda: len(katib.running(ns, "n2")) == 1, timeout=60)
     for name in names:
         katib.wait(f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1)
+
+
+async def test_a_pause_after_a_resume_killed_before_its_delete_pauses_afresh(
+    katib: Katib, cluster: Cluster, kube: KubeClient, proxied: Any
+) -> None:
+    # The resume marks the experiment as resuming (the quota's UID) before it deletes the
+    # quota; killed in between, the next pauser must not join a pause on its way out (its
+    # pausers list gone): it deletes that quota in the resume's place and pauses afresh.
+    ns, node = cluster.namespace("katib-resuming"), cluster.node()
+    katib.experiment(ns, "exp", parallel=1, max_trials=5)
+    _started(katib, ns, "exp", 1)
+    await _pause(kube, node, f"{ns}/exp", rule="r1")
+    old_uid = cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns).metadata.uid
+    delete = proxied.hold("DELETE", rf"/namespaces/{ns}/resourcequotas/")
+    proc = await _spawn(
+        "resume-katib", f"--node={node}", f"--experiment={ns}/exp", kubeconfig=proxied.kubeconfig
+    )
+    await asyncio.to_thread(delete.wait_hit)
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    delete.drop()
+    proxied.clear()
+    annotations = _experiment(cluster, ns, "exp")["metadata"]["annotations"]
+    assert annotations["nodeguard.io/resuming-quota"] == old_uid
+    (res,) = await run_action(
+        env=env_for(kube, node),
+        node=node,
+        action="pause_katib",
+        args={"experiments": [f"{ns}/exp"]},
+        rule="r2",
+        source="local",
+    )
+    assert res.outcome == "done" and res.details["pausers"] == [f"{node}/r2"], res.message
+    quota = cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns)
+    assert quota.metadata.uid != old_uid
+    (r1,) = await run_action(
+        env=env_for(kube, node),
+        node=node,
+        action="resume_katib",
+        rule="r1",
+        source="local",
+        kind="resolved",
+    )
+    assert r1.outcome == "noop", r1.message
+    assert cluster.core.list_namespaced_resource_quota(ns).items

@@ -454,8 +454,14 @@ async def _pause_once(
     pausers on the experiment, label the namespace's experiments held. Raises :class:`_Again`
     when a concurrent pauser or resumer got in between, :class:`KubeError` otherwise."""
     ns, name = t.namespace, t.name
-    if t.resuming:
-        raise _Again("a resume is deleting the pause quota")
+    if t.resuming and t.quota is not None:
+        # A resume is deleting this quota (or was killed before it could): delete it in its
+        # place (UID precondition) and pause afresh. The held labels it left stay, so the
+        # kicks it owed come when the new pause ends.
+        if not dry_run:
+            await _delete_quota(kube, t.quota, dry_run=False)
+            raise _Again("a resume was deleting the pause quota")
+        t.quota = None
     if progress.baseline is None:
         progress.baseline = t.trials
     if t.quota is None:
