@@ -18,6 +18,7 @@ Experiments are created with every field Katib's defaulting webhook would fill, 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 import uuid
@@ -31,6 +32,7 @@ from tests.controlplane.cluster import TestCluster, _spawn, ensure_built, termin
 from tests.kube_helpers import Cluster
 
 GROUP, VERSION = "kubeflow.org", "v1beta1"
+TRIAL_COUNT = "count/trials.kubeflow.org"
 
 
 def experiment_body(name: str, *, parallel: int, max_trials: int) -> dict[str, Any]:
@@ -111,6 +113,35 @@ class Katib:
             time.sleep(0.1)
         self._thread = threading.Thread(target=self._loop, name="katib-stand-ins", daemon=True)
         self._thread.start()
+
+    def wait_quota_counts_trials(self, *, timeout: float = 120.0) -> None:
+        """Wait until the ResourceQuota controller counts Trials: a probe quota made now has
+        ``count/trials.kubeflow.org`` in its ``status.used``. The controller finds a CRD's
+        resources by discovery every 30 s (kubernetes ``cmd/kube-controller-manager/app/
+        core.go``: ``resourceQuotaController.Sync(ctx, discoveryFunc, 30*time.Second)``), and a
+        quota made before that is counted only at its next full resync (5 min,
+        ``--resource-quota-sync-period``) or a Trial event in its namespace: until then
+        admission refuses a Trial create as "status unknown for quota", not "exceeded quota",
+        and a test could pass on the wrong refusal. So: a fresh probe every 2 s."""
+        ns = self.cluster.namespace("katib-quota-probe")
+        core = self.cluster.core
+        deadline = time.monotonic() + timeout
+        try:
+            for i in itertools.count():
+                name = f"probe-{i}"
+                core.create_namespaced_resource_quota(
+                    ns, {"metadata": {"name": name}, "spec": {"hard": {TRIAL_COUNT: "0"}}}
+                )
+                for _ in range(20):
+                    used = core.read_namespaced_resource_quota(name, ns).status.used or {}
+                    if TRIAL_COUNT in used:
+                        return
+                    time.sleep(0.1)
+                core.delete_namespaced_resource_quota(name, ns)
+                if time.monotonic() > deadline:
+                    raise AssertionError("the quota controller did not count Trials")
+        finally:
+            core.delete_namespace(ns)
 
     def stop(self) -> None:
         self._stop.set()
@@ -261,6 +292,7 @@ def running_katib(
     katib = Katib(control_plane=control_plane, cluster=cluster, log_path=log_path)
     katib.start()
     try:
+        katib.wait_quota_counts_trials()
         yield katib
     finally:
         katib.stop()

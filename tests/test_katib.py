@@ -76,11 +76,13 @@ def _started(katib: Katib, ns: str, name: str, running: int) -> dict[str, str]:
 
 
 def _quota_refusals(katib: Katib, ns: str) -> int:
-    """Trial creations Katib's controller logged as refused by a ResourceQuota in ``ns``."""
+    """Trial creations Katib's controller logged as refused by an enforced ResourceQuota in
+    ``ns``: "exceeded quota" (k8s.io/apiserver resourcequota ``CheckRequest``), not "status
+    unknown for quota", which a quota the quota controller has not counted yet answers."""
     return sum(
         1
         for line in katib.log().splitlines()
-        if "Trial create error" in line and "forbidden" in line and ns in line
+        if "Trial create error" in line and "exceeded quota" in line and ns in line
     )
 
 
@@ -127,8 +129,12 @@ async def test_pause_deletes_no_trial_and_starts_none_then_resume_starts_them(
 
     (real,) = await run_action(env=env, node=node, action="pause_katib", args=args)
     assert real.outcome == "done", real.message
-    assert {k: v for k, v in real.details.items() if k != "experiment"} == {
-        k: v for k, v in dry.details.items() if k != "experiment"
+    # The same facts, but whether it is enforced: the dry run made no quota to wait for.
+    assert dry.details["enforced"] is None and real.details["enforced"] is True
+    assert real.details["trials_counted"] is True
+    known = ("experiment", "enforced", "trials_counted")
+    assert {k: v for k, v in real.details.items() if k not in known} == {
+        k: v for k, v in dry.details.items() if k not in known
     }
     quota = cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns)
     assert quota.spec.hard == {"count/trials.kubeflow.org": "0"}

@@ -164,6 +164,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="repeat for more (default: pause the experiments with trial pods on the node; "
         "resume those paused from it)",
     )
+    k.add_argument(
+        "--force",
+        action="store_true",
+        help="resume-katib: end a pause several rules hold, for all of them (default: a pause "
+        "of several pausers is refused; each rule's resolve lets go, the last one ends it)",
+    )
 
 
 def _usage_from_agent(url: str | None) -> dict[str, int]:
@@ -193,7 +199,10 @@ def action_args(args: argparse.Namespace) -> dict[str, Any]:
         if args.selector:
             out["selector"] = dict(args.selector)
         return out
-    return {"experiments": args.experiment} if args.experiment else {}
+    out = {"experiments": args.experiment} if args.experiment else {}
+    if args.force:  # resume-katib's alone: pause-katib's arguments refuse it (exit 2)
+        out["force"] = True
+    return out
 
 
 def render_plan(plan: dict[str, Any], *, console: Console) -> None:

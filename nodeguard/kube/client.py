@@ -317,17 +317,15 @@ class KubeClient:
 
     # -- resource quotas (the Katib pause) --------------------------------------------------
     async def list_resource_quotas(
-        self, *, label_selector: str, namespace: str | None = None
+        self, *, label_selector: str | None = None, namespace: str | None = None
     ) -> list[JSON]:
-        """ResourceQuotas of one namespace (or every namespace), by label selector."""
+        """ResourceQuotas of one namespace (or every namespace), by label selector (default:
+        all)."""
+        kw = {"label_selector": label_selector} if label_selector else {}
         if namespace is None:
-            body = await self.read(
-                self.core.list_resource_quota_for_all_namespaces, label_selector=label_selector
-            )
+            body = await self.read(self.core.list_resource_quota_for_all_namespaces, **kw)
         else:
-            body = await self.read(
-                self.core.list_namespaced_resource_quota, namespace, label_selector=label_selector
-            )
+            body = await self.read(self.core.list_namespaced_resource_quota, namespace, **kw)
         items: list[JSON] = body.get("items", [])
         return items
 

@@ -645,18 +645,54 @@ class TestCluster:
         # The ResourceQuota controller computes status.used, which quota admission checks; the
         # disruption controller computes a PodDisruptionBudget's status (disruptionsAllowed,
         # currentHealthy, observedGeneration), which the eviction API checks. Not the garbage
-        # collector: test pods name owners that do not exist.
-        self._controller_manager = _spawn(
+        # collector: test pods name owners that do not exist (a test that needs it runs it for
+        # its own span: garbage_collector()).
+        self.start_controller_manager()
+
+    def _spawn_controller_manager(
+        self, controllers: str, log_path: Path
+    ) -> subprocess.Popen[bytes]:
+        assert self._binaries is not None
+        return _spawn(
             [
-                str(binaries.kube_controller_manager),
+                str(self._binaries.kube_controller_manager),
                 f"--kubeconfig={self.kubeconfig_path}",
-                "--controllers=resourcequota,disruption",
+                f"--controllers={controllers}",
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--v=1",
             ],
-            self.controller_manager_log_path,
+            log_path,
         )
+
+    def start_controller_manager(self) -> None:
+        """Start kube-controller-manager (its ResourceQuota and disruption controllers) again."""
+        self._require_dir()
+        if self._controller_manager is not None and self._controller_manager.poll() is None:
+            raise ControlPlaneError("kube-controller-manager is already running")
+        self._controller_manager = self._spawn_controller_manager(
+            "resourcequota,disruption", self.controller_manager_log_path
+        )
+
+    def stop_controller_manager(self) -> None:
+        """Stop kube-controller-manager: no quota's status is written until it starts again
+        (what a cluster whose controller-manager is down or restarting looks like)."""
+        self._require_dir()
+        terminate(self._controller_manager, timeout=self._stop_timeout)
+        self._controller_manager = None
+
+    @contextlib.contextmanager
+    def garbage_collector(self) -> Iterator[Path]:
+        """A second kube-controller-manager running only the garbage collector for the block
+        (``--controllers=garbagecollector``): objects whose owners are gone are deleted, as in
+        a real cluster. Its log's path. It acts on the whole cluster while it runs: dependents
+        of owners that do not exist (other tests' pods) go too."""
+        log_path = self._require_dir() / "kube-controller-manager-gc.log"
+        proc = self._spawn_controller_manager("garbagecollector", log_path)
+        try:
+            yield log_path
+        finally:
+            terminate(proc, timeout=self._stop_timeout)
 
     def stop(self) -> None:
         """Stop both processes (SIGTERM, then SIGKILL) and remove the temporary directory.
