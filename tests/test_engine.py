@@ -263,11 +263,13 @@ def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
     path = tmp_path / "state.json"
     clock = {"now": 1000.0}
     r = rule(**{"for": "30s"})
+    # Time passes for the wall clock and the boot clock alike (the state's clock runs on it).
+    machine = {"clock": lambda: clock["now"], "uptime": lambda: clock["now"]}
 
     def engine() -> RuleEngine:
         return RuleEngine(
             rules=[r],
-            state=state_at(path=path, node="node-a", clock=lambda: clock["now"], lazy_seconds=0),
+            state=state_at(path=path, node="node-a", lazy_seconds=0, **machine),
         )
 
     first = engine()
@@ -278,15 +280,13 @@ def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
     assert [f.kind for f in step(engine(), 1031, 0.9)] == ["firing"]
     second = RuleEngine(
         rules=[rule(name="s", **{"for": "30s"})],
-        state=state_at(
-            path=tmp_path / "b.json", node="n", clock=lambda: clock["now"], lazy_seconds=0
-        ),
+        state=state_at(path=tmp_path / "b.json", node="n", lazy_seconds=0, **machine),
     )
     step(second, 1031, 0.9)
     clock["now"] = 1031 + 600  # ten minutes down: nobody saw whether it dipped
     later = RuleEngine(
         rules=[rule(name="s", **{"for": "30s"})],
-        state=state_at(path=tmp_path / "b.json", node="n", clock=lambda: clock["now"]),
+        state=state_at(path=tmp_path / "b.json", node="n", **machine),
     )
     assert step(later, clock["now"], 0.9) == []
     assert step(later, clock["now"] + 31, 0.9) != []

@@ -159,6 +159,7 @@ async def test_a_runbook_whose_rule_no_longer_applies_is_abandoned_with_why(
     first.journal[key]["next"] = 1  # the first step was done when the agent died
     first.journal[key]["results"] = [{"action": "test_count", "outcome": "done"}]
     first.state.save()
+    assert await first.state.persist()  # written before it died
     done: list[tuple[str, bool]] = []
     second = remediator(tmp_path, on_done=lambda f, _r, applied: done.append((f.rule, applied)))
     second.restore()
