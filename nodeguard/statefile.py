@@ -140,6 +140,8 @@ class StateFile:
         self.save_failures = 0
         #: Whether the latest write succeeded (nothing asked for since then is lost by a kill).
         self.persisted = True
+        #: Successful fsynced writes since start (a flood of changes costs a few).
+        self.writes = 0
         self._data: dict[str, Any] = {}
         self._dirty_since: float | None = None
         self._lock_fd: int | None = None
@@ -385,6 +387,7 @@ class StateFile:
             self.persisted = True
             if durable:
                 self._durable = max(self._durable, generation)
+                self.writes += 1
             return
         self.save_failures += 1
         if self.persisted:

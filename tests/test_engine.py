@@ -392,3 +392,86 @@ def test_limits_and_backoffs_are_never_longer_than_their_window_after_a_step_bac
     assert not limiter.allows("n") and backoff.until("u") == 1_300.0
     now["t"] = 1_601.0
     assert limiter.allows("n") and backoff.until("u") is None
+
+
+# -- a wall clock that steps (issue 22, point 5) ------------------------------------------------
+# The agent measures durations on the state's clock (boot time); the snapshots carry the wall
+# clock, stepped here by an operator or a bad NTP server while the machine's time runs on.
+
+
+def wall_stepping_engine(r: Rule, boot: dict[str, float]) -> RuleEngine:
+    return RuleEngine(rules=[r], clock=lambda: boot["t"])
+
+
+def test_a_step_back_during_a_for_window_does_not_silence_the_rule() -> None:
+    # The fault: the rule waited the size of the step (here 5,000 s) on top of its 30 s.
+    boot = {"t": 0.0}
+    engine = wall_stepping_engine(rule(**{"for": "30s"}), boot)
+    assert step(engine, 10_000, 0.9) == []  # crossed
+    boot["t"] = 10
+    assert step(engine, 5_010, 0.9) == []  # the wall clock stepped back 5,000 s
+    boot["t"] = 31
+    assert [f.kind for f in step(engine, 5_031, 0.9)] == ["firing"]  # held 31 s: fires
+
+
+def test_a_step_forward_skips_neither_a_for_window_nor_a_cooldown() -> None:
+    boot = {"t": 0.0}
+    engine = wall_stepping_engine(rule(**{"for": "30s"}, cooldown="5m"), boot)
+    assert step(engine, 10_000, 0.9) == []
+    boot["t"] = 5
+    assert step(engine, 13_605, 0.9) == []  # an hour forward: still 5 s of the 30
+    boot["t"] = 31
+    (f,) = step(engine, 13_631, 0.9)
+    engine.finished(f, at=boot["t"])
+    boot["t"] = 40
+    assert step(engine, 13_640, 0.1) == []  # cleared
+    boot["t"] = 80
+    assert step(engine, 13_680 + 7200, 0.9) == []  # crossed again, two hours forward
+    boot["t"] = 120
+    assert step(engine, 13_720 + 7200, 0.9) == []  # 89 s after the action: the cooldown holds
+    assert engine.counts[("r", "suppressed_cooldown")] == 1
+    boot["t"] = 332
+    assert [f.kind for f in step(engine, 13_932 + 7200, 0.9)] == ["firing"]  # 5 min after
+
+
+def test_a_step_forward_does_not_open_a_max_firings_window() -> None:
+    boot = {"t": 0.0}
+    engine = wall_stepping_engine(rule(maxFirings={"count": 1, "window": "1h"}), boot)
+    (f,) = step(engine, 10_000, 0.9)
+    engine.finished(f, at=0)
+    boot["t"] = 10
+    assert step(engine, 10_010, 0.1) == []
+    boot["t"] = 600
+    assert step(engine, 10_600 + 86_400, 0.9) == []  # a day forward, ten minutes later: capped
+    assert engine.counts[("r", "suppressed_cap")] == 1
+    boot["t"] = 3601
+    assert [f.kind for f in step(engine, 3_601 - 86_400, 0.9)] == ["firing"]  # and back
+
+
+def test_a_cooldown_survives_a_restart_across_which_the_wall_clock_stepped(tmp_path: Any) -> None:
+    # Killed, restarted 5 s later, while the wall clock jumped two hours ahead: the cooldown
+    # (5 min) and the cap (1 an hour) still hold, by the boot time that passed.
+    path = tmp_path / "state.json"
+    m = {"wall": 1_000_000.0, "up": 100.0}
+
+    def engine() -> tuple[RuleEngine, StateFile]:
+        state = state_at(
+            path=path, node="node-a", clock=lambda: m["wall"], uptime=lambda: m["up"], boot_id="b"
+        )
+        r = rule(cooldown="5m", maxFirings={"count": 1, "window": "1h"})
+        return RuleEngine(rules=[r], state=state, clock=state.now), state
+
+    first, state = engine()
+    (f,) = step(first, m["wall"], 0.9)
+    first.finished(f, at=state.now())
+    m["wall"] += 7200 + 5
+    m["up"] += 5
+    again, _ = engine()
+    assert step(again, m["wall"], 0.9) == []
+    assert again.counts[("r", "suppressed_cooldown")] == 1
+    m["wall"] -= 3 * 7200  # and now back, far: neither held longer
+    m["up"] += 301
+    assert step(again, m["wall"], 0.9) == []  # the cooldown is over; the cap is not
+    assert again.counts[("r", "suppressed_cap")] == 1
+    m["up"] += 3600
+    assert [x.kind for x in step(again, m["wall"], 0.9)] == ["firing"]
