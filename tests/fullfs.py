@@ -1,4 +1,5 @@
-"""A real small filesystem that fills up: a tmpfs of a few pages, mounted for one test.
+"""Real filesystems that misbehave: a tmpfs of a few pages that fills up, and an ext4 on a loop
+device whose writes the kernel throttles (a slow disk), mounted for one test.
 
 tmpfs (Documentation/filesystems/tmpfs.rst, ``size=``) refuses pages past its size with
 ``ENOSPC``; ``write(2)`` then writes what still fits and returns that count, the next call
@@ -11,6 +12,7 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -56,3 +58,55 @@ def free_bytes(directory: Path) -> int:
     """Bytes an unprivileged write could still take (statvfs(3) ``f_bavail``)."""
     st = os.statvfs(directory)
     return st.f_bavail * st.f_frsize
+
+
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+
+def can_slow_a_disk() -> bool:
+    """Root, loop devices and the cgroup v1 blkio controller's throttling (this CI's kernel)."""
+    return (
+        can_mount()
+        and Path("/dev/loop-control").exists()
+        and (BLKIO / "blkio.throttle.write_bps_device").exists()
+    )
+
+
+@contextlib.contextmanager
+def slow_disk(workdir: Path, *, write_bps: int, size: int = 64 << 20) -> Iterator[SlowDisk]:
+    """An ext4 filesystem on a loop device whose writes, from the processes of the returned
+    blkio cgroup, are throttled to ``write_bps`` bytes a second by the kernel
+    (Documentation/admin-guide/cgroup-v1/blkio-controller.rst, ``blkio.throttle.
+    write_bps_device``): an ``fsync(2)`` there waits for the throttled writes, as on a disk
+    that slow. Mounted at ``workdir/mnt`` until the block ends."""
+    image, mnt = workdir / "disk.img", workdir / "mnt"
+    mnt.mkdir(parents=True, exist_ok=True)
+    with image.open("wb") as f:
+        f.truncate(size)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    loop = subprocess.run(
+        ["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    cgroup = BLKIO / f"nodeguard-slow-{os.getpid()}-{Path(loop).name}"
+    try:
+        subprocess.run(["mount", loop, str(mnt)], check=True)
+        try:
+            cgroup.mkdir()
+            dev = (Path("/sys/block") / Path(loop).name / "dev").read_text().strip()
+            (cgroup / "blkio.throttle.write_bps_device").write_text(f"{dev} {write_bps}")
+            yield SlowDisk(mount=mnt, cgroup=cgroup)
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], check=False)
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+    finally:
+        subprocess.run(["losetup", "-d", loop], check=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SlowDisk:
+    """The mounted filesystem, and the blkio cgroup whose writes to it are throttled (a
+    process joins by writing its PID to ``cgroup/cgroup.procs``)."""
+
+    mount: Path
+    cgroup: Path
