@@ -451,7 +451,7 @@ def remediation() -> dict[str, Any]:
             unit="short",
             x=0,
             y=24,
-            description="cooldown, cap (maxFirings) or queue_full: not acted on.",
+            description="cooldown, cap (maxFirings), queue_full or state_not_persisted: not acted on.",
         ),
         _panel(
             7,

@@ -22,7 +22,6 @@ import ipaddress
 import logging
 import os
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,7 @@ from nodeguard.kube.watch import PodWatcher
 from nodeguard.logs import AUDIT, report_dropped
 from nodeguard.metric_filter import MetricFilter
 from nodeguard.remediation.incidents import IncidentStore
-from nodeguard.remediation.metrics import RemediationCollector
+from nodeguard.remediation.metrics import RemediationCollector, StateCollector
 from nodeguard.remediation.recovery import adopt_from_cluster, resume_check
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.engine import RuleEngine
@@ -187,7 +186,8 @@ async def run_agent(cfg: AgentConfig) -> int:
     registry = CollectorRegistry(auto_describe=True)
     auditor = Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=registry))
     incidents = IncidentStore(directory=cfg.incidents_dir, keep=cfg.incidents_keep)
-    engine = RuleEngine(rules=source.current.rules if source else (), state=state)
+    # Durations on the state's clock: a step of the wall clock moves no cooldown or window.
+    engine = RuleEngine(rules=source.current.rules if source else (), state=state, clock=state.now)
     env = Env(
         kube=kube,
         auditor=auditor,
@@ -196,22 +196,25 @@ async def run_agent(cfg: AgentConfig) -> int:
         limiter=EvictionLimiter(
             max_units=cfg.evictions_per_window,
             window=cfg.eviction_window,
+            clock=state.now,
             store=state.section("evictions"),
             changed=state.save,
         ),
-        backoff=EvictionBackoff(store=state.section("backoff"), changed=state.save),
+        backoff=EvictionBackoff(
+            clock=state.now, store=state.section("backoff"), changed=state.save
+        ),
         # An eviction plans on the snapshot's pods: it waits for the watch's first LIST.
         pods_synced=cluster[1].is_synced if cluster else None,
         latest=lambda: sampler.latest,
     )
     if state.recovered is not None:
         # What was done just before is unknown: act less, never more.
-        engine.assume_recent(now=time.time())
+        engine.assume_recent(now=state.now())
         env.limiter.exhaust(node)
 
     def feedback(firing: Firing, _results: list[dict[str, Any]], applied: bool) -> None:
         if firing.source == "local":
-            engine.finished(firing, at=time.time(), applied=applied)
+            engine.finished(firing, at=state.now(), applied=applied)
 
     def unplanned(firing: Firing, changed: bool) -> None:
         # Nothing was planned: no cooldown, the rule fires again; an alert's re-sent copy acts.
@@ -220,7 +223,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         elif firing.key:
             dedupe.forget(firing.key)
 
-    dedupe = AlertDedupe(store=state.section("alerts"), changed=state.save)
+    dedupe = AlertDedupe(clock=state.now, store=state.section("alerts"), changed=state.save)
 
     def submit(firing: Firing) -> bool:  # the remediator is made below, with the claimer
         return remediator.submit(firing)
@@ -236,6 +239,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         dedupe=dedupe,
         unauthenticated=cfg.webhook_unauthenticated,
         body_timeout=cfg.limits.body_timeout,
+        state=state,
     )
     claims = AlertClaims(kube=kube, claimant=node) if kube is not None else None
     remediator = Remediator(
@@ -303,10 +307,11 @@ async def run_agent(cfg: AgentConfig) -> int:
             remediator.resume(snapshot=snapshot, check=resume_check(engine))
         for firing in engine.evaluate(snapshot, global_dry_run=cfg.dry_run):
             if not remediator.submit(firing):
-                engine.dropped(firing)
+                engine.dropped(firing, reason=remediator.refusal() or "queue_full")
 
     sampler.add_listener(evaluate)
     registry.register(WebhookCollector(receiver=receiver))
+    registry.register(StateCollector(state=state))
     registry.register(NodeInfoCollector(node_name=node))
     guard = ConnectionGuard(limits=cfg.limits)
     registry.register(ConnectionsCollector(guard=guard))

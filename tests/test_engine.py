@@ -263,11 +263,13 @@ def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
     path = tmp_path / "state.json"
     clock = {"now": 1000.0}
     r = rule(**{"for": "30s"})
+    # Time passes for the wall clock and the boot clock alike (the state's clock runs on it).
+    machine = {"clock": lambda: clock["now"], "uptime": lambda: clock["now"]}
 
     def engine() -> RuleEngine:
         return RuleEngine(
             rules=[r],
-            state=state_at(path=path, node="node-a", clock=lambda: clock["now"], lazy_seconds=0),
+            state=state_at(path=path, node="node-a", lazy_seconds=0, **machine),
         )
 
     first = engine()
@@ -278,15 +280,13 @@ def test_for_windows_survive_a_short_restart_only(tmp_path: Any) -> None:
     assert [f.kind for f in step(engine(), 1031, 0.9)] == ["firing"]
     second = RuleEngine(
         rules=[rule(name="s", **{"for": "30s"})],
-        state=state_at(
-            path=tmp_path / "b.json", node="n", clock=lambda: clock["now"], lazy_seconds=0
-        ),
+        state=state_at(path=tmp_path / "b.json", node="n", lazy_seconds=0, **machine),
     )
     step(second, 1031, 0.9)
     clock["now"] = 1031 + 600  # ten minutes down: nobody saw whether it dipped
     later = RuleEngine(
         rules=[rule(name="s", **{"for": "30s"})],
-        state=state_at(path=tmp_path / "b.json", node="n", clock=lambda: clock["now"]),
+        state=state_at(path=tmp_path / "b.json", node="n", **machine),
     )
     assert step(later, clock["now"], 0.9) == []
     assert step(later, clock["now"] + 31, 0.9) != []
@@ -430,3 +430,86 @@ def test_an_unplanned_firing_owes_its_undo_only_when_an_earlier_step_changed_som
     (f,) = step(engine, 0, 0.9)
     engine.unplanned(f, changed=changed)  # changed: its cordon was done before the eviction
     assert [x.kind for x in step(engine, 1, 0.1)] == undo
+
+
+# -- a wall clock that steps (issue 22, point 5) ------------------------------------------------
+# The agent measures durations on the state's clock (boot time); the snapshots carry the wall
+# clock, stepped here by an operator or a bad NTP server while the machine's time runs on.
+
+
+def wall_stepping_engine(r: Rule, boot: dict[str, float]) -> RuleEngine:
+    return RuleEngine(rules=[r], clock=lambda: boot["t"])
+
+
+def test_a_step_back_during_a_for_window_does_not_silence_the_rule() -> None:
+    # The fault: the rule waited the size of the step (here 5,000 s) on top of its 30 s.
+    boot = {"t": 0.0}
+    engine = wall_stepping_engine(rule(**{"for": "30s"}), boot)
+    assert step(engine, 10_000, 0.9) == []  # crossed
+    boot["t"] = 10
+    assert step(engine, 5_010, 0.9) == []  # the wall clock stepped back 5,000 s
+    boot["t"] = 31
+    assert [f.kind for f in step(engine, 5_031, 0.9)] == ["firing"]  # held 31 s: fires
+
+
+def test_a_step_forward_skips_neither_a_for_window_nor_a_cooldown() -> None:
+    boot = {"t": 0.0}
+    engine = wall_stepping_engine(rule(**{"for": "30s"}, cooldown="5m"), boot)
+    assert step(engine, 10_000, 0.9) == []
+    boot["t"] = 5
+    assert step(engine, 13_605, 0.9) == []  # an hour forward: still 5 s of the 30
+    boot["t"] = 31
+    (f,) = step(engine, 13_631, 0.9)
+    engine.finished(f, at=boot["t"])
+    boot["t"] = 40
+    assert step(engine, 13_640, 0.1) == []  # cleared
+    boot["t"] = 80
+    assert step(engine, 13_680 + 7200, 0.9) == []  # crossed again, two hours forward
+    boot["t"] = 120
+    assert step(engine, 13_720 + 7200, 0.9) == []  # 89 s after the action: the cooldown holds
+    assert engine.counts[("r", "suppressed_cooldown")] == 1
+    boot["t"] = 332
+    assert [f.kind for f in step(engine, 13_932 + 7200, 0.9)] == ["firing"]  # 5 min after
+
+
+def test_a_step_forward_does_not_open_a_max_firings_window() -> None:
+    boot = {"t": 0.0}
+    engine = wall_stepping_engine(rule(maxFirings={"count": 1, "window": "1h"}), boot)
+    (f,) = step(engine, 10_000, 0.9)
+    engine.finished(f, at=0)
+    boot["t"] = 10
+    assert step(engine, 10_010, 0.1) == []
+    boot["t"] = 600
+    assert step(engine, 10_600 + 86_400, 0.9) == []  # a day forward, ten minutes later: capped
+    assert engine.counts[("r", "suppressed_cap")] == 1
+    boot["t"] = 3601
+    assert [f.kind for f in step(engine, 3_601 - 86_400, 0.9)] == ["firing"]  # and back
+
+
+def test_a_cooldown_survives_a_restart_across_which_the_wall_clock_stepped(tmp_path: Any) -> None:
+    # Killed, restarted 5 s later, while the wall clock jumped two hours ahead: the cooldown
+    # (5 min) and the cap (1 an hour) still hold, by the boot time that passed.
+    path = tmp_path / "state.json"
+    m = {"wall": 1_000_000.0, "up": 100.0}
+
+    def engine() -> tuple[RuleEngine, StateFile]:
+        state = state_at(
+            path=path, node="node-a", clock=lambda: m["wall"], uptime=lambda: m["up"], boot_id="b"
+        )
+        r = rule(cooldown="5m", maxFirings={"count": 1, "window": "1h"})
+        return RuleEngine(rules=[r], state=state, clock=state.now), state
+
+    first, state = engine()
+    (f,) = step(first, m["wall"], 0.9)
+    first.finished(f, at=state.now())
+    m["wall"] += 7200 + 5
+    m["up"] += 5
+    again, _ = engine()
+    assert step(again, m["wall"], 0.9) == []
+    assert again.counts[("r", "suppressed_cooldown")] == 1
+    m["wall"] -= 3 * 7200  # and now back, far: neither held longer
+    m["up"] += 301
+    assert step(again, m["wall"], 0.9) == []  # the cooldown is over; the cap is not
+    assert again.counts[("r", "suppressed_cap")] == 1
+    m["up"] += 3600
+    assert [x.kind for x in step(again, m["wall"], 0.9)] == ["firing"]

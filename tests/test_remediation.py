@@ -23,9 +23,11 @@ from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.schema import ActionSpec
 from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import NodeSnapshot, PodMeta
+from nodeguard.statefile import StateFile
 from tests.acting import env_for
 from tests.agent import get, running_agent
 from tests.conftest import host_flags, host_paths, state_at
+from tests.fullfs import PAGE, can_mount, fill, small_tmpfs
 
 GiB = 1 << 30
 
@@ -163,6 +165,7 @@ async def test_a_runbook_whose_rule_no_longer_applies_is_abandoned_with_why(
     first.journal[key]["next"] = 1  # the first step was done when the agent died
     first.journal[key]["results"] = [{"action": "test_count", "outcome": "done"}]
     first.state.save()
+    assert await first.state.persist()  # written before it died
     done: list[tuple[str, bool]] = []
     second = remediator(tmp_path, on_done=lambda f, _r, applied: done.append((f.rule, applied)))
     second.restore()
@@ -522,3 +525,37 @@ async def test_without_a_pod_list_of_its_own_a_step_plans_at_once(tmp_path: Path
     results = await rem.handle(key)
     assert results is not None and [r["outcome"] for r in results] == ["done"]
     assert standin.PLANNED == [None]
+
+
+@pytest.mark.skipif(not can_mount(), reason="mounting a tmpfs needs root")
+async def test_no_step_starts_and_nothing_new_is_taken_while_the_state_cannot_be_written(
+    tmp_path: Path,
+) -> None:
+    # Acting on a journal entry that is not on disk is acting more than the next start knows:
+    # on a full filesystem a queued runbook waits, a new firing is refused, and both go on
+    # once a write succeeds.
+    with small_tmpfs(tmp_path / "fs", size=16 * PAGE) as fs:
+        state = StateFile(path=fs / "state.json", node="node-a", retry_seconds=0.05)
+        rem = remediator(tmp_path, state=state, retry_base=0.05, concurrency=1)
+        stop = asyncio.Event()
+        task = asyncio.create_task(rem.run(stop=stop))
+        assert await state.persist()
+        filler = fill(fs)  # nothing left
+        # A big enough entry that the write cannot fit anywhere.
+        assert rem.submit(firing("waits", actions=("test_count",), time=1.0))
+        rem.journal[next(iter(rem.journal))]["padding"] = "x" * (8 * PAGE)
+        await asyncio.sleep(0.5)
+        assert not state.persisted and state.save_failures >= 1
+        assert standin.RUNS[("test_count", "waits")] == 0  # not acted: not on disk
+        assert rem.refusal() == "state_not_persisted"
+        assert not rem.submit(firing("refused", actions=("test_count",)))
+        filler.unlink()
+        for _ in range(100):
+            if standin.RUNS[("test_count", "waits")]:
+                break
+            await asyncio.sleep(0.05)
+        assert standin.RUNS[("test_count", "waits")] == 1 and state.persisted
+        assert rem.refusal() is None
+        stop.set()
+        await task
+        state.close()

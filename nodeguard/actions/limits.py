@@ -2,7 +2,8 @@
 unit a PodDisruptionBudget refused.
 
 Both keep their state in a plain mapping that the agent takes from its state file
-(:class:`nodeguard.statefile.StateFile`), on the wall clock, so they survive a restart (kill -9
+(:class:`nodeguard.statefile.StateFile`), on the clock they are given (the agent's: the state
+file's, which a step of the wall clock does not move), so they survive a restart (kill -9
 included): an agent restarted by the memory pressure it fights does not get a fresh eviction
 allowance. Both offer :meth:`scratch`: a copy from the same state, for a dry run that must spend
 the limit as the real run would without spending the real one.

@@ -14,8 +14,12 @@ tries again (with jittered backoff) until the Node says who has it.
 A claim lives ``ttl`` (24 h) after the last time a copy of its delivery was seen: Alertmanager
 re-sends a firing alert every ``repeat_interval`` to any agent, and each re-send that finds the
 claim extends it (once a claim is past a tenth of its life), so an alert that keeps firing never
-acts twice. At most :data:`KEEP` deliveries are kept per Node (about 60 bytes each, well within
-the 256 KiB that all of a Node's annotations may take); past that the soonest to expire go.
+acts twice. Expiries are on the wall clock, unlike the agent's own durations
+(:meth:`nodeguard.statefile.StateFile.now`): every agent reads them, and only the wall clock is
+shared between nodes (a clock stepped back keeps a claim longer, which acts less; one stepped
+forward by most of ``ttl`` forgets it early). At most :data:`KEEP` deliveries are kept per
+Node (about 60 bytes each, well within the 256 KiB that all of a Node's annotations may take);
+past that the soonest to expire go.
 
 The remediator claims a delivery just before its first step (:meth:`AlertClaims.claim`), not
 when the delivery arrives: while the API server is down the claim waits, like any step, and

@@ -24,8 +24,10 @@ is not text), 408 when the body does not arrive within the body timeout, 413 ove
 (also once decompressed), 415 for a ``Content-Encoding`` other than gzip, 400 for a body that is
 not what its encoding says, malformed or too deeply nested JSON, a payload without the v4 fields
 (unknown fields are ignored) or with a field over its bound (:data:`LIMITS`, named in the
-answer), 503 when the queue is full (Alertmanager retries; what was queued is deduplicated), 200
-once every alert is queued or deliberately skipped, with the outcome of each in the body.
+answer), 503 when the queue is full or the state file cannot be written (Alertmanager retries;
+what was queued is deduplicated), 200 once every alert is queued — and, with a state file, its
+journal entry and its delivery on disk (:meth:`~nodeguard.statefile.StateFile.persist`) — or
+deliberately skipped, with the outcome of each in the body.
 
 The bounds are on bytes, not only counts: every field of an alert is bounded by the payload
 model, and what is remembered of a delivery is a fixed-size digest (900 KB fingerprints once
@@ -64,6 +66,7 @@ from nodeguard.alerts.claims import AlertClaims
 from nodeguard.firing import Firing
 from nodeguard.rules.schema import AlertRule
 from nodeguard.snapshot import NodeSnapshot
+from nodeguard.statefile import StateFile
 
 __all__ = [
     "LIMITS",
@@ -77,7 +80,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Outcome = Literal[
-    "queued", "duplicate", "stale", "unmatched", "no_node", "nothing_to_undo", "queue_full"
+    "queued",
+    "duplicate",
+    "stale",
+    "unmatched",
+    "no_node",
+    "nothing_to_undo",
+    "queue_full",
+    "state_not_persisted",
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -270,7 +280,8 @@ def _where(loc: Sequence[int | str]) -> str:
 class WebhookReceiver:
     """The aiohttp handler. ``rules()`` gives the alert rules in force, ``submit(firing)`` queues
     (False when full), ``latest()`` the agent's latest snapshot (evidence for its own node).
-    Without a ``token`` the webhook is off (403) unless ``unauthenticated``.
+    Without a ``token`` the webhook is off (403) unless ``unauthenticated``. ``state``: the
+    state file that must hold what was taken before a delivery is answered 2xx.
     ``counts`` holds ``(status, outcome)`` counters for the exporter; ``requests`` by code."""
 
     def __init__(
@@ -286,10 +297,12 @@ class WebhookReceiver:
         dedupe: AlertDedupe | None = None,
         unauthenticated: bool = False,
         body_timeout: float = 10.0,
+        state: StateFile | None = None,
     ) -> None:
         self._node, self._rules, self._submit, self._latest = node_name, rules, submit, latest
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
         self._open, self._body_timeout = unauthenticated, body_timeout
+        self._state = state
         self.dedupe = dedupe or AlertDedupe()
         self.counts: Counter[tuple[str, str]] = Counter()
         self.requests: Counter[int] = Counter()
@@ -390,11 +403,21 @@ class WebhookReceiver:
                     "outcome": outcome,
                 }
             )
-            if outcome == "queue_full":
+            if outcome in ("queue_full", "state_not_persisted"):
                 full = True
                 break  # Alertmanager retries the whole batch; the rest is handled then
+        if full and outcomes[-1]["outcome"] == "state_not_persisted":
+            return self._answer(
+                503, {"error": "remediation state cannot be written, retry", "alerts": outcomes}
+            )
         if full:
             return self._answer(503, {"error": "remediation queue full, retry", "alerts": outcomes})
+        if self._state is not None and not await self._state.persist():
+            # Taken and queued, but a kill now would lose it: Alertmanager must send it again
+            # (the copy is a duplicate while this agent lives, and acts after a restart).
+            return self._answer(
+                503, {"error": "remediation state cannot be written, retry", "alerts": outcomes}
+            )
         return self._answer(200, {"alerts": outcomes})
 
     async def _decide(self, alert: WebhookAlert) -> Outcome:
@@ -409,6 +432,8 @@ class WebhookReceiver:
                 self._node_label,
             )
             return "no_node"
+        if self._state is not None and not self._state.persisted:
+            return "state_not_persisted"  # taken now, it would act unknown to the next start
         # Checked and taken in one step of the event loop (no await in between): of
         # deliveries arriving together, one passes.
         skip = self.dedupe.take(alert)
@@ -418,6 +443,8 @@ class WebhookReceiver:
             return "nothing_to_undo"
         if not self._submit(self._firing(alert, rule, node)):
             self.dedupe.release(alert)  # Alertmanager's retry must find it new
+            if self._state is not None and not self._state.persisted:
+                return "state_not_persisted"
             return "queue_full"
         return "queued"
 

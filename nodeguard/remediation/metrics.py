@@ -5,7 +5,9 @@ A custom collector (like the exporter's) reading the objects' counters at scrape
 ``nodeguard_rules_reload_errors_total``, ``nodeguard_rule_targets{rule,state}``,
 ``nodeguard_rule_firings_total{rule,kind}``, ``nodeguard_rule_suppressed_total{rule,reason}``,
 ``nodeguard_remediation_queue_length``, ``nodeguard_remediation_in_flight``,
-``nodeguard_incidents_total``. Action outcomes are ``nodeguard_actions_total`` (the auditor's).
+``nodeguard_incidents_total``; of the state file (:class:`StateCollector`, with a state
+directory): ``nodeguard_state_persisted``, ``nodeguard_state_save_failures_total``. Action
+outcomes are ``nodeguard_actions_total`` (the auditor's).
 """
 
 from __future__ import annotations
@@ -18,8 +20,37 @@ from prometheus_client.registry import Collector
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import RuleSource
+from nodeguard.statefile import StateFile
 
-__all__ = ["RemediationCollector"]
+__all__ = ["RemediationCollector", "StateCollector"]
+
+
+class StateCollector(Collector):
+    """Renders whether the remediation state file can be written; nothing without a state
+    directory (the state is in memory: there is no write to fail)."""
+
+    def __init__(self, *, state: StateFile) -> None:
+        self._state = state
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        if self._state.path is None:
+            return
+        ok = GaugeMetricFamily(
+            "nodeguard_state_persisted",
+            "1 when the latest write of the remediation state succeeded; 0 while it cannot be "
+            "written (a full or failing disk): no new action starts meanwhile",
+        )
+        ok.add_metric([], 1.0 if self._state.persisted else 0.0)
+        failures = CounterMetricFamily(
+            "nodeguard_state_save_failures",
+            "writes of the remediation state that failed (ENOSPC, EIO, a short write); the "
+            "previous file was kept",
+        )
+        failures.add_metric([], self._state.save_failures)
+        yield from (ok, failures)
 
 
 class RemediationCollector(Collector):
@@ -58,7 +89,7 @@ class RemediationCollector(Collector):
         )
         suppressed = CounterMetricFamily(
             "nodeguard_rule_suppressed",
-            "firings not acted on, by reason (cooldown, cap, queue_full)",
+            "firings not acted on, by reason (cooldown, cap, queue_full, state_not_persisted)",
             labels=["rule", "reason"],
         )
         for (rule, what), n in sorted(self._engine.counts.items()):

@@ -17,6 +17,16 @@ idempotent (cordon and pause check what is already done; eviction skips the unit
 lists and finishes gangs recorded on the Node), so a step cut short runs again without acting
 twice.
 
+**A state that cannot be written.** While the state file cannot be written (a full or failing
+disk: :attr:`StateFile.persisted <nodeguard.statefile.StateFile.persisted>`), nothing new is
+taken (:meth:`Remediator.submit` refuses: rules count "not acted", the webhook answers 503 so
+Alertmanager retries), and no step starts before the journal entry that announces it is on disk
+(:meth:`StateFile.persist <nodeguard.statefile.StateFile.persist>`): a runbook under way waits,
+and goes on once a write succeeds. An action's write-ahead record that cannot be written
+(:class:`~nodeguard.statefile.StateNotPersisted`) stops its step before the next API call; the
+step runs again, from that record, later. Acting on what the next start would not know of is
+acting more, never less.
+
 **Retries.** A step whose result is a transient API failure (``retry``) is run again with
 capped exponential backoff (``retry_base`` .. ``retry_cap`` seconds) until ``resume_window``
 after the firing; later steps wait for it (a cordon before the eviction). After that the
@@ -46,10 +56,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.context import Call, Env
@@ -58,7 +67,7 @@ from nodeguard.firing import Firing
 from nodeguard.logs import AUDIT
 from nodeguard.remediation.incidents import IncidentStore, incident_id
 from nodeguard.snapshot import NodeSnapshot
-from nodeguard.statefile import StateFile
+from nodeguard.statefile import StateFile, StateNotPersisted
 from nodeguard.units import format_duration
 
 __all__ = ["Decision", "Done", "Remediator"]
@@ -95,7 +104,8 @@ class Remediator:
     ``global_dry_run`` always wins over a firing's own setting (a rule can only add dry run).
     ``state``: the state file holding the journal (``None``: in memory). ``pods_wait``: the
     longest a step that plans from pods waits for them (seconds), looking every ``pods_poll``
-    seconds. ``clock``/``sleep`` are injectable for tests.
+    seconds. ``clock`` (default: the state's clock, which a step of the wall clock does not
+    move) and ``sleep`` are injectable for tests.
     """
 
     def __init__(
@@ -115,7 +125,7 @@ class Remediator:
         pods_wait: float = 30.0,
         pods_poll: float = 0.1,
         on_unplanned: Unplanned | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.env = env
@@ -131,7 +141,7 @@ class Remediator:
         self.pods_wait, self.pods_poll = pods_wait, pods_poll
         self._pods_deadline: dict[str, float] = {}
         self.resume_window, self.retry_base, self.retry_cap = resume_window, retry_base, retry_cap
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep = clock or self.state.now, sleep
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._firings: dict[str, Firing] = {}
         self._restored: dict[str, Firing] = {}
@@ -147,10 +157,29 @@ class Remediator:
 
     def full(self) -> bool:
         """Whether :meth:`submit` would refuse now."""
-        return self._queue.qsize() >= self.queue_size
+        return self.refusal() is not None
+
+    def refusal(self) -> Literal["queue_full", "state_not_persisted"] | None:
+        """Why :meth:`submit` would refuse now: the queue is full, or the state file cannot
+        be written (a firing taken now would be unknown to the next start); ``None``: it
+        takes."""
+        if not self.state.persisted:
+            return "state_not_persisted"
+        if self._queue.qsize() >= self.queue_size:
+            return "queue_full"
+        return None
 
     def submit(self, firing: Firing) -> bool:
-        """Journal and queue a firing without waiting; False when the queue is full."""
+        """Journal and queue a firing without waiting; False when the queue is full or the
+        state cannot be written (:meth:`refusal`)."""
+        if not self.state.persisted:
+            log.error(
+                "remediation state not written: not acting on %s %s on %s",
+                firing.kind,
+                firing.rule,
+                firing.target,
+            )
+            return False
         if self.full():
             log.error(
                 "remediation queue full (%d): dropping %s %s on %s",
@@ -287,6 +316,9 @@ class Remediator:
                 " (dry run)" if dry else "",
                 extra=AUDIT,
             )
+        if not await self.state.persist():
+            self._wait_for_state(key)  # what the step would act on is not on disk yet
+            return None
         if firing.key and self._claim is not None and not entry.get("claimed"):
             claim = await self._claim(firing)
             if claim in ("duplicate", "stale"):
@@ -301,7 +333,9 @@ class Remediator:
                 return None
             entry["claimed"] = claim
             self.state.save()
-        call = Call(env=self.env, firing=firing, dry_run=dry, note=note, checkpoint=self.state.save)
+        call = Call(
+            env=self.env, firing=firing, dry_run=dry, note=note, checkpoint=self.state.checkpoint
+        )
         while entry["next"] < len(firing.steps):
             index = entry["next"]
             if get(firing.steps[index].action).needs_pods:
@@ -314,7 +348,14 @@ class Remediator:
                 if ready is not firing:  # planned on the first snapshot that names the pods
                     firing = call.firing = self._firings[key] = ready
             call.progress = entry["progress"].setdefault(str(index), {})
-            results = await dispatch(call, firing.steps[index])
+            if not await self.state.persist():
+                self._wait_for_state(key)
+                return None
+            try:
+                results = await dispatch(call, firing.steps[index])
+            except StateNotPersisted:
+                self._wait_for_state(key)  # stopped before its next API call: runs again later
+                return None
             late = self._clock() - float(entry["created"]) > self.resume_window
             if any(r.retry for r in results) and not late:
                 failed = next(r for r in results if r.retry)
@@ -425,6 +466,12 @@ class Remediator:
         self.state.save()
         log.warning("%s: %s failed (%s); trying again in %.0fs", key, what, message, delay)
         self._later(key, delay)
+
+    def _wait_for_state(self, key: str) -> None:
+        """Run ``key`` again once the state may be written (no attempt counted: nothing was
+        tried)."""
+        log.warning("%s waits: the remediation state cannot be written", key)
+        self._later(key, self.retry_base)
 
     def _later(self, key: str, delay: float) -> None:
         async def wait() -> None:

@@ -12,15 +12,21 @@ For every rule and every target of its scope (oomd's detector semantics):
 - ``maxFirings`` caps firings of a rule over all targets per window; a capped or cooled-down
   firing is counted, never queued.
 
-Time is the snapshot's timestamp (Unix seconds, wall clock), so tests drive the engine with a
-fake clock by building snapshots, and the state means the same after a restart: which targets
+Durations run on ``clock`` (the agent's: the state file's clock,
+:meth:`~nodeguard.statefile.StateFile.now`, which runs with the boot clock and is continued
+across restarts by the boot time that passed): a step of the wall clock during a ``for``
+window, a cooldown or a ``maxFirings`` window neither shortens nor lengthens it. Without a
+``clock`` (tests) time is the snapshots' timestamps, so tests drive the engine with a fake
+clock by building snapshots. A firing's ``time`` is always its snapshot's (wall clock: when it
+was decided, for incidents). The state means the same after a restart: which targets
 fire, whose actions are under way, the last action of each target (cooldowns), each rule's
 recent firings (``maxFirings``) and the first-crossing times (``for``) live in the state file's
 ``rules`` section (:class:`~nodeguard.statefile.StateFile`). A ``for`` window survives a
 restart only when the state was saved less than :data:`PENDING_GAP` seconds before it: after a
 longer gap nobody watched whether the value dropped back. When the state file could not be used,
 every rule waits one cooldown and counts one firing (:meth:`RuleEngine.assume_recent`): acting
-less, never more, than with the lost state.
+less, never more, than with the lost state. Times read back that lie after now (a file
+written by a clock that ran ahead) count as now, and a hold as at most one cooldown from now.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import hashlib
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -73,12 +79,20 @@ class _State:
 class RuleEngine:
     """Evaluates rules on snapshots. ``counts`` holds per-rule counters for the exporter:
     ``firings``, ``resolved``, ``suppressed_cooldown``, ``suppressed_cap``,
-    ``suppressed_queue_full``. ``state``: where the engine's state is kept (``None``: in
-    memory only, as in tests)."""
+    ``suppressed_queue_full``, ``suppressed_state_not_persisted``. ``state``: where the
+    engine's state is kept (``None``: in memory only, as in tests). ``clock``: what durations
+    are measured on, in seconds (``None``: the snapshots' timestamps)."""
 
-    def __init__(self, *, rules: Sequence[Rule], state: StateFile | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        rules: Sequence[Rule],
+        state: StateFile | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.history = History()
         self._store = state
+        self._clock = clock
         self._rules: tuple[Rule, ...] = ()
         self._states: dict[tuple[str, str], _State] = {}
         self._fired: dict[str, list[float]] = {}
@@ -239,7 +253,7 @@ class RuleEngine:
         focused sample (:mod:`nodeguard.sampler`), only the node and the targets it re-read:
         the others were evaluated on the values it carries."""
         self.history.observe(snapshot)
-        now = snapshot.timestamp
+        now = snapshot.timestamp if self._clock is None else self._clock()
         out: list[Firing] = []
         vanished = False
         for rule in self._rules:
@@ -280,7 +294,7 @@ class RuleEngine:
                 scope=rule.scope,
                 target=target.key,
                 node=snapshot.node_name,
-                time=now,
+                time=snapshot.timestamp,
                 steps=tuple(a.step for a in (rule.actions if kind == "firing" else rule.resolve)),
                 dry_run=dry or bool(rule.dry_run),
                 values=values,
@@ -324,6 +338,8 @@ class RuleEngine:
         if st.last_acted is not None and st.last_acted > now:
             st.last_acted = now  # the clock stepped back: a cooldown from the future never ends
         held = self._held_until.get(rule.name)
+        if held is not None and held > now + rule.cooldown:
+            held = self._held_until[rule.name] = now + rule.cooldown  # written ahead of its time
         if (
             st.busy
             or (st.last_acted is not None and now - st.last_acted < rule.cooldown)
@@ -379,16 +395,24 @@ class RuleEngine:
             return
         st.busy = False
         if firing.kind == "firing":
-            st.firing, st.last_acted = changed, None
+            # The firing was counted at the engine's clock (last_acted), not at the
+            # snapshot's wall time the firing carries.
+            fired_at, st.firing, st.last_acted = st.last_acted, changed, None
             times = self._fired.get(firing.rule)
-            if times and firing.time in times:
-                times.remove(firing.time)
+            if times and fired_at in times:
+                times.remove(fired_at)
         self._save()
 
-    def dropped(self, firing: Firing) -> None:
-        """The remediator could not take the firing (queue full): free the target so the rule
-        can fire again at the next sample."""
-        self._count(firing.rule, "suppressed_queue_full")
+    def dropped(
+        self,
+        firing: Firing,
+        *,
+        reason: Literal["queue_full", "state_not_persisted"] = "queue_full",
+    ) -> None:
+        """The remediator could not take the firing (its queue is full, or the state file
+        cannot be written: not acted, since the next start would not know of it): free the
+        target so the rule can fire again at the next sample. Counted under ``reason``."""
+        self._count(firing.rule, f"suppressed_{reason}")
         st = self._states.get((firing.rule, firing.target))
         if st is None:
             return
