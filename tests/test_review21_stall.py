@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.fixtures.make_hosts import write
-from tests.test_node_pressure import GiB, Container, _host, _run, _value
+from tests.test_node_pressure import Container, GiB, _host, _run, _value
 
 
 def test_review21_node_reclaim_with_page_cache_full_limits_still_acts(tmp_path: Path) -> None:
@@ -39,8 +39,10 @@ def test_review21_node_reclaim_with_page_cache_full_limits_still_acts(tmp_path: 
         )
     fired, snaps = _run(paths, kswapd_per_step=50_000, direct_per_step=20_000)
     last = snaps[-1]
-    assert _value(last, snaps, "node_direct_reclaim_bytes_per_second") > 0
-    assert _value(last, snaps, "container_unreclaimable_limit_ratio") < 0.2
+    reclaim = _value(last, snaps, "node_direct_reclaim_bytes_per_second")
+    assert reclaim is not None and reclaim > 0
+    unreclaimable = _value(last, snaps, "container_unreclaimable_limit_ratio")
+    assert unreclaimable is not None and unreclaimable < 0.2
     # Node reclaim, six containers stalling in it: the stall is the node's. Today 0.0.
     share = _value(last, snaps, "node_memory_stall_outside_limits_ratio")
     assert share is not None and share > 0.10
