@@ -28,9 +28,7 @@ _WORKING_SET_SIGNALS = {"pod_seconds_to_limit", "container_seconds_to_limit"}
 
 
 def _shipped_rule_files() -> list[Path]:
-    return sorted(
-        [*(ROOT / "rules").rglob("*.yaml"), *(ROOT / "daemonset").rglob("rules/*.yaml")]
-    )
+    return sorted([*(ROOT / "rules").rglob("*.yaml"), *(ROOT / "daemonset").rglob("rules/*.yaml")])
 
 
 def test_no_shipped_eviction_decides_on_the_working_set() -> None:
@@ -73,8 +71,10 @@ def test_example_rules_do_not_evict_on_page_cache(tmp_path: Path, name: str) -> 
 
 @pytest.mark.parametrize(
     ("name", "rule"),
-    [("katib-mixed-trials.yaml", "trial-near-limit"),
-     ("shared-gpu-nodes.yaml", "team-pod-over-limit-soon")],
+    [
+        ("katib-mixed-trials.yaml", "trial-near-limit"),
+        ("shared-gpu-nodes.yaml", "team-pod-over-limit-soon"),
+    ],
 )
 def test_example_rules_evict_on_anon_heading_for_the_limit(
     tmp_path: Path, name: str, rule: str

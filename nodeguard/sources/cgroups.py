@@ -19,6 +19,8 @@ swap room           ``memory.swap.max``,         (none: the kubelet has no swap 
 OOM kills           ``memory.events`` oom_kill   ``memory.oom_control`` oom_kill (>= 4.13);
                     (hierarchical)               a pod's summed with its containers'
 limit hits          ``memory.events`` max        ``memory.failcnt``
+throttle bound      ``memory.high`` (only where  (none)
+                    ``memory.events`` high > 0)
 pressure            ``memory.pressure``          (none)
 ==================  ==========================  ===============================================
 
@@ -210,6 +212,7 @@ class _Parts(NamedTuple):
     own_limit: int | None
     swap_max: int | None = None  # v2, read only where the node has swap free
     swap_current: int | None = None
+    high: int | None = None  # v2 memory.high, read only where memory.events high > 0
 
 
 class _Swap(NamedTuple):
@@ -326,6 +329,7 @@ def _build(
         oom_kills=events.get("oom_kill"),
         limit_hits=limit_hits,
         high_events=high,
+        high_bytes=normalise_limit(parts.high, mem_total=mem_total),
         pressure=parts.pressure,
         unreclaimable_bytes=unreclaimable,
         refault_file_bytes=None if refaults is None else refaults * _PAGE_SIZE,
@@ -522,9 +526,7 @@ class CgroupReader:
                 raise NoDataError(f"no kubepods cgroup under {layout.root}")
             for kube_root in roots:
                 limit = self._ancestor_limit(layout=layout, path=kube_root, mem_total=mem_total)
-                found = self._read_root(
-                    layout=layout, root=kube_root, limit=limit, total=mem_total
-                )
+                found = self._read_root(layout=layout, root=kube_root, limit=limit, total=mem_total)
                 if self._kubepods is None:  # after its pods: their swap bounds bound its own
                     self._read_kubepods(
                         layout=layout,
@@ -725,10 +727,14 @@ class CgroupReader:
     def _read_parts(self, base: str, version: Literal[1, 2], ino: int) -> _Parts:
         if version == 2:
             swap = bool(self._node_swap.node_free)
+            events = self._file(f"{base}/memory.events", _events_v2, ino=ino)
+            # memory.high only where it has throttled (a stall there is the cgroup's own:
+            # nodeguard.stall); on most nodes no cgroup has, and the file is not read.
+            throttled = bool(events and events.get("high"))
             return _Parts(
                 stat=self._file(f"{base}/memory.stat", _stat_v2, ino=ino),
                 usage=self._file(f"{base}/memory.current", _parse_int, ino=ino),
-                events=self._file(f"{base}/memory.events", _events_v2, ino=ino),
+                events=events,
                 failcnt=None,
                 pressure=self._file(f"{base}/memory.pressure", parse_pressure, ino=ino),
                 own_limit=self._file(f"{base}/memory.max", _parse_int, ino=ino),
@@ -736,6 +742,7 @@ class CgroupReader:
                 swap_current=self._optional(f"{base}/memory.swap.current", ino=ino)
                 if swap
                 else None,
+                high=self._optional(f"{base}/memory.high", ino=ino) if throttled else None,
             )
         return _Parts(
             stat=self._file(f"{base}/memory.stat", _stat_v1, ino=ino),
