@@ -73,6 +73,9 @@ class Call:
     - ``progress``: this step's journal record, which an action may fill as it goes (what it
       has already done) and read when the step is resumed after a restart; ``checkpoint()``
       writes it to the state file now (an action calls it after each irreversible write).
+    - ``finishing``: the step is run again after a restart only to finish what it had under
+      way (its ``progress`` is not empty) although its rule's condition no longer holds: an
+      action completes and reports the writes it had started and starts nothing new.
     """
 
     env: Env
@@ -81,6 +84,7 @@ class Call:
     note: str
     progress: MutableMapping[str, Any] = field(default_factory=dict)
     checkpoint: Callable[[], None] = _no_checkpoint
+    finishing: bool = False
     _limits: tuple[EvictionLimiter, EvictionBackoff] | None = None
 
     @property

@@ -326,6 +326,7 @@ class _Walk:
     progress: MutableMapping[str, Any]
     checkpoint: Callable[[], None]
     one_shot: bool = False
+    finish_only: bool = False
     flt: EvictFilter = dataclasses.field(default_factory=EvictFilter)
     outcomes: list[UnitOutcome] = dataclasses.field(default_factory=list)
     stop: Stop | None = None
@@ -545,6 +546,8 @@ class _Walk:
             await self.finish_inflight()
             already = set(self.progress.get("units", []))
             await self.finish_gangs(usage)
+            if self.finish_only:
+                return  # what was under way is done; the condition that chose more is gone
             for unit, why in plan.ranked:
                 if self.progress.get("units") and self.freed >= target:
                     break
@@ -648,10 +651,12 @@ async def evict(
     checkpoint: Callable[[], None] = lambda: None,
     one_shot: bool = False,
     flt: EvictFilter | None = None,
+    finish_only: bool = False,
 ) -> ActionResult:
     """Evict units of ``plan`` in order until ``target_bytes`` are freed (0: just the first).
     With a target, units whose working set is unknown are skipped, never evicted blind. Gangs
-    an earlier run left half-evicted on ``node`` are finished first.
+    an earlier run left half-evicted on ``node`` are finished first; ``finish_only``: only
+    those and the unit under way when an earlier run was cut short, nothing of ``plan``.
 
     Outcomes: done (at least one unit evicted, or would be); blocked (every candidate refused
     by a PodDisruptionBudget or in backoff); refused (the per-node limit is spent before
@@ -671,6 +676,7 @@ async def evict(
         progress=progress if progress is not None else {},
         checkpoint=checkpoint,
         one_shot=one_shot,
+        finish_only=finish_only,
         flt=flt or EvictFilter(),
     )
     await walk.run(plan, target_bytes, usage or {})
@@ -847,6 +853,10 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
             f"free: {args.free} is a share of a total this process does not know "
             f"({call.firing.node}'s usable memory or the GPU's memory)"
         )
+    if call.finishing:
+        # Only what an earlier run had under way (a pod it is evicting may already be gone
+        # from the plan): the plan and its target are not used.
+        refusal, target = None, target or 0
     limiter, backoff = call.limits()
     if refusal is not None:
         return call.result(
@@ -871,6 +881,7 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
         checkpoint=call.checkpoint,
         one_shot=call.one_shot,
         flt=args.filter(),
+        finish_only=call.finishing,
     )
     return [dataclasses.replace(result, details={**result.details, "plan": plan_record(plan)})]
 
