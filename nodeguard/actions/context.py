@@ -38,8 +38,10 @@ class Env:
       never both believe they hold it).
     - ``cordon``: cordon mode and budget; ``limiter``/``backoff``: the per-node eviction limit
       and the PodDisruptionBudget backoff, kept in the state file by the agent.
-    - ``usage``: pod UID -> working set bytes for nodes whose snapshot this process does not
-      have (``nodeguard act --agent-url``).
+    - ``usage``: pod UID -> bytes an eviction frees, for nodes whose snapshot this process
+      does not have (``nodeguard act --agent-url``: the agent's unreclaimable memory, its
+      working set where that is unknown); ``usage_measure`` names what it counts
+      (:func:`~nodeguard.actions.ranking.usage_measure`).
     """
 
     kube: KubeClient | None
@@ -50,6 +52,7 @@ class Env:
     backoff: EvictionBackoff = field(default_factory=EvictionBackoff)
     identity: str = field(default_factory=_identity)
     usage: Mapping[str, int] = field(default_factory=dict)
+    usage_measure: str = "unreclaimable memory"
 
     def limits(self, *, dry_run: bool) -> tuple[EvictionLimiter, EvictionBackoff]:
         """The limiter and backoff a run spends: the real ones, or in dry run copies that
