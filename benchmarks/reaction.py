@@ -24,7 +24,7 @@ Hogs (``1 MiB`` allocations, every page touched):
   limit, then 0.5 MiB/s: 51 s from 95 % to the limit) and three ``slow`` ones (then 0.125 MiB/s:
   205 s), growth too slow for a short fit to tell from noise;
 - the look-alikes, from the start to the end: page-cache readers (tests/kernel_cgroup.py
-  ``READER``) re-reading a cold 480 MiB file at 8 and 32 MiB/s in 512 MiB limits. From their
+  ``READER``) re-reading a cold 500 MiB file at 8 and 32 MiB/s in 512 MiB limits. From their
   second pass the cache is active and their working set sits at 95 % of the limit and more,
   while the kernel reclaims it there and kills nothing: a firing on one is a false positive.
 
@@ -90,7 +90,7 @@ HOGS_PER_GROUP = 10
 SLOW = [("medium", 256 * 1024), ("slow", 64 * 1024)]
 SLOW_EACH = 3
 #: Page-cache readers: (rate in MiB/s, file in MiB, limit in MiB).
-READERS = [(8, 480, 512), (32, 480, 512)]
+READERS = [(8, 500, 512), (32, 500, 512)]
 AGENTS: dict[str, list[str]] = {
     "polling": [
         "--focus.interval=0",
@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             groups=[(8, 512), (32, 1024)],
             per_group=3,
             slow_each=0,
-            readers=[(32, 480, 512)],
+            readers=[(32, 500, 512)],
         )
     else:
         res = run(args.workdir)

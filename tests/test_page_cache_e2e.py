@@ -220,6 +220,11 @@ def test_reader_stays_and_hog_is_evicted_once_across_kill_9(
     ((action, outcome),) = [(a["action"], a["outcome"]) for a in inc["actions"]]
     assert (action, outcome) == ("evict", "done")
     assert inc["actions"][0]["details"]["evicted"][0]["pods"] == [f"{s.ns}/hog"]
+    # Its words name what was counted: unreclaimable memory, what the eviction frees.
+    assert (
+        "of unreclaimable memory (target 0: the first unit alone)" in inc["actions"][0]["message"]
+    )
+    assert inc["actions"][0]["details"]["evicted"][0]["why"].startswith("unreclaimable memory ")
     assert [i["id"] for i in incidents] == [incident["id"]]
     # Exactly once: one pod evicted, one Event; the loader never asked for, never touched.
     assert _nodeguard_events(cluster, s.ns, "hog") == ["NodeguardEvicted"]

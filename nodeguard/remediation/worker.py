@@ -178,7 +178,10 @@ class Remediator:
         """Decide each restored entry: ``check(firing, snapshot)`` says why not to resume a
         local rule's firing (``None``: resume); alerts and commands resume within
         ``resume_window``; resolves always resume. Resumed entries go to the queue with the
-        fresh snapshot as evidence; the others are abandoned (incident written, ``on_done``)."""
+        fresh snapshot as evidence; the others are abandoned (incident written, ``on_done``),
+        but for an entry whose step was under way (its ``progress`` not empty): that step runs
+        once more with :attr:`~nodeguard.actions.context.Call.finishing` set, then the entry
+        ends (incident ``finished_under_way``: why; ``steps_not_run``)."""
         decisions = []
         now = self._clock()
         for key, firing in sorted(self._restored.items()):
