@@ -182,7 +182,7 @@ def test_reader_stays_and_hog_is_evicted_once_across_kill_9(
             # The look-alike is real: the agent itself sees the loader's working set at 95 %
             # and more of its limit, where the old rule evicts it (the second test).
             full = wait_until(
-                "the loader at its limit", lambda: _at_limit(base, s.loader), timeout=90
+                "the loader at its limit", lambda: _at_limit(base, s.loader), timeout=120
             )
             assert full["unreclaimable_bytes"] <= 0.2 * LIMIT
             assert full["file_bytes"] >= 48 * MiB
@@ -244,7 +244,7 @@ def test_the_working_set_rule_evicts_the_reader(
             process_in(s.loader, [sys.executable, "-c", READER, str(s.dataset), str(PAUSE)]),
             running_agent(args=args, log_path=tmp_path / "agent.log") as base,
         ):
-            wait_until("the loader's eviction", lambda: _gone(cluster, s.ns, "loader"), timeout=60)
+            wait_until("the loader's eviction", lambda: _gone(cluster, s.ns, "loader"), timeout=120)
             (incident,) = wait_until("its incident", lambda: _incidents(base), timeout=15)
             inc = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert (inc["rule"], inc["target"]) == (
