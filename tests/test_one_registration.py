@@ -125,7 +125,8 @@ def toys() -> Iterator[None]:
         yield
 
 
-def test_the_toy_collector_is_a_flag_of_run_and_snapshot_and_samples(toys: None) -> None:
+@pytest.mark.usefixtures("toys")
+def test_the_toy_collector_is_a_flag_of_run_and_snapshot_and_samples() -> None:
     parser = build_parser()
     for command in ("run", "snapshot"):
         assert parser.parse_args([command]).collector_toy is True
@@ -138,8 +139,9 @@ def test_the_toy_collector_is_a_flag_of_run_and_snapshot_and_samples(toys: None)
     assert "toy" not in (sampler_config(args, state=None, interval=5.0).collectors or ())
 
 
+@pytest.mark.usefixtures("toys")
 def test_the_toy_action_is_a_subcommand_of_act_with_its_flags(
-    toys: None, capsys: pytest.CaptureFixture[str]
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     parser = build_parser()
     args = parser.parse_args(["act", "toy", "--node=n", "--times=3", "--toy.loudness=7"])
@@ -185,7 +187,8 @@ def test_check_takes_a_rule_of_the_toy_signal_and_action(tmp_path: Path) -> None
     assert main(["check", str(path)]) == 1  # gone with their registration
 
 
-def test_the_readme_checks_see_the_toys(toys: None) -> None:
+@pytest.mark.usefixtures("toys")
+def test_the_readme_checks_see_the_toys() -> None:
     for check in (
         test_docs_tables.test_the_signal_table_is_the_registry,
         test_docs_tables.test_every_action_is_named_in_the_readme,
