@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from nodeguard.cli import build_parser
+from nodeguard.cli.flags import cordon_config
 from nodeguard.cli.flags import duration as parse_duration
 from nodeguard.cli.run import focus_interval, notify_config
 from nodeguard.units import format_bytes
@@ -191,6 +192,7 @@ METAVARS = {
     "PERCENT": "",
     "COUNT": "",
     "PRIORITY": "",
+    "SECONDS": "",
     "DIR": "",
     "FILE": "",
     "PATH": "",
@@ -207,14 +209,22 @@ METAVARS = {
 }
 
 
-def _flags() -> list[tuple[str, argparse.Action]]:
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return [
-        (name, action)
-        for name, parser in sub.choices.items()
-        for action in parser._actions
-        if not isinstance(action, argparse._HelpAction)
-    ]
+def _flags(
+    parser: argparse.ArgumentParser | None = None, prefix: str = ""
+) -> list[tuple[str, argparse.Action]]:
+    """Every flag of every subcommand, ``nodeguard act``'s subcommands too ("act evict")."""
+    parser = parser or build_parser()
+    out: list[tuple[str, argparse.Action]] = []
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        command = f"{prefix}{name}"
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                out.append((command, action))
+                out.extend(_flags(p, f"{command} "))
+            elif not isinstance(action, argparse._HelpAction):
+                out.append((command, action))
+    return out
 
 
 def test_every_subcommand_is_a_module_of_the_cli_package() -> None:
@@ -222,7 +232,7 @@ def test_every_subcommand_is_a_module_of_the_cli_package() -> None:
 
     assert list(SUBCOMMANDS) == ["run", "snapshot", "check", "incidents", "act"]
     assert {m.__name__ for m in SUBCOMMANDS.values()} == {f"nodeguard.cli.{n}" for n in SUBCOMMANDS}
-    assert {c for c, _ in _flags()} == set(SUBCOMMANDS)
+    assert {c.split()[0] for c, _ in _flags()} == set(SUBCOMMANDS)
 
 
 def test_every_flag_says_its_default_and_unit() -> None:
@@ -249,7 +259,7 @@ def test_one_log_level_flag_everywhere() -> None:
         for command, a in _flags()
         if "--log.level" in a.option_strings
     }
-    assert {c for c, _ in levels} == {"run", "snapshot", "check", "incidents", "act"}
+    assert {c.split()[0] for c, _ in levels} == {"run", "snapshot", "check", "incidents", "act"}
     assert {choices for _, choices in levels} == {("debug", "info", "warning", "error")}
     assert build_parser().parse_args(["run"]).log_level == "info"
     assert build_parser().parse_args(["check", "f"]).log_level == "warning"
@@ -282,7 +292,8 @@ def test_act_spells_the_cordon_flags_as_run_does() -> None:
         ["act", "cordon", "--node=n", "--mode=taint", "--budget-percent=10"]
     )
     for args in (run, act, old):
-        assert (args.cordon_mode, args.budget_percent) == ("taint", 10.0)
+        config = cordon_config(args)
+        assert (config.mode, config.budget_percent) == ("taint", 10.0)
 
 
 def test_sizes_flags_take_quantities() -> None:

@@ -97,20 +97,30 @@ async def sampler() -> AsyncIterator[Sampler]:
     s.close()
 
 
-def test_the_seven_collectors_are_registered_in_reading_order() -> None:
-    assert set(COLLECTORS) == {
-        "meminfo",
-        "pressure",
-        "cgroups",
-        "kmsg",
-        "processes",
-        "gpu",
-        "vmstat",
+def test_every_collector_module_registers_its_collector_in_reading_order() -> None:
+    """Every ``Collector`` subclass defined in ``nodeguard/collectors/`` is registered (a
+    module that forgets ``@register`` fails here), and the sampler's list is the registry's."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import nodeguard.collectors as package
+
+    defined = {
+        cls.name
+        for info in pkgutil.iter_modules(package.__path__)
+        for _, cls in inspect.getmembers(importlib.import_module(f"{package.__name__}.{info.name}"))
+        if inspect.isclass(cls)
+        and issubclass(cls, Collector)
+        and not inspect.isabstract(cls)
+        and cls.__module__ == f"{package.__name__}.{info.name}"
     }
+    shipped = {n for n, c in base.COLLECTORS.items() if c.__module__.startswith("nodeguard.")}
+    assert defined == shipped and len(shipped) >= 7, defined ^ shipped
+    assert set(COLLECTORS) == shipped
     order = [c.name for c in ordered()]
-    assert order.index("meminfo") < order.index("cgroups")
-    assert order.index("cgroups") < order.index("processes")
-    assert order.index("cgroups") < order.index("gpu")
+    for cls in base.COLLECTORS.values():  # each after those whose parts it reads
+        assert all(order.index(a) < order.index(cls.name) for a in cls.after), cls.name
 
 
 async def test_a_registered_stand_in_reaches_metrics_with_its_status(registered: None) -> None:

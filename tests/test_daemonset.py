@@ -47,6 +47,7 @@ from nodeguard.actions.katib import quota_name
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.actions.ranking import EvictFilter, plan_eviction
 from nodeguard.cli import build_parser
+from nodeguard.cli.flags import cordon_config
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
@@ -160,12 +161,7 @@ def _cordon_config(objs: list[Obj], namespace: str) -> CordonConfig:
     args = build_parser().parse_args(
         [expand(a, {"POD_NAMESPACE": namespace}) for a in container(objs)["args"]]
     )
-    return CordonConfig(
-        mode=args.cordon_mode,
-        budget_nodes=args.budget_nodes,
-        budget_percent=args.budget_percent,
-        lease_namespace=args.lease_namespace,
-    )
+    return cordon_config(args)
 
 
 def _clear_marks(cluster: Cluster) -> None:
@@ -877,7 +873,8 @@ def test_the_daemonset_arguments_run_the_agent(
     args = build_parser().parse_args(box.args)
     assert args.command == "run" and args.dry_run is True
     assert args.node_name == "gpu-1"  # from $NODE_NAME (the downward API)
-    assert args.lease_namespace == "nodeguard"  # $(POD_NAMESPACE), expanded by the kubelet
+    # $(POD_NAMESPACE), expanded by the kubelet
+    assert cordon_config(args).lease_namespace == "nodeguard"
     before = _tree(box.read_only)
     rules_dir = box.root / "etc/nodeguard/rules"
     with running(box) as url:

@@ -3,24 +3,42 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
 from nodeguard.actions import registry
-from nodeguard.actions.audit import dry_reason
 from nodeguard.actions.evict import EvictArgs
-from nodeguard.cli.act import ACTIONS as ACT_ACTIONS
+from nodeguard.actions.registry import dry_reason
+from nodeguard.cli import build_parser
+from nodeguard.cli.act import actions as act_actions
 from nodeguard.rules.schema import ActionSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ("cordon", "uncordon", "evict", "pause_katib", "resume_katib", "record")
 
 
-def test_the_shipped_actions_are_registered_once_each() -> None:
-    assert set(SHIPPED) <= set(registry.ACTIONS)
-    assert {a.replace("-", "_") for a in ACT_ACTIONS} <= set(SHIPPED)
+def shipped() -> dict[str, registry.Action]:
+    """The registered actions but the tests' stand-ins (``test_*``), from the registry."""
+    return {n: a for n, a in registry.ACTIONS.items() if not n.startswith("test_")}
+
+
+def test_every_action_module_registers_and_act_offers_each() -> None:
+    """Every module of ``nodeguard/actions/`` that defines an argument model registers an
+    action; ``nodeguard act`` has a subcommand for every entry offered by hand, with a flag
+    for every argument."""
+    modules = {
+        p.stem
+        for p in (ROOT / "nodeguard/actions").glob("*.py")
+        if re.search(r"^class \w+\((ActionArgs|_\w+)\):", p.read_text(), re.M) and p.stem != "args"
+    }
+    registering = {a.run.__module__.rsplit(".", 1)[1] for a in shipped().values()}
+    assert modules == registering, modules ^ registering
+    assert len(shipped()) >= 6
+    assert set(act_actions()) == {n.replace("_", "-") for n, a in shipped().items() if a.by_hand}
+    assert not shipped()["record"].by_hand  # the incident record is the agent's alone
     with pytest.raises(ValueError, match="registered twice"):
         registry.register(registry.ACTIONS["record"])
 
@@ -28,12 +46,54 @@ def test_the_shipped_actions_are_registered_once_each() -> None:
 def test_every_event_reason_is_registered_and_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     written = set(re.findall(r'"(Nodeguard[A-Za-z]+)"', _source())) - {"NodeguardDryRun"}
-    registered = {r for name in SHIPPED for r in registry.ACTIONS[name].all_reasons()}
+    registered = {r for a in shipped().values() for r in a.all_reasons()}
     # Reasons in the code are the registry's (or the dry-run table's forms of them).
     assert written - {dry_reason(r) for r in registered} <= registered, written - registered
     for reason in sorted(registered):
         assert f"`{reason}`" in readme, reason
         assert f"`{dry_reason(reason)}`" in readme, dry_reason(reason)
+
+
+def test_the_dry_run_reasons_are_the_entries_and_a_clash_is_refused() -> None:
+    """A dry run's Event reason comes from the entry of the action that writes it
+    (``dry_reasons``), else the ``NodeguardDryRun`` form; two entries giving one reason two
+    dry-run forms is a programming error at registration."""
+    assert dry_reason("NodeguardCordoned") == "NodeguardWouldCordon"
+    assert dry_reason("NodeguardEvictionBlocked") == "NodeguardWouldBeBlocked"
+    assert dry_reason("NodeguardKatibResumed") == "NodeguardWouldResumeKatib"
+    assert dry_reason("NodeguardCordonRefused") == "NodeguardDryRunCordonRefused"
+    cordon = registry.ACTIONS["cordon"]
+    clash = dataclasses.replace(cordon, name="test_clash", dry_reasons={"done": "NodeguardX"})
+    with pytest.raises(ValueError, match="NodeguardWouldCordon"):
+        registry.register(clash)
+    assert "test_clash" not in registry.ACTIONS
+
+
+def test_act_flags_are_the_argument_models_fields() -> None:
+    """Each argument of each action offered by hand is a flag of its `nodeguard act`
+    subcommand whose help is the field's description; a flag's value is validated by the
+    field, so the command line refuses what a rule file refuses (exit status 2)."""
+    parser = build_parser()
+    for name, action in act_actions().items():
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        act = next(
+            a for a in sub.choices["act"]._actions if isinstance(a, argparse._SubParsersAction)
+        )
+        helps = {a.help for a in act.choices[name]._actions}
+        for field, info in action.args.model_fields.items():
+            if field == "mode":  # cordon's: the --cordon.mode setting is that choice
+                continue
+            assert info.description is not None, (name, field)
+            assert info.description.replace("%", "%%") in helps, (name, field)
+    for argv in (
+        ["act", "evict", "--node=n", "--free=lots"],
+        ["act", "resume-katib", "--node=n", "--experiment=no-slash"],
+        ["act", "pause-katib", "--node=n", "--enforce-wait-seconds=301"],
+        ["act", "pause-katib", "--node=n", "--force"],  # resume-katib's alone
+    ):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(argv)
+        assert exc.value.code == 2, argv
 
 
 def _source() -> str:

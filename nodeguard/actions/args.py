@@ -5,6 +5,12 @@ Each action declares a pydantic model of its arguments (extra keys forbidden); r
 same arguments with the same defaults. Arguments are parsed once, when a rule file is loaded or
 the command line read: a memory amount (``free: 4Gi``) is a Kubernetes quantity or a percent,
 and an unparsable one is an error at load time, never when the rule trips.
+
+The same fields are the flags of ``nodeguard act ACTION`` (:mod:`nodeguard.cli.model_flags`):
+each field is a flag named for its rule-file key in kebab-case (``maxPriority`` ->
+``--max-priority``), its help is the field's ``description``, and the flag's value is validated
+by the field itself, so a flag and a rule file accept and refuse the same text. A field whose
+flag differs says so with :class:`Flag` in its ``Annotated`` metadata.
 """
 
 from __future__ import annotations
@@ -12,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from nodeguard.kube.objects import parse_bytes
 
-__all__ = ["ActionArgs", "Amount", "MemoryAmount", "parse_amount"]
+__all__ = ["ActionArgs", "Amount", "Count", "Flag", "MemoryAmount", "Percent", "parse_amount"]
 
 
 class ActionArgs(BaseModel):
@@ -24,6 +30,50 @@ class ActionArgs(BaseModel):
     given by their camelCase alias (as in rule files) or their name."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Flag:
+    """How a field of an argument (or settings) model is spelled on the command line, where
+    the default spelling does not fit (``Annotated[list[str] | None, Flag(name="namespace",
+    metavar="NAMESPACE")]``).
+
+    - ``name``: the flag without ``--`` (default: the field's alias, else its name, in
+      kebab-case); ``aliases``: other spellings, with their ``--``.
+    - ``metavar``: the value's name in the usage line, a unit the help explains (default:
+      ``AMOUNT`` for a memory amount, ``COUNT`` for a whole number, else the name upper-cased).
+    - ``cli``: ``False`` where the command line gives the value another way (``cordon``'s
+      ``mode`` is the ``--cordon.mode`` setting); the field keeps its default there.
+    """
+
+    name: str | None = None
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
+    cli: bool = True
+
+
+def _count(value: Any) -> Any:
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError(f"not a count (0 or more): {value!r}")
+    return value
+
+
+def _percent(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        number = float(value.strip().removesuffix("%"))
+    except ValueError:
+        raise ValueError(f"not a percent: {value!r}") from None
+    if not 0 < number <= 100:  # also refuses nan
+        raise ValueError(f"a percent above 0 and at most 100: {value!r}")
+    return number
+
+
+#: A whole number, 0 or more (``"5"`` as text: digits only).
+Count = Annotated[int, BeforeValidator(_count), Field(ge=0)]
+#: A percent above 0 and at most 100 (``"10"`` or ``"10%"`` as text).
+Percent = Annotated[float, BeforeValidator(_percent), Field(gt=0, le=100)]
 
 
 @dataclass(frozen=True, slots=True)

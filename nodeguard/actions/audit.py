@@ -9,7 +9,8 @@ with the action's reason for that outcome when the result names none).
 Events are core/v1 Events with ``source.component=nodeguard``; their reasons are
 ``Nodeguard<Did>`` (``NodeguardCordoned``, ``NodeguardEvicted``, ...) and, in dry run,
 ``NodeguardWould<Do>`` (``NodeguardWouldCordon``) or ``NodeguardDryRun<...>``, so a dry run
-leaves the same trail under a name nobody mistakes for the real thing. An Event that cannot be
+leaves the same trail under a name nobody mistakes for the real thing (each action's entry
+names its ``Would`` forms: :func:`nodeguard.actions.registry.dry_reason`). An Event that cannot be
 written (the API server down) is kept, at most :data:`PENDING_EVENTS` of them, and written again
 with the next result or :meth:`Auditor.flush`; it never fails the action.
 """
@@ -23,11 +24,12 @@ from collections import deque
 from prometheus_client import CollectorRegistry, Counter
 
 from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef
+from nodeguard.actions.registry import dry_reason
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import KubeError
 from nodeguard.logs import AUDIT
 
-__all__ = ["PENDING_EVENTS", "ActionMetrics", "Auditor", "ObjectRef", "dry_reason"]
+__all__ = ["PENDING_EVENTS", "ActionMetrics", "Auditor", "ObjectRef"]
 
 log = logging.getLogger("nodeguard.audit")
 
@@ -160,19 +162,3 @@ class Auditor:
     def pending(self) -> int:
         """Events waiting for the API server."""
         return len(self._pending)
-
-
-_WOULD = {
-    "NodeguardCordoned": "NodeguardWouldCordon",
-    "NodeguardUncordoned": "NodeguardWouldUncordon",
-    "NodeguardEvicted": "NodeguardWouldEvict",
-    "NodeguardEvictionBlocked": "NodeguardWouldBeBlocked",
-    "NodeguardKatibPaused": "NodeguardWouldPauseKatib",
-    "NodeguardKatibResumed": "NodeguardWouldResumeKatib",
-}
-
-
-def dry_reason(reason: str) -> str:
-    """The dry-run form of an Event reason: ``NodeguardWould<Do>`` for what changes something,
-    ``NodeguardDryRun<...>`` for the rest."""
-    return _WOULD.get(reason, reason.replace("Nodeguard", "NodeguardDryRun", 1))

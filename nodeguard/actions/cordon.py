@@ -22,11 +22,13 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from nodeguard.actions.args import ActionArgs
+from pydantic import BaseModel, ConfigDict, Field
+
+from nodeguard.actions.args import ActionArgs, Count, Flag, Percent
 from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef
-from nodeguard.actions.registry import Action, register
+from nodeguard.actions.registry import Action, Settings, register
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import Conflict, KubeError, NotFound
 
@@ -34,9 +36,11 @@ if TYPE_CHECKING:
     from nodeguard.actions.context import Call
 
 __all__ = [
+    "CORDON_SETTINGS",
     "BudgetLease",
     "CordonArgs",
     "CordonConfig",
+    "CordonSettings",
     "cordon",
     "cordoned_by_rule",
     "is_cordoned_by_us",
@@ -268,7 +272,47 @@ class CordonArgs(ActionArgs):
     """``mode``: ``unschedulable`` (``spec.unschedulable``, as ``kubectl cordon``) or
     ``taint`` (a NoSchedule taint); default: the agent's ``--cordon.mode``."""
 
-    mode: Literal["unschedulable", "taint"] | None = None
+    # By hand, the setting ``--cordon.mode`` is this choice: one flag, not two.
+    mode: Annotated[Literal["unschedulable", "taint"] | None, Flag(cli=False)] = None
+
+
+class CordonSettings(BaseModel):
+    """The cordon settings of ``nodeguard run`` and ``nodeguard act cordon``/``uncordon``
+    (``--cordon.FIELD``): the part of :class:`CordonConfig` an operator chooses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["unschedulable", "taint"] = Field(
+        default="unschedulable",
+        description="spec.unschedulable, or a NoSchedule taint (default unschedulable)",
+    )
+    budget_nodes: Annotated[Count | None, Flag(metavar="COUNT")] = Field(
+        default=None,
+        description="at most this many nodes cordoned by nodeguard at once (default: no budget)",
+    )
+    budget_percent: Annotated[Percent | None, Flag(metavar="PERCENT")] = Field(
+        default=None,
+        description="at most this percent of the nodes cordoned by nodeguard at once "
+        "(default: no budget)",
+    )
+    lease_namespace: Annotated[str, Flag(metavar="NAMESPACE")] = Field(
+        default="kube-system", description="namespace of the budget's Lease (default kube-system)"
+    )
+
+    def config(self) -> CordonConfig:
+        """These settings, the rest of :class:`CordonConfig` at its defaults."""
+        return CordonConfig(
+            mode=self.mode,
+            budget_nodes=self.budget_nodes,
+            budget_percent=self.budget_percent,
+            lease_namespace=self.lease_namespace,
+        )
+
+
+#: ``cordon`` and ``uncordon`` read the same settings (``env.cordon``).
+CORDON_SETTINGS = Settings(
+    group="cordon", title="cordon", model=CordonSettings, make=CordonSettings.config
+)
 
 
 def _result(
@@ -516,6 +560,7 @@ register(
         args=CordonArgs,
         run=_run_cordon,
         undo="uncordon",
+        settings=CORDON_SETTINGS,
         reasons={
             "done": "NodeguardCordoned",
             "noop": "NodeguardCordonNoop",
@@ -523,6 +568,7 @@ register(
             "blocked": "NodeguardCordonRefused",
             "failed": "NodeguardCordonFailed",
         },
+        dry_reasons={"done": "NodeguardWouldCordon"},
     )
 )
 register(
@@ -531,6 +577,7 @@ register(
         summary="undo nodeguard's cordon of the node (a rule's resolve: only that rule's)",
         args=CordonArgs,
         run=_run_uncordon,
+        settings=CORDON_SETTINGS,
         reasons={
             "done": "NodeguardUncordoned",
             "noop": "NodeguardUncordonNoop",
@@ -538,5 +585,6 @@ register(
             "blocked": "NodeguardUncordonNoop",
             "failed": "NodeguardUncordonFailed",
         },
+        dry_reasons={"done": "NodeguardWouldUncordon"},
     )
 )

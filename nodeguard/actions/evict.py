@@ -39,11 +39,11 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from nodeguard.actions.args import ActionArgs, MemoryAmount, parse_amount
+from nodeguard.actions.args import ActionArgs, Flag, MemoryAmount, parse_amount
 from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef, Outcome
 from nodeguard.actions.budgets import check_budgets
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
@@ -58,7 +58,7 @@ from nodeguard.actions.ranking import (
     plan_eviction,
     usage_measure,
 )
-from nodeguard.actions.registry import Action, register
+from nodeguard.actions.registry import Action, CliFlag, register
 from nodeguard.kube.budgets import budget_of
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import Conflict, KubeError, NotFound, ServerError, TooManyRequests
@@ -103,11 +103,34 @@ class EvictArgs(ActionArgs):
       all must match; the value ``"*"`` only requires the label): which pods may be evicted.
     """
 
-    free: MemoryAmount | None = None
-    max_priority: int | None = Field(default=DEFAULT_MAX_PRIORITY, alias="maxPriority")
-    priority_classes: list[str] | None = Field(default=None, alias="priorityClasses")
-    namespaces: list[str] | None = None
-    selector: dict[str, str] | None = None
+    free: Annotated[MemoryAmount | None, Flag(aliases=("--target",))] = Field(
+        default=None,
+        description="unreclaimable memory to free: a Kubernetes quantity (8Gi) or a percent of the "
+        f"node's memory (5%); 0: the first unit alone (default {DEFAULT_NODE_FREE}, as a node "
+        "rule's evict)",
+    )
+    max_priority: Annotated[int | None, Flag(metavar="PRIORITY")] = Field(
+        default=DEFAULT_MAX_PRIORITY,
+        alias="maxPriority",
+        description=f"evict only pods of at most this priority (default {DEFAULT_MAX_PRIORITY}, "
+        "as the runbook)",
+    )
+    priority_classes: Annotated[list[str] | None, Flag(name="priority-class", metavar="NAME")] = (
+        Field(
+            default=None,
+            alias="priorityClasses",
+            description="evict only pods of this PriorityClass; repeat for more (default: any)",
+        )
+    )
+    namespaces: Annotated[list[str] | None, Flag(name="namespace", metavar="NAMESPACE")] = Field(
+        default=None,
+        description="evict only pods of this namespace; repeat for more (default: any)",
+    )
+    selector: Annotated[dict[str, str] | None, Flag(metavar="KEY=VALUE")] = Field(
+        default=None,
+        description="evict only pods with this label; VALUE * only requires the label; repeat "
+        "for more, all must match (default: any)",
+    )
 
     def filter(self) -> EvictFilter:
         """The pods these arguments allow to be evicted."""
@@ -1022,5 +1045,16 @@ register(
             "blocked": "NodeguardEvictionBlocked",
             "failed": "NodeguardEvictFailed",
         },
+        dry_reasons={"done": "NodeguardWouldEvict", "blocked": "NodeguardWouldBeBlocked"},
+        # By hand, no snapshot of this node: its agent's has the usage to rank by.
+        cli_flags=(
+            CliFlag(
+                names=("--agent-url",),
+                dest="agent_url",
+                metavar="URL",
+                help="the node's nodeguard (http://NODE:9847), for each pod's unreclaimable "
+                "memory from its /snapshot (default: none, usage unknown)",
+            ),
+        ),
     )
 )

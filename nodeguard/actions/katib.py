@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, Field, model_validator
 
-from nodeguard.actions.args import ActionArgs
+from nodeguard.actions.args import ActionArgs, Flag
 from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef, Outcome
 from nodeguard.actions.katib_hold import (
     ANN_BY,
@@ -967,7 +967,14 @@ class _Experiments(ActionArgs):
     firing is about (its pod's; those with trial pods on the node; for a resume, those it
     paused)."""
 
-    experiments: list[Annotated[str, AfterValidator(_namespaced)]] | None = None
+    experiments: Annotated[
+        list[Annotated[str, AfterValidator(_namespaced)]] | None,
+        Flag(name="experiment", metavar="NAMESPACE/NAME"),
+    ] = Field(
+        default=None,
+        description="repeat for more (default: pause the experiments with trial pods on the "
+        "node; resume those paused from it)",
+    )
 
     def named(self) -> list[tuple[str, str]] | None:
         if not self.experiments:
@@ -980,8 +987,13 @@ class PauseArgs(_Experiments):
     to wait for the quota controller to make the pause quota count Trials (the API server
     enforces it only then). ``floor`` (nodeguard before 0.2) is refused with why."""
 
-    enforce_wait: float = Field(
-        default=DEFAULT_ENFORCE_WAIT, ge=0, le=300, alias="enforceWaitSeconds"
+    enforce_wait: Annotated[float, Flag(metavar="SECONDS")] = Field(
+        default=DEFAULT_ENFORCE_WAIT,
+        ge=0,
+        le=300,
+        alias="enforceWaitSeconds",
+        description="how long to wait for the quota controller to count Trials in the pause "
+        f"quota, at most 300 (default {DEFAULT_ENFORCE_WAIT:g})",
     )
 
     @model_validator(mode="before")
@@ -1000,7 +1012,11 @@ class ResumeArgs(_Experiments):
     """``experiments`` (optional); ``force`` (by hand only; default false): end a pause that
     several rules hold, for all of them."""
 
-    force: bool = False
+    force: bool = Field(
+        default=False,
+        description="end a pause several rules hold, for all of them (default: a pause of "
+        "several pausers is refused; each rule's resolve lets go, the last one ends it)",
+    )
 
 
 async def _chosen(call: Call) -> list[tuple[str, str]]:
@@ -1150,6 +1166,7 @@ register(
         run=_run_pause,
         undo="resume_katib",
         reasons=_REASONS,
+        dry_reasons={"done": "NodeguardWouldPauseKatib"},
     )
 )
 register(
@@ -1159,5 +1176,6 @@ register(
         args=ResumeArgs,
         run=_run_resume,
         reasons={**_REASONS, "done": "NodeguardKatibResumed"},
+        dry_reasons={"done": "NodeguardWouldResumeKatib"},
     )
 )

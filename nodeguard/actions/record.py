@@ -35,6 +35,7 @@ register(
         args=RecordArgs,
         run=_run_record,
         needs_api=False,
+        by_hand=False,  # its point is the incident record, which only the agent writes
         reasons={
             "done": "NodeguardEvidenceRecorded",
             "noop": "NodeguardEvidenceRecorded",

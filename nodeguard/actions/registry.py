@@ -1,13 +1,16 @@
 """The action registry: one entry per action, the only list of what nodeguard can do.
 
 An entry (:class:`Action`) holds the action's name, its argument model, its implementation, the
-name of its undo, whether it needs the Kubernetes API, and every Event reason it can emit. Each
+name of its undo, whether it needs the Kubernetes API, every Event reason it can emit and their
+dry-run forms, the settings the agent gives it (:class:`Settings`) and the command-line flags
+``nodeguard act`` needs beyond its arguments (:class:`CliFlag`). Each
 action module registers its own entries with :func:`register` (``nodeguard/actions/cordon.py``
 registers ``cordon`` and ``uncordon``); the package imports every module of itself, so adding an
 action is one module and one registration. Rule files (``nodeguard check`` and the loader),
-the runbook and ``nodeguard act`` all look actions up here, and :func:`dispatch` is the one way
-to run one: it refuses what cannot run (no cluster), runs the implementation, and has the
-auditor log, count and event every result once.
+the runbook, ``nodeguard act`` (a subcommand per entry, its flags made from the argument
+model) and ``nodeguard run`` (the settings' flags) all look actions up here, and
+:func:`dispatch` is the one way to run one: it refuses what cannot run (no cluster), runs the
+implementation, and has the auditor log, count and event every result once.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from nodeguard.actions.args import ActionArgs
 from nodeguard.actions.base import OUTCOMES, ActionResult, Outcome
@@ -28,7 +31,17 @@ from nodeguard.firing import Step
 if TYPE_CHECKING:
     from nodeguard.actions.context import Call
 
-__all__ = ["ACTIONS", "Action", "ArgumentError", "dispatch", "parse_step", "register"]
+__all__ = [
+    "ACTIONS",
+    "Action",
+    "ArgumentError",
+    "CliFlag",
+    "Settings",
+    "dispatch",
+    "dry_reason",
+    "parse_step",
+    "register",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +51,38 @@ Impl = Callable[["Call", Any], Awaitable[list[ActionResult]]]
 class ArgumentError(ValueError):
     """An action's arguments do not fit its model; ``str()`` lists each field's problem as
     ``args.FIELD: message``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """What the agent (and ``nodeguard act``) gives an action besides its arguments, the same
+    for every rule: ``nodeguard run``'s and ``nodeguard act``'s ``--GROUP.FIELD`` flags, made
+    from ``model``'s fields (:class:`~nodeguard.actions.args.Flag`, as for arguments).
+
+    - ``group``: the flags' prefix and the :class:`~nodeguard.actions.context.Env` field that
+      holds the value at run time (``cordon``: ``--cordon.mode``, ``env.cordon``).
+    - ``model``: a pydantic model of the settings; ``make(model)`` -> the value ``Env`` holds.
+    - ``title``: the flags' group in ``--help``.
+    Entries that share settings (``cordon`` and ``uncordon``) name the same object.
+    """
+
+    group: str
+    title: str
+    model: type[BaseModel]
+    make: Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CliFlag:
+    """A flag of ``nodeguard act NAME`` that is no argument of the action (``evict``'s
+    ``--agent-url``, where working sets come from): ``names``, ``dest``, ``metavar`` and
+    ``help`` as ``argparse`` takes them (the help gives the default; the value is text, or
+    ``None`` when not given). ``nodeguard act`` says what it does with each."""
+
+    names: tuple[str, ...]
+    dest: str
+    metavar: str
+    help: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,8 +103,14 @@ class Action:
       (:mod:`nodeguard.remediation.worker`).
     - ``reasons``: outcome -> the Event reason written when a result carries no Events of its
       own (on the node); ``extra_reasons``: the other reasons its results' Events use. Both are
-      real-run forms; :func:`nodeguard.actions.audit.dry_reason` gives the dry-run form.
+      real-run forms. ``dry_reasons``: outcome -> the reason a dry run writes instead of
+      ``reasons[outcome]`` where it differs from the default ``NodeguardDryRun...`` form
+      (``done`` of ``cordon``: ``NodeguardWouldCordon``); :func:`dry_reason` reads them.
     - ``summary``: one line for ``--help`` and the README.
+    - ``settings``: what the agent gives it besides the arguments (:class:`Settings`), if
+      anything; ``cli_flags``: flags ``nodeguard act NAME`` adds (:class:`CliFlag`).
+    - ``by_hand``: whether ``nodeguard act`` offers it (``record`` is not: its point is the
+      incident record, which only the agent's runbook writes).
     """
 
     name: str
@@ -71,6 +122,10 @@ class Action:
     needs_api: bool = True
     needs_pods: bool = False
     extra_reasons: frozenset[str] = field(default_factory=frozenset)
+    dry_reasons: Mapping[Outcome, str] = field(default_factory=dict)
+    settings: Settings | None = None
+    cli_flags: tuple[CliFlag, ...] = ()
+    by_hand: bool = True
 
     def all_reasons(self) -> frozenset[str]:
         """Every Event reason this action can emit (real-run forms)."""
@@ -105,8 +160,26 @@ def register(action: Action) -> Action:
     missing = [o for o in OUTCOMES if o not in action.reasons]
     if missing:
         raise ValueError(f"action {action.name!r} has no Event reason for {missing}")
+    for outcome, would in action.dry_reasons.items():
+        real = action.reasons[outcome]
+        said = _dry_table().get(real)
+        if said is not None and said != would:
+            raise ValueError(
+                f"action {action.name!r}: dry-run reason {would!r} for {real!r}, which another "
+                f"action writes as {said!r}"
+            )
     ACTIONS[action.name] = action
     return action
+
+
+def _dry_table() -> dict[str, str]:
+    return {a.reasons[o]: would for a in ACTIONS.values() for o, would in a.dry_reasons.items()}
+
+
+def dry_reason(reason: str) -> str:
+    """The dry-run form of an Event reason (real-run form): an entry's ``dry_reasons``
+    (``NodeguardWould<Do>``, for what changes something), else ``NodeguardDryRun<...>``."""
+    return _dry_table().get(reason) or reason.replace("Nodeguard", "NodeguardDryRun", 1)
 
 
 def get(name: str) -> Action:

@@ -1,5 +1,11 @@
 """``nodeguard act ACTION --node NODE``: run one runbook action by hand.
 
+Each registered action (:mod:`nodeguard.actions.registry`) is a subcommand, spelled with ``-``
+for ``_`` (``pause-katib``), whose flags come from its entry: its arguments' flags from its
+argument model (:mod:`nodeguard.cli.model_flags`: ``--max-priority`` is ``maxPriority``), its
+settings' flags (``--cordon.mode``), and the flags it adds by hand (``evict``'s
+``--agent-url``); an action added to the registry is a subcommand with nothing else to write.
+
 Operators use it to ask "what would you evict right now?" (``--dry-run``) and to act during an
 incident. It dispatches through the same action registry as the agent's runbook
 (:func:`nodeguard.actions.registry.dispatch`): the same argument model and defaults (``evict``
@@ -39,18 +45,18 @@ from nodeguard.actions import registry
 from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.context import Call, Env
-from nodeguard.actions.evict import DEFAULT_MAX_PRIORITY, DEFAULT_NODE_FREE
 from nodeguard.actions.ranking import UNRECLAIMABLE, usage_measure
-from nodeguard.cli.flags import add_cordon, add_json, add_log_level, cordon_config
+from nodeguard.cli.flags import add_json, add_log_level, add_settings, settings_value
+from nodeguard.cli.model_flags import FieldFlag, add_model_flags, model_values
 from nodeguard.firing import Firing, Step
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import KubeError, NotFound
 from nodeguard.units import format_bytes
 
 __all__ = [
-    "ACTIONS",
     "EXIT_NOT_FOUND",
     "action_args",
+    "actions",
     "add_arguments",
     "exit_status",
     "render_plan",
@@ -59,26 +65,42 @@ __all__ = [
 
 HELP = "run one runbook action by hand (--dry-run: what it would do)"
 
-#: The actions ``nodeguard act`` runs, as the command line spells them.
-ACTIONS = ("cordon", "uncordon", "evict", "pause-katib", "resume-katib")
 EXIT_FAILED, EXIT_BAD_FLAGS, EXIT_REFUSED, EXIT_NOT_FOUND = 1, 2, 3, 4
 _STYLES = {"done": "green", "noop": "", "refused": "yellow", "blocked": "yellow", "failed": "red"}
 
 
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r}")
-    return key, value
+def actions() -> dict[str, registry.Action]:
+    """The actions ``nodeguard act`` runs, as the command line spells them (``pause-katib``):
+    every registered entry offered by hand, read when the parser is built."""
+    return {a.name.replace("_", "-"): a for a in registry.ACTIONS.values() if a.by_hand}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``nodeguard act``."""
-    parser.add_argument(
-        "action",
-        choices=ACTIONS,
-        help="; ".join(f"{a}: {registry.get(a.replace('-', '_')).summary}" for a in ACTIONS),
+    """The subcommands of ``nodeguard act``, one per action (:func:`actions`): the flags
+    every action takes, its arguments' flags (from its argument model), its settings' flags
+    and its own extra flags (from its registry entry)."""
+    sub = parser.add_subparsers(
+        dest="action",
+        required=True,
+        metavar="ACTION",
+        help="the action, each listed below with what it does (nodeguard act ACTION --help: "
+        "its flags)",
     )
+    for name, action in actions().items():
+        p = sub.add_parser(name, help=action.summary, description=action.summary)
+        _common(p)
+        if action.settings is not None:
+            add_settings(p, settings=[action.settings], aliases=True)
+        arg_flags = add_model_flags(
+            p.add_argument_group(f"{name} (as a rule's args)"), model=action.args
+        )
+        p.set_defaults(arg_flags=arg_flags)
+        for flag in action.cli_flags:
+            p.add_argument(*flag.names, dest=flag.dest, metavar=flag.metavar, help=flag.help)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    """The flags of every ``nodeguard act ACTION``."""
     parser.add_argument(
         "--node", required=True, metavar="NODE", help="the node to act on (required: no default)"
     )
@@ -109,69 +131,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_json(parser, what="the results (and the eviction plan)")
     add_log_level(parser, default="warning")
-    add_cordon(parser, aliases=True)
-    e = parser.add_argument_group("evict")
-    e.add_argument(
-        "--free",
-        "--target",
-        dest="free",
-        metavar="AMOUNT",
-        help="unreclaimable memory to free: a Kubernetes quantity (8Gi) or a percent of the node's "
-        f"memory (5%%); 0: the first unit alone (default {DEFAULT_NODE_FREE.replace('%', '%%')}"
-        ", as a node rule's evict)",
-    )
-    e.add_argument(
-        "--max-priority",
-        type=int,
-        default=DEFAULT_MAX_PRIORITY,
-        metavar="PRIORITY",
-        help=f"evict only pods of at most this priority (default {DEFAULT_MAX_PRIORITY}, as "
-        "the runbook)",
-    )
-    e.add_argument(
-        "--priority-class",
-        action="append",
-        dest="priority_classes",
-        metavar="NAME",
-        help="evict only pods of this PriorityClass; repeat for more (default: any)",
-    )
-    e.add_argument(
-        "--namespace",
-        action="append",
-        dest="namespaces",
-        metavar="NAMESPACE",
-        help="evict only pods of this namespace; repeat for more (default: any)",
-    )
-    e.add_argument(
-        "--selector",
-        action="append",
-        type=_label,
-        default=[],
-        metavar="KEY=VALUE",
-        help="evict only pods with this label; VALUE * only requires the label; repeat for "
-        "more, all must match (default: any)",
-    )
-    e.add_argument(
-        "--agent-url",
-        metavar="URL",
-        help="the node's nodeguard (http://NODE:9847), for each pod's unreclaimable memory "
-        "from its /snapshot (default: none, usage unknown)",
-    )
-    k = parser.add_argument_group("Katib")
-    k.add_argument(
-        "--experiment",
-        action="append",
-        default=[],
-        metavar="NAMESPACE/NAME",
-        help="repeat for more (default: pause the experiments with trial pods on the node; "
-        "resume those paused from it)",
-    )
-    k.add_argument(
-        "--force",
-        action="store_true",
-        help="resume-katib: end a pause several rules hold, for all of them (default: a pause "
-        "of several pausers is refused; each rule's resolve lets go, the last one ends it)",
-    )
 
 
 def _usage_from_agent(url: str | None) -> tuple[dict[str, int], str]:
@@ -194,24 +153,9 @@ def _usage_from_agent(url: str | None) -> tuple[dict[str, int], str]:
 
 
 def action_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The action's arguments, as a rule file would give them."""
-    if args.action in ("cordon", "uncordon"):
-        return {"mode": args.cordon_mode} if args.action == "cordon" else {}
-    if args.action == "evict":
-        out: dict[str, Any] = {"maxPriority": args.max_priority}
-        if args.free is not None:
-            out["free"] = args.free
-        if args.priority_classes:
-            out["priorityClasses"] = args.priority_classes
-        if args.namespaces:
-            out["namespaces"] = args.namespaces
-        if args.selector:
-            out["selector"] = dict(args.selector)
-        return out
-    out = {"experiments": args.experiment} if args.experiment else {}
-    if args.force:  # resume-katib's alone: pause-katib's arguments refuse it (exit 2)
-        out["force"] = True
-    return out
+    """The action's arguments, as a rule file would give them (those whose flag was given)."""
+    flags: list[FieldFlag] = args.arg_flags
+    return model_values(args, flags)
 
 
 def render_plan(plan: dict[str, Any], *, console: Console) -> None:
@@ -288,9 +232,8 @@ async def _act(args: argparse.Namespace, console: Console, errors: Console) -> i
         errors.print(f"nodeguard act: error: {escape(str(exc))}", soft_wrap=True)
         return EXIT_BAD_FLAGS
     try:
-        usage, measure = (
-            _usage_from_agent(args.agent_url) if args.action == "evict" else ({}, UNRECLAIMABLE)
-        )
+        # Where the action's entry offers --agent-url (evict): usage from that agent.
+        usage, measure = _usage_from_agent(getattr(args, "agent_url", None))
     except (OSError, ValueError) as exc:
         errors.print(f"nodeguard act: cannot read {args.agent_url}/snapshot: {exc}")
         return EXIT_FAILED
@@ -301,13 +244,15 @@ async def _act(args: argparse.Namespace, console: Console, errors: Console) -> i
         except NotFound:
             errors.print(f"nodeguard act: no node {args.node!r} in the cluster")
             return EXIT_NOT_FOUND
+        # The action's settings (cordon's mode and budget), in the Env field of their group.
+        settings = registry.get(name).settings
         env = Env(
             kube=kube,
             auditor=Auditor(kube=kube, node_name=args.node, metrics=ActionMetrics(registry=None)),
             node=args.node,
-            cordon=cordon_config(args),
             usage=usage,
             usage_measure=measure,
+            **({settings.group: settings_value(args, settings)} if settings else {}),
         )
         firing = Firing(
             rule=args.rule,

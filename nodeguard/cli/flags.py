@@ -15,28 +15,34 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
-from nodeguard.actions.cordon import CordonConfig
+from nodeguard.actions.cordon import CORDON_SETTINGS, CordonConfig
+from nodeguard.actions.registry import ACTIONS, Settings
+from nodeguard.cli.model_flags import add_model_flags
+from nodeguard.collectors.base import ordered
 from nodeguard.kube.objects import parse_bytes
 from nodeguard.logs import install_log_filters
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import COLLECTORS, SamplerConfig
+from nodeguard.sampler import SamplerConfig
 from nodeguard.units import DURATION_EXAMPLES, parse_duration
 
 __all__ = [
     "DEFAULT_STATE",
     "add_collectors",
-    "add_cordon",
     "add_host",
     "add_json",
     "add_kubeconfig",
     "add_log_level",
+    "add_settings",
     "add_state",
     "byte_size",
     "cordon_config",
     "count",
     "duration",
+    "registered_settings",
     "sampler_config",
+    "settings_value",
     "setup_logging",
 ]
 
@@ -160,7 +166,7 @@ def add_host(parser: argparse.ArgumentParser) -> None:
 def add_collectors(parser: argparse.ArgumentParser) -> None:
     """``--collector.NAME`` / ``--no-collector.NAME`` for every collector."""
     c = parser.add_argument_group("collectors")
-    for name in COLLECTORS:
+    for name in (cls.name for cls in ordered()):  # registered now, not at import
         c.add_argument(
             f"--collector.{name}",
             dest=f"collector_{name}",
@@ -204,55 +210,46 @@ def add_state(parser: Flags) -> None:
     )
 
 
-def add_cordon(parser: argparse.ArgumentParser, *, aliases: bool = False) -> None:
-    """The cordon flags, spelled the same for ``run`` and ``act`` (``act`` also takes the
-    spellings of earlier versions, ``--mode`` ...: ``aliases``)."""
+def registered_settings() -> list[Settings]:
+    """The settings of the registered actions, each once (``cordon`` and ``uncordon`` share
+    theirs), in registration order."""
+    out: list[Settings] = []
+    for action in ACTIONS.values():
+        if action.settings is not None and action.settings not in out:
+            out.append(action.settings)
+    return out
 
-    def names(flag: str) -> list[str]:
-        return [f"--cordon.{flag}", f"--{flag}"] if aliases else [f"--cordon.{flag}"]
 
-    g = parser.add_argument_group("cordon")
-    g.add_argument(
-        *names("mode"),
-        dest="cordon_mode",
-        choices=["unschedulable", "taint"],
-        default="unschedulable",
-        help="spec.unschedulable, or a NoSchedule taint (default unschedulable)",
-    )
-    g.add_argument(
-        *names("budget-nodes"),
-        dest="budget_nodes",
-        type=count,
-        default=None,
-        metavar="COUNT",
-        help="at most this many nodes cordoned by nodeguard at once (default: no budget)",
-    )
-    g.add_argument(
-        *names("budget-percent"),
-        dest="budget_percent",
-        type=percent,
-        default=None,
-        metavar="PERCENT",
-        help="at most this percent of the nodes cordoned by nodeguard at once (default: no budget)",
-    )
-    g.add_argument(
-        *names("lease-namespace"),
-        dest="lease_namespace",
-        default="kube-system",
-        metavar="NAMESPACE",
-        help="namespace of the budget's Lease (default kube-system)",
-    )
+def add_settings(
+    parser: argparse.ArgumentParser, *, settings: list[Settings], aliases: bool = False
+) -> None:
+    """The flags of actions' settings (``--cordon.mode``, ...: :class:`Settings` ``group``
+    and field), spelled the same for ``run`` and ``act`` (``act`` also takes the spellings of
+    earlier versions, ``--mode`` ...: ``aliases``)."""
+    for s in settings:
+        add_model_flags(
+            parser.add_argument_group(s.title),
+            model=s.model,
+            prefix=s.group,
+            aliases=aliases,
+            defaults=True,
+        )
 
 
 # -- what the groups make ------------------------------------------------------------------------
+def settings_value(args: argparse.Namespace, settings: Settings) -> Any:
+    """What ``Env`` holds for ``settings`` (:attr:`Settings.make`), from
+    :func:`add_settings`' flags."""
+    values = {
+        name: getattr(args, f"{settings.group}_{name}") for name in settings.model.model_fields
+    }
+    return settings.make(settings.model.model_validate(values))
+
+
 def cordon_config(args: argparse.Namespace) -> CordonConfig:
-    """The cordon settings of :func:`add_cordon`'s flags."""
-    return CordonConfig(
-        mode=args.cordon_mode,
-        budget_nodes=args.budget_nodes,
-        budget_percent=args.budget_percent,
-        lease_namespace=args.lease_namespace,
-    )
+    """The cordon settings (``cordon``'s entry) of :func:`add_settings`' flags."""
+    config: CordonConfig = settings_value(args, CORDON_SETTINGS)
+    return config
 
 
 def sampler_config(
@@ -264,7 +261,9 @@ def sampler_config(
         paths=HostPaths(procfs=args.procfs, sysfs=args.sysfs, kmsg=args.kmsg, state=state),
         node_name=args.node_name,
         interval=interval,
-        collectors=frozenset(n for n in COLLECTORS if getattr(args, f"collector_{n}")),
+        collectors=frozenset(
+            cls.name for cls in ordered() if getattr(args, f"collector_{cls.name}")
+        ),
         top_processes=args.top_processes,
     )
 

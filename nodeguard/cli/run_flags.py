@@ -2,7 +2,7 @@
 
 Adding a group of flags to ``run`` is one function here and one entry in
 :data:`RUN_FLAG_GROUPS`; :mod:`nodeguard.cli.run` reads the values into the agent's settings.
-Groups shared with other subcommands (host paths, collectors, cordon, ``--kubeconfig``,
+Groups shared with other subcommands (host paths, collectors, actions' settings, ``--kubeconfig``,
 ``--log.level``) live in :mod:`nodeguard.cli.flags`.
 """
 
@@ -14,15 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodeguard.cli.flags import (
-    add_cordon,
     add_host,
     add_kubeconfig,
     add_log_level,
+    add_settings,
     add_state,
     byte_size,
     count,
     duration,
     percent,
+    registered_settings,
 )
 from nodeguard.connections import ConnectionLimits
 from nodeguard.units import DURATION_EXAMPLES
@@ -272,9 +273,10 @@ def webhook(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def cordon(parser: argparse.ArgumentParser) -> None:
-    """Cordon mode and the cluster-wide budget."""
-    add_cordon(parser)
+def settings(parser: argparse.ArgumentParser) -> None:
+    """The actions' settings, each from its registry entry (cordon: the mode and the
+    cluster-wide budget)."""
+    add_settings(parser, settings=registered_settings())
 
 
 def evict(parser: argparse.ArgumentParser) -> None:
@@ -346,7 +348,7 @@ RUN_FLAG_GROUPS: tuple[Callable[[argparse.ArgumentParser], None], ...] = (
     focus,
     remediation,
     webhook,
-    cordon,
+    settings,
     evict,
     metrics,
     logging_,

@@ -15,19 +15,12 @@ import operator
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, Settings, register
-from nodeguard.collectors.labels import NO_WORKLOAD, WORKLOAD_LABELS, node_gauge
-from nodeguard.collectors.pressure import add_stall
+from nodeguard.collectors.labels import NO_WORKLOAD, WORKLOAD_LABELS, add_stall, node_gauge
 from nodeguard.families import Families, Family
-from nodeguard.snapshot import CgroupMemory, NodeSnapshot, PodMemory
+from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from nodeguard.sources.cgroups import CgroupReader
 
-__all__ = ["CgroupsCollector", "container_pods"]
-
-
-def container_pods(pods: tuple[PodMemory, ...]) -> dict[str, str]:
-    """Container ID -> pod UID, from the cgroup walk: where a process's cgroup path shows only
-    its container (a cgroup namespace), the walk knows the pod."""
-    return {c.container_id: p.uid for p in pods for c in p.containers}
+__all__ = ["CgroupsCollector"]
 
 
 # The int fields of a CgroupMemory, in the order of _MemoryFamilies._ints.

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, Settings, register
-from nodeguard.collectors.cgroups import container_pods
-from nodeguard.collectors.labels import NO_WORKLOAD, WORKLOAD_LABELS, node_gauge
+from nodeguard.collectors.labels import NO_WORKLOAD, WORKLOAD_LABELS, container_pods, node_gauge
 from nodeguard.families import Families, Family
 from nodeguard.snapshot import GpuMemory, NodeSnapshot
 from nodeguard.sources.gpu import NvmlReader

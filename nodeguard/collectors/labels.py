@@ -1,5 +1,6 @@
 """The workload labels every series about the node, its pods and its GPUs carries, and the
-families made with them.
+families made with them; what several collectors share to fill them (a container's pod, a
+PSI line's stall series), here so that no collector imports another.
 
 Series carry ``namespace``, ``pod`` and ``container``; until pod metadata is known (no cluster),
 ``pod`` holds the pod UID, ``container`` the container ID and ``namespace`` is empty.
@@ -23,8 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nodeguard.families import Families, Family
+from nodeguard.snapshot import PodMemory, Pressure
 
-__all__ = ["NO_WORKLOAD", "WORKLOAD_LABELS", "node_counter", "node_gauge"]
+__all__ = [
+    "NO_WORKLOAD",
+    "WORKLOAD_LABELS",
+    "add_stall",
+    "container_pods",
+    "node_counter",
+    "node_gauge",
+]
 
 #: The labels that name a workload, on every series about the node, its pods and its GPUs;
 #: empty where they do not apply (see the module docstring).
@@ -41,3 +50,18 @@ def node_gauge(out: Families, name: str, help: str, labels: Sequence[str] = ()) 
 def node_counter(out: Families, name: str, help: str, labels: Sequence[str] = ()) -> Family:
     """A counter about the node, as :func:`node_gauge`."""
     return out.counter(name, help, [*WORKLOAD_LABELS, *labels])
+
+
+def container_pods(pods: tuple[PodMemory, ...]) -> dict[str, str]:
+    """Container ID -> pod UID, from the cgroup walk: where a process's cgroup path shows only
+    its container (a cgroup namespace), the walk knows the pod."""
+    return {c.container_id: p.uid for p in pods for c in p.containers}
+
+
+def add_stall(family: Family, values: tuple[str, ...], pressure: Pressure | None) -> None:
+    """``total_seconds`` of the ``some`` and ``full`` lines, under a last label ``kind``."""
+    if pressure is None:
+        return
+    for kind, line in (("some", pressure.some), ("full", pressure.full)):
+        if line is not None:
+            family.add((*values, kind), line.total_seconds)

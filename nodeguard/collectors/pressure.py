@@ -6,22 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, register
-from nodeguard.collectors.labels import NO_WORKLOAD, node_counter, node_gauge
+from nodeguard.collectors.labels import NO_WORKLOAD, add_stall, node_counter, node_gauge
 from nodeguard.families import Families, Family
-from nodeguard.snapshot import NodeSnapshot, Pressure
+from nodeguard.snapshot import NodeSnapshot
 from nodeguard.sources.pressure import read_node_pressure
 from nodeguard.stall import stall_outside_limits
 
-__all__ = ["PressureCollector", "add_stall"]
-
-
-def add_stall(family: Family, values: tuple[str, ...], pressure: Pressure | None) -> None:
-    """``total_seconds`` of the ``some`` and ``full`` lines, under a last label ``kind``."""
-    if pressure is None:
-        return
-    for kind, line in (("some", pressure.some), ("full", pressure.full)):
-        if line is not None:
-            family.add((*values, kind), line.total_seconds)
+__all__ = ["PressureCollector"]
 
 
 @register

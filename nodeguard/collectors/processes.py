@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, register
-from nodeguard.collectors.cgroups import container_pods
+from nodeguard.collectors.labels import container_pods
 from nodeguard.families import Families, Family
 from nodeguard.snapshot import NodeSnapshot
 from nodeguard.sources.processes import read_top_processes
