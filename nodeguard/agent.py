@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from nodeguard.focus import FocusCollector, Notifications, NotifyConfig, thresho
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.metric_filter import MetricFilter
+from nodeguard.remediation.actor import ActorCollector, NodeActor, claimant_alive
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector
 from nodeguard.remediation.recovery import adopt_from_cluster, resume_check
@@ -73,6 +75,8 @@ class AgentConfig:
     incidents_dir: Path | None = None
     incidents_keep: int = 200
     cordon: CordonConfig = field(default_factory=CordonConfig)
+    actor_namespace: str = "kube-system"
+    actor_lease_seconds: int = 15
     evictions_per_window: int = 5
     eviction_window: float = 600.0
     concurrency: int = 2
@@ -175,7 +179,46 @@ async def run_agent(cfg: AgentConfig) -> int:
         unauthenticated=cfg.webhook_unauthenticated,
         body_timeout=cfg.limits.body_timeout,
     )
-    claims = AlertClaims(kube=kube, claimant=node) if kube is not None else None
+    actor: NodeActor | None = None
+    if kube is not None:
+        # The state file's own id: an agent that takes the node over from the same state file
+        # (itself, restarted) has nothing to adopt.
+        state_id = str(state.section("actor").setdefault("id", uuid.uuid4().hex))
+        actor = NodeActor(
+            kube=kube,
+            node=node,
+            namespace=cfg.actor_namespace,
+            identity=env.identity,
+            duration=max(1, cfg.actor_lease_seconds),
+            dry_run=cfg.dry_run,
+            state_id=state_id,
+            mirror=lambda: {
+                "journal": remediator.journal,
+                "evictions": list(env.limiter.store.get(node, [])),
+            },
+        )
+        kube.fence = actor.fence
+        receiver.set_acting(actor.is_actor)
+
+    def holder() -> str | None:
+        if actor is None or actor.is_actor():
+            return None
+        return actor.holder or "an agent not known yet (the API has not answered)"
+
+    async def alive(claimant: str) -> bool:
+        assert kube is not None
+        return await claimant_alive(kube=kube, namespace=cfg.actor_namespace, claimant=claimant)
+
+    claims = (
+        AlertClaims(kube=kube, claimant=f"{node}/{env.identity}", alive=alive)
+        if kube is not None
+        else None
+    )
+
+    async def claim_done(firing: Firing) -> None:
+        if claims is not None:
+            await claims.finish(node=firing.node, key=firing.key)
+
     remediator = Remediator(
         env=env,
         incidents=incidents,
@@ -185,6 +228,8 @@ async def run_agent(cfg: AgentConfig) -> int:
         concurrency=cfg.concurrency,
         on_done=feedback,
         claim=receiver.claimer(claims) if claims is not None else None,
+        acting=holder if actor is not None else None,
+        claim_done=claim_done,
     )
     remediator.restore()
     for rule, target in engine.busy_targets():
@@ -193,6 +238,8 @@ async def run_agent(cfg: AgentConfig) -> int:
             engine.release(rule=rule, target=target)
     if source is not None:
         registry.register(RemediationCollector(engine=engine, source=source, remediator=remediator))
+    if actor is not None:
+        registry.register(ActorCollector(actor=actor))
     reload_requested = False
     first = True
     # Reading and parsing a rule file is bounded (nodeguard.rules.load) but takes up to a second
@@ -237,9 +284,30 @@ async def run_agent(cfg: AgentConfig) -> int:
             # anything new is decided.
             first = False
             remediator.resume(snapshot=snapshot, check=resume_check(engine))
+        if actor is not None and not actor.is_actor():
+            return  # an observer decides nothing: the actor's engine does, once
+        if actor is not None and actor.inherited is not None:
+            inherit(actor, snapshot)
         for firing in engine.evaluate(snapshot, global_dry_run=cfg.dry_run):
             if not remediator.submit(firing):
                 engine.dropped(firing)
+
+    def inherit(actor: NodeActor, snapshot: NodeSnapshot) -> None:
+        """Just took the node over from another agent: finish what it left under way."""
+        got, actor.inherited = actor.inherited, None
+        if got is None or got.same_state:
+            return
+        env.limiter.store[node] = sorted(
+            {*map(float, env.limiter.store.get(node, [])), *got.evictions}
+        )
+        if got.lapsed:
+            # It was cut off, not stopped: what it did after its last write is unknown.
+            engine.assume_recent(now=time.time())
+        for key in remediator.adopt(got.journal):
+            firing = remediator.restored_firing(key)
+            if firing is not None and firing.source == "local":
+                engine.adopt(rule=firing.rule, target=firing.target)
+        remediator.resume(snapshot=snapshot, check=resume_check(engine))
 
     sampler.add_listener(evaluate)
     registry.register(WebhookCollector(receiver=receiver))
@@ -314,6 +382,8 @@ async def run_agent(cfg: AgentConfig) -> int:
         asyncio.create_task(sampler.run(stop=stop), name="sampler"),
         asyncio.create_task(remediator.run(stop=stop), name="remediator"),
     ]
+    if actor is not None:
+        tasks.append(asyncio.create_task(actor.run(stop=stop), name="actor"))
     if cluster is not None:
         tasks.append(asyncio.create_task(cluster[1].run(stop=stop), name="pod-watch"))
         tasks.append(

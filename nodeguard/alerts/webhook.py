@@ -77,7 +77,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Outcome = Literal[
-    "queued", "duplicate", "stale", "unmatched", "no_node", "nothing_to_undo", "queue_full"
+    "queued",
+    "duplicate",
+    "stale",
+    "unmatched",
+    "no_node",
+    "nothing_to_undo",
+    "queue_full",
+    "observer",
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -264,8 +271,10 @@ def _where(loc: Sequence[int | str]) -> str:
 class WebhookReceiver:
     """The aiohttp handler. ``rules()`` gives the alert rules in force, ``submit(firing)`` queues
     (False when full), ``latest()`` the agent's latest snapshot (evidence for its own node).
-    Without a ``token`` the webhook is off (403) unless ``unauthenticated``.
-    ``counts`` holds ``(status, outcome)`` counters for the exporter; ``requests`` by code."""
+    Without a ``token`` the webhook is off (403) unless ``unauthenticated``. ``acting()``:
+    whether this agent acts for its node (:mod:`nodeguard.remediation.actor`); an observer
+    answers 503, so Alertmanager delivers again, to an agent that acts. ``counts`` holds
+    ``(status, outcome)`` counters for the exporter; ``requests`` by code."""
 
     def __init__(
         self,
@@ -280,7 +289,9 @@ class WebhookReceiver:
         dedupe: AlertDedupe | None = None,
         unauthenticated: bool = False,
         body_timeout: float = 10.0,
+        acting: Callable[[], bool] = lambda: True,
     ) -> None:
+        self._acting = acting
         self._node, self._rules, self._submit, self._latest = node_name, rules, submit, latest
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
         self._open, self._body_timeout = unauthenticated, body_timeout
@@ -288,6 +299,10 @@ class WebhookReceiver:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.requests: Counter[int] = Counter()
         self.claims: Counter[str] = Counter()
+
+    def set_acting(self, acting: Callable[[], bool]) -> None:
+        """Whether this agent acts for its node, asked for every alert (see the class)."""
+        self._acting = acting
 
     def claimer(self, claims: AlertClaims) -> Callable[[Firing], Awaitable[str]]:
         """The remediator's claim of an alert's delivery on its target Node, counted in
@@ -372,7 +387,7 @@ class WebhookReceiver:
             )
             return self._answer(400, {"error": f"not an Alertmanager v4 payload: {problems}"})
         outcomes = []
-        full = False
+        full: str | None = None
         for alert in payload.alerts:
             outcome = await self._decide(alert)
             self.counts[(alert.status, outcome)] += 1
@@ -384,11 +399,12 @@ class WebhookReceiver:
                     "outcome": outcome,
                 }
             )
-            if outcome == "queue_full":
-                full = True
+            if outcome in ("queue_full", "observer"):
+                full = outcome
                 break  # Alertmanager retries the whole batch; the rest is handled then
         if full:
-            return self._answer(503, {"error": "remediation queue full, retry", "alerts": outcomes})
+            why = "remediation queue full" if full == "queue_full" else "this agent only observes"
+            return self._answer(503, {"error": f"{why}, retry", "alerts": outcomes})
         return self._answer(200, {"alerts": outcomes})
 
     async def _decide(self, alert: WebhookAlert) -> Outcome:
@@ -410,6 +426,9 @@ class WebhookReceiver:
             return skip
         if not (rule.actions if alert.status == "firing" else rule.resolve):
             return "nothing_to_undo"
+        if not self._acting():
+            self.dedupe.release(alert)
+            return "observer"
         if not self._submit(self._firing(alert, rule, node)):
             self.dedupe.release(alert)  # Alertmanager's retry must find it new
             return "queue_full"

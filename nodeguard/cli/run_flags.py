@@ -204,6 +204,23 @@ def remediation(parser: argparse.ArgumentParser) -> None:
     )
     add_state(g)
     g.add_argument(
+        "--actor.lease-namespace",
+        dest="actor_namespace",
+        default=None,
+        metavar="NAMESPACE",
+        help="namespace of the per-node Lease nodeguard-<node> that makes one agent the actor "
+        "for its node (default: --cordon.lease-namespace's)",
+    )
+    g.add_argument(
+        "--actor.lease-duration",
+        dest="actor_lease_seconds",
+        type=count,
+        default=15,
+        metavar="SECONDS",
+        help="leaseDurationSeconds of the per-node Lease: renewed every third of it; another "
+        "agent takes the node over once it went unrenewed this long (default 15)",
+    )
+    g.add_argument(
         "--incidents.keep",
         dest="incidents_keep",
         type=count,

@@ -54,6 +54,9 @@ Check = Callable[[Firing, NodeSnapshot | None], str | None]
 #: ``await claim(firing)``: claim an alert's delivery cluster-wide before its first step:
 #: ``claimed``/``ours`` go on, ``duplicate``/``stale`` drop it, ``unavailable`` waits.
 ClaimFn = Callable[[Firing], Awaitable[str]]
+#: ``acting()`` -> ``None`` while this agent acts for its node, else who does
+#: (:mod:`nodeguard.remediation.actor`): no step runs until it acts again.
+Acting = Callable[[], str | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,7 +73,9 @@ class Remediator:
     """Runs firings' steps with at most ``concurrency`` firings at once.
 
     ``global_dry_run`` always wins over a firing's own setting (a rule can only add dry run).
-    ``state``: the state file holding the journal (``None``: in memory). ``clock``/``sleep``
+    ``acting()``: checked before a runbook's first step and before each next one; while another
+    agent holds the node, the entry waits in the journal. ``state``: the state file holding
+    the journal (``None``: in memory). ``clock``/``sleep``
     are injectable for tests.
     """
 
@@ -88,11 +93,13 @@ class Remediator:
         retry_base: float = 5.0,
         retry_cap: float = 60.0,
         claim: ClaimFn | None = None,
+        acting: Acting | None = None,
+        claim_done: Callable[[Firing], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.env = env
-        self._claim = claim
+        self._claim, self._acting, self._claim_done = claim, acting, claim_done
         self.incidents = incidents
         self.global_dry_run = global_dry_run
         self.state = state if state is not None else StateFile(path=None, node=env.node)
@@ -166,6 +173,10 @@ class Remediator:
             )
         self.state.save()
         return sorted(self._restored)
+
+    def restored_firing(self, key: str) -> Firing | None:
+        """The firing of a restored (or adopted) entry waiting for :meth:`resume`."""
+        return self._restored.get(key)
 
     def restored_targets(self) -> set[tuple[str, str]]:
         """``(rule, target)`` of the restored entries."""
@@ -247,6 +258,8 @@ class Remediator:
         entry, firing = self.journal[key], self._firings[key]
         dry = self.global_dry_run or firing.dry_run
         note = f"incident {key}: {firing.summary}"
+        if self._held(key, entry):
+            return None
         if entry["next"] == 0 and not entry.get("attempts"):
             log.warning(
                 "%s %s%s",
@@ -271,6 +284,8 @@ class Remediator:
         call = Call(env=self.env, firing=firing, dry_run=dry, note=note, checkpoint=self.state.save)
         while entry["next"] < len(firing.steps):
             index = entry["next"]
+            if self._held(key, entry):
+                return None  # lost the node mid-runbook: this step waits, journaled
             call.progress = entry["progress"].setdefault(str(index), {})
             results = await dispatch(call, firing.steps[index])
             late = self._clock() - float(entry["created"]) > self.resume_window
@@ -282,6 +297,8 @@ class Remediator:
             entry["next"], entry["attempts"] = index + 1, 0
             entry.pop("retry_at", None)
             self.state.save()
+        if firing.key and self._claim_done is not None and entry.get("claimed"):
+            await self._claim_done(firing)  # done: never taken over by another agent
         self.journal.pop(key, None)
         self._firings.pop(key, None)
         extra: dict[str, Any] = {}
@@ -295,6 +312,42 @@ class Remediator:
         self.state.save()
         self._finish(firing, entry["results"])
         return list(entry["results"])
+
+    def _held(self, key: str, entry: dict[str, Any]) -> bool:
+        """Whether another agent holds the node: then the entry says so and waits."""
+        holder = self._acting() if self._acting is not None else None
+        if holder is None:
+            entry.pop("held", None)
+            return False
+        if entry.get("held") != holder:
+            entry["held"] = holder
+            self.state.save()
+            log.warning("%s: step %d waits: node held by %s", key, entry["next"] + 1, holder)
+        self._later(key, self.retry_base)
+        return True
+
+    def adopt(self, entries: dict[str, Any]) -> list[str]:
+        """Take into the journal the runbooks an agent that died left under way (its journal,
+        mirrored on the node's Lease), those not already here; they wait for :meth:`resume`
+        like entries restored after a restart. The keys adopted."""
+        adopted = []
+        for key, entry in sorted(entries.items()):
+            if key in self.journal or not isinstance(entry, dict):
+                continue
+            try:
+                firing = Firing.from_record(entry["firing"], parse_step=parse_step)
+                int(entry["next"])
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("adopted journal entry %s unreadable, dropped: %s", key, exc)
+                continue
+            entry.pop("held", None)
+            self.journal[key] = entry
+            self._restored[key] = firing
+            adopted.append(key)
+        if adopted:
+            log.warning("adopted %d runbook(s) of the last actor: %s", len(adopted), adopted)
+            self.state.save()
+        return adopted
 
     def _retry(self, key: str, entry: dict[str, Any], *, what: str, message: str) -> None:
         entry["attempts"] = int(entry.get("attempts", 0)) + 1
