@@ -440,14 +440,13 @@ def test_roles_grant_exactly_what_nodeguard_calls(manifests: list[Obj]) -> None:
     assert triples(find(manifests, "ClusterRole")) == CLUSTER_ROLE
     role = find(manifests, "Role")
     assert triples(role) == ROLE
-    # Reading and updating are limited to the budget's one Lease (create cannot be limited).
-    named = [r for r in role["rules"] if r.get("resourceNames")]
-    assert named == [
+    # Leases of its own namespace only: the budget's and one per node (nodeguard-<node>),
+    # whose names RBAC cannot list (resourceNames are exact names).
+    assert role["rules"] == [
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "resourceNames": [CordonConfig().lease_name],
-            "verbs": ["get", "update"],
+            "verbs": ["create", "get", "update"],
         }
     ]
     # The Lease goes where the Role is: the pod's namespace.
@@ -578,7 +577,7 @@ def test_nothing_else_is_granted(
     ]:
         allowed = review(applier.api, sa=sa.name, namespace=sa.namespace, triple=t, where=where)
         assert not allowed, (where, t)
-    # The Lease Role names one Lease: another name in the same namespace is refused.
+    # The Lease Role is its own namespace's: a Lease of another namespace is refused.
     body = {
         "spec": {
             "user": f"system:serviceaccount:{sa.namespace}:{sa.name}",
@@ -587,7 +586,7 @@ def test_nothing_else_is_granted(
                 "group": "coordination.k8s.io",
                 "resource": "leases",
                 "verb": "update",
-                "namespace": sa.namespace,
+                "namespace": "kube-node-lease",
                 "name": "someone-elses-lease",
             },
         }

@@ -149,9 +149,10 @@ class NodeActor:
         return self._observed_at + self.duration
 
     def _say(self, state: State, why: str) -> None:
-        if self._said == (state, why):
+        # Once per state and holder: a renewal (a new renewTime) is not news.
+        if self._said == (state, self.holder or ""):
             return
-        self._said = (state, why)
+        self._said = (state, self.holder or "")
         if state == "actor":
             log.warning("actor: %s acts for node %s (%s)", self.identity, self.node, why)
         else:

@@ -208,6 +208,9 @@ class Remediator:
                 )
                 self._firings[key] = fresh
                 entry["resumed"] = int(entry.get("resumed", 0)) + 1
+                # Claimed by this agent's last process (or the dead actor it took over from):
+                # claimed again as this one, so no third agent takes it over as well.
+                entry.pop("claimed", None)
                 self._queue.put_nowait(key)
                 self.resumed_total += 1
                 log.warning("resuming %s (%s) at step %d", key, firing.rule, entry["next"] + 1)
