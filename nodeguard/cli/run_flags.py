@@ -9,6 +9,7 @@ Groups shared with other subcommands (host paths, collectors, cordon, ``--kubeco
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -183,6 +184,11 @@ def focus(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _lease_seconds(text: str) -> int:
+    """A Lease's duration: whole seconds (``leaseDurationSeconds`` is an integer), at least 1."""
+    return max(1, math.ceil(duration(text)))
+
+
 def remediation(parser: argparse.ArgumentParser) -> None:
     """Rules, the cluster, dry run, and where state and incidents are kept."""
     g = parser.add_argument_group("remediation")
@@ -214,11 +220,12 @@ def remediation(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--actor.lease-duration",
         dest="actor_lease_seconds",
-        type=count,
-        default=15,
-        metavar="SECONDS",
-        help="leaseDurationSeconds of the per-node Lease: renewed every third of it; another "
-        "agent takes the node over once it went unrenewed this long (default 15)",
+        type=_lease_seconds,
+        default="15s",
+        metavar="DURATION",
+        help=f"leaseDurationSeconds of the per-node Lease, whole seconds ({DURATION_EXAMPLES}): "
+        "renewed every third of it; another agent takes the node over once it went unrenewed "
+        "this long (default 15s)",
     )
     g.add_argument(
         "--incidents.keep",

@@ -141,13 +141,6 @@ class NodeActor:
         """Whether this agent holds the node's Lease now, with at least a third of it left."""
         return self.state == "actor" and self._clock() < self._valid_until
 
-    def held_until(self) -> float | None:
-        """Monotonic seconds until which an observer waits before it may take over; ``None``
-        when not observing."""
-        if self.state != "observer" or self._observed is None:
-            return None
-        return self._observed_at + self.duration
-
     def _say(self, state: State, why: str) -> None:
         # Once per state and holder: a renewal (a new renewTime) is not news.
         if self._said == (state, self.holder or ""):
