@@ -198,7 +198,9 @@ async def run_agent(cfg: AgentConfig) -> int:
             },
         )
         kube.fence = actor.fence
-        receiver.set_acting(actor.is_actor)
+        # Refused only where another agent is known to hold the node: with the API server down
+        # a delivery is queued, and waits in the journal until this agent holds it again.
+        receiver.set_acting(lambda: actor is None or actor.state != "observer")
 
     def holder() -> str | None:
         if actor is None or actor.is_actor():
@@ -300,6 +302,7 @@ async def run_agent(cfg: AgentConfig) -> int:
         env.limiter.store[node] = sorted(
             {*map(float, env.limiter.store.get(node, [])), *got.evictions}
         )
+        state.save()
         if got.lapsed:
             # It was cut off, not stopped: what it did after its last write is unknown.
             engine.assume_recent(now=time.time())

@@ -27,6 +27,9 @@ client-go's leader election (``tools/leaderelection/leaderelection.go``,
   was on the wire instead of choosing another one, and counts the dead agent's evictions
   against the per-node limit. What the dead agent did and did not write down is unknown, so
   its rules' cooldowns are assumed to run from the takeover (act less, never more).
+- An agent restarted on its own state file (kill -9, an OOM kill, a container restart) takes the
+  Lease of its previous process at once: the state file is locked by one process at a time
+  (``flock``, :mod:`nodeguard.statefile`), so a holder that used it is gone.
 - A dry-run agent holds the Lease too (a dry-run pair reports one run, as a real pair makes
   one), but a real agent takes it from a live dry-run holder, and a dry-run agent never takes
   it from a real one, lapsed or not (annotation ``nodeguard.io/actor-dry-run``).
@@ -66,6 +69,8 @@ log = logging.getLogger(__name__)
 ANN_STATE = "nodeguard.io/actor-state"
 ANN_DRY_RUN = "nodeguard.io/actor-dry-run"
 ANN_STATE_ID = "nodeguard.io/actor-state-id"
+#: The holder's state file id (written by every holder, dry run too).
+ANN_HOLDER_STATE = "nodeguard.io/actor-holder-state"
 #: The journal mirrored on the Lease, in characters at most (annotations share 256 KiB).
 _MAX_STATE = 96 * 1024
 
@@ -179,6 +184,10 @@ class NodeActor:
         why = f"{holder}{' (dry run)' if holder_dry else ''} until {renewed} + {duration:.0f}s"
         if self.dry_run and not holder_dry:
             return False, why  # a dry run never takes the node from a real agent
+        if self._state_id and self._annotations(lease).get(ANN_HOLDER_STATE) == self._state_id:
+            # The holder used this agent's own state file, which this process holds locked
+            # (flock, nodeguard.statefile): it was this agent before a restart, and is dead.
+            return True, ""
         if holder_dry and not self.dry_run:
             return True, ""  # a real agent takes it from a dry run at once
         return left <= 0, f"{why} ({max(left, 0):.0f}s left as seen here)"
@@ -224,6 +233,7 @@ class NodeActor:
         if taking:
             self._inherit(ann, lapsed=bool(previous))
         ann[ANN_DRY_RUN] = "true" if self.dry_run else "false"
+        ann[ANN_HOLDER_STATE] = self._state_id
         self._mirrored(ann)
         try:
             if lease is None:
@@ -269,10 +279,16 @@ class NodeActor:
                 if lease is None:
                     lease = await self._kube.get_lease(name=self.name, namespace=self.namespace)
             except NotFound:
-                return await self._write(None, previous="")
+                lease = None
             except KubeError as exc:
                 log.warning("cannot read lease %s/%s: %s", self.namespace, self.name, exc)
                 return self.is_actor()
+            if lease is None:
+                try:
+                    return await self._write(None, previous="") or await self._reread()
+                except KubeError as exc:
+                    log.warning("cannot create lease %s/%s: %s", self.namespace, self.name, exc)
+                    return False
             spec = self._spec(lease)
             holder = str(spec.get("holderIdentity") or "")
             may, why = self._may_take(lease)
@@ -331,7 +347,10 @@ class NodeActor:
         """Acquire or renew every ``duration / 3`` seconds until ``stop``; releases the Lease
         on the way out."""
         while not stop.is_set():
-            await self.attempt()
+            try:
+                await self.attempt()
+            except Exception:  # a bug here must not stop the agent: it only stops acting
+                log.exception("node lease %s/%s", self.namespace, self.name)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.duration / 3)
         await self.release()
