@@ -76,7 +76,7 @@ class AgentConfig:
     incidents_keep: int = 200
     cordon: CordonConfig = field(default_factory=CordonConfig)
     actor_namespace: str = "kube-system"
-    actor_lease_seconds: int = 15
+    actor_lease_seconds: int = 30
     evictions_per_window: int = 5
     eviction_window: float = 600.0
     concurrency: int = 2
@@ -205,7 +205,9 @@ async def run_agent(cfg: AgentConfig) -> int:
     def holder() -> str | None:
         if actor is None or actor.is_actor():
             return None
-        return actor.holder or "an agent not known yet (the API has not answered)"
+        if actor.state == "observer" and actor.holder:
+            return actor.holder
+        return "no one confirmed: this agent's Lease is not renewed (the API server is silent)"
 
     async def alive(claimant: str) -> bool:
         assert kube is not None

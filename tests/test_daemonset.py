@@ -51,6 +51,7 @@ from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import PodWatcher
+from nodeguard.remediation.actor import NodeActor
 from tests.acting import run_action
 from tests.agent import free_port
 from tests.conftest import HOSTS
@@ -552,6 +553,45 @@ async def test_action_suite_as_the_daemonset_service_account(
         assert cluster.events(ns, name="random", reason="NodeguardKatibResumed")
         assert aud.events_written >= 9 and aud.pending == 0
         assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        kube.close()
+
+
+async def test_the_node_lease_as_the_daemonset_service_account(
+    *,
+    cluster: Cluster,
+    control_plane: TestCluster,
+    manifests: list[Obj],
+    daemonset_sa: ServiceAccount,
+    applier: Applier,
+) -> None:
+    # The per-node Lease nodeguard-<node>, in the namespace the DaemonSet gives the agent:
+    # created (create), renewed (update), watched by a second agent (get) and taken over
+    # (update) with the shipped Role alone.
+    await _wait_rbac(applier, daemonset_sa, denied=None)
+    cfg = _cordon_config(manifests, daemonset_sa.namespace)
+    kube = _sa_client(control_plane, daemonset_sa)
+    clocks = [1000.0, 1000.0]
+    try:
+        node = cluster.node()
+        a, b = (
+            NodeActor(
+                kube=kube,
+                node=node,
+                namespace=cfg.lease_namespace,
+                identity=f"nodeguard-{who}",
+                duration=15,
+                dry_run=False,
+                state_id=who,
+                mirror=dict,
+                clock=lambda i=i: clocks[i],
+            )
+            for i, who in enumerate(("a", "b"))
+        )
+        assert await a.attempt() and await a.attempt()
+        assert not await b.attempt() and b.state == "observer"
+        clocks[1] += 15
+        assert await b.attempt() and b.transitions == 1
     finally:
         kube.close()
 

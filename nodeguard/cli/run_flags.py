@@ -221,11 +221,11 @@ def remediation(parser: argparse.ArgumentParser) -> None:
         "--actor.lease-duration",
         dest="actor_lease_seconds",
         type=_lease_seconds,
-        default="15s",
+        default="30s",
         metavar="DURATION",
         help=f"leaseDurationSeconds of the per-node Lease, whole seconds ({DURATION_EXAMPLES}): "
         "renewed every third of it; another agent takes the node over once it went unrenewed "
-        "this long (default 15s)",
+        "this long (default 30s)",
     )
     g.add_argument(
         "--incidents.keep",

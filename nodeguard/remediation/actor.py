@@ -10,8 +10,10 @@ DaemonSet with a TTL, kubereboot/kured ``pkg/daemonsetlock``); the Lease here fo
 client-go's leader election (``tools/leaderelection/leaderelection.go``,
 ``tryAcquireOrRenew``; ``resourcelock/leaselock.go``):
 
-- The holder renews every ``duration / 3`` seconds. Every write carries the Lease's
-  ``resourceVersion``: of two agents racing for it exactly one wins, the other gets 409.
+- The holder renews every ``duration / 3`` seconds (the default 30 s lease: a write every 10 s
+  per node, the rate of the kubelet's own node Lease, KEP-589 "Efficient Node Heartbeats").
+  Every write carries the Lease's ``resourceVersion``: of two agents racing for it exactly one
+  wins, the other gets 409.
 - Another holder's Lease has lapsed when this agent has watched the same ``holderIdentity`` and
   ``renewTime`` stay unchanged for ``leaseDurationSeconds`` on its own monotonic clock (never by
   comparing another node's timestamps with this clock). Then it is taken over
@@ -152,7 +154,9 @@ class NodeActor:
             return
         self._said = (state, self.holder or "")
         if state == "actor":
-            log.warning("actor: %s acts for node %s (%s)", self.identity, self.node, why)
+            # Taking the node from another agent is news; finding it free is the usual start.
+            level = logging.WARNING if why.startswith("took") else logging.INFO
+            log.log(level, "actor: %s acts for node %s (%s)", self.identity, self.node, why)
         else:
             log.warning("observer: node %s's actions are held by %s", self.node, why)
 
