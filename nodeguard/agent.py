@@ -116,6 +116,22 @@ async def _adopt(*, kube: KubeClient, engine: RuleEngine, node: str, stop: async
     await adopt_from_cluster(kube=kube, engine=engine, node=node, stop=stop)
 
 
+def _state_id(state: StateFile) -> str:
+    """What tells this agent's state apart from another's on the node Lease: the state
+    directory's device and inode, kept across restarts and a corrupt state file alike (so an
+    agent restarted on its own state takes its Lease at once, and adopts nothing); two agents
+    with their own ``--path.state`` (other hostPaths, even under the same path in their
+    containers) differ. Without a state file: unique to this process."""
+    if state.path is not None:
+        try:
+            st = state.path.parent.stat()
+        except OSError:
+            pass
+        else:
+            return f"{st.st_dev}:{st.st_ino}"
+    return uuid.uuid4().hex
+
+
 async def run_agent(cfg: AgentConfig) -> int:
     """Run until SIGTERM/SIGINT; the exit status."""
     if cfg.webhook_unauthenticated and cfg.webhook_token is None and not _loopback(cfg.host):
@@ -181,9 +197,7 @@ async def run_agent(cfg: AgentConfig) -> int:
     )
     actor: NodeActor | None = None
     if kube is not None:
-        # The state file's own id: an agent that takes the node over from the same state file
-        # (itself, restarted) has nothing to adopt.
-        state_id = str(state.section("actor").setdefault("id", uuid.uuid4().hex))
+        state_id = _state_id(state)
         actor = NodeActor(
             kube=kube,
             node=node,

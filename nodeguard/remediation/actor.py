@@ -29,9 +29,10 @@ client-go's leader election (``tools/leaderelection/leaderelection.go``,
   was on the wire instead of choosing another one, and counts the dead agent's evictions
   against the per-node limit. What the dead agent did and did not write down is unknown, so
   its rules' cooldowns are assumed to run from the takeover (act less, never more).
-- An agent restarted on its own state file (kill -9, an OOM kill, a container restart) takes the
-  Lease of its previous process at once: the state file is locked by one process at a time
-  (``flock``, :mod:`nodeguard.statefile`), so a holder that used it is gone.
+- An agent restarted on its own state (kill -9, an OOM kill, a container restart) takes the
+  Lease of its previous process at once: the state directory (its device and inode, written as
+  ``nodeguard.io/actor-holder-state``) is locked by one process at a time (``flock``,
+  :mod:`nodeguard.statefile`), so a holder that used it is gone.
 - A dry-run agent holds the Lease too (a dry-run pair reports one run, as a real pair makes
   one), but a real agent takes it from a live dry-run holder, and a dry-run agent never takes
   it from a real one, lapsed or not (annotation ``nodeguard.io/actor-dry-run``).
