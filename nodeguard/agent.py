@@ -22,6 +22,8 @@ import ipaddress
 import logging
 import os
 import signal
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,7 @@ from nodeguard.kube.client import REQUEST_TIMEOUT_SECONDS, KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.logs import AUDIT, report_dropped
 from nodeguard.metric_filter import MetricFilter
+from nodeguard.remediation.actor import ActorCollector, NodeActor, claimant_alive
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector, StateCollector
 from nodeguard.remediation.recovery import adopt_from_cluster, resume_check
@@ -113,6 +116,8 @@ class AgentConfig:
     incidents_dir: Path | None = None
     incidents_keep: int = 200
     cordon: CordonConfig = field(default_factory=CordonConfig)
+    actor_namespace: str = "kube-system"
+    actor_lease_seconds: int = 30
     evictions_per_window: int = 5
     eviction_window: float = 600.0
     concurrency: int = 2
@@ -161,6 +166,22 @@ def _loopback(host: str | None) -> bool:
 
 async def _adopt(*, kube: KubeClient, engine: RuleEngine, node: str, stop: asyncio.Event) -> None:
     await adopt_from_cluster(kube=kube, engine=engine, node=node, stop=stop)
+
+
+def _state_id(state: StateFile) -> str:
+    """What tells this agent's state apart from another's on the node Lease: the state
+    directory's device and inode, kept across restarts and a corrupt state file alike (so an
+    agent restarted on its own state takes its Lease at once, and adopts nothing); two agents
+    with their own ``--path.state`` (other hostPaths, even under the same path in their
+    containers) differ. Without a state file: unique to this process."""
+    if state.path is not None:
+        try:
+            st = state.path.parent.stat()
+        except OSError:
+            pass
+        else:
+            return f"{st.st_dev}:{st.st_ino}"
+    return uuid.uuid4().hex
 
 
 async def run_agent(cfg: AgentConfig) -> int:
@@ -241,7 +262,48 @@ async def run_agent(cfg: AgentConfig) -> int:
         body_timeout=cfg.limits.body_timeout,
         state=state,
     )
-    claims = AlertClaims(kube=kube, claimant=node) if kube is not None else None
+    actor: NodeActor | None = None
+    if kube is not None:
+        state_id = _state_id(state)
+        actor = NodeActor(
+            kube=kube,
+            node=node,
+            namespace=cfg.actor_namespace,
+            identity=env.identity,
+            duration=max(1, cfg.actor_lease_seconds),
+            dry_run=cfg.dry_run,
+            state_id=state_id,
+            mirror=lambda: {
+                "journal": remediator.journal,
+                "evictions": list(env.limiter.store.get(node, [])),
+            },
+        )
+        kube.fence = actor.fence
+        # Refused only where another agent is known to hold the node: with the API server down
+        # a delivery is queued, and waits in the journal until this agent holds it again.
+        receiver.set_acting(lambda: actor is None or actor.state != "observer")
+
+    def holder() -> str | None:
+        if actor is None or actor.is_actor():
+            return None
+        if actor.state == "observer" and actor.holder:
+            return actor.holder
+        return "no one confirmed: this agent's Lease is not renewed (the API server is silent)"
+
+    async def alive(claimant: str) -> bool:
+        assert kube is not None
+        return await claimant_alive(kube=kube, namespace=cfg.actor_namespace, claimant=claimant)
+
+    claims = (
+        AlertClaims(kube=kube, claimant=f"{node}/{env.identity}", alive=alive)
+        if kube is not None
+        else None
+    )
+
+    async def claim_done(firing: Firing) -> None:
+        if claims is not None:
+            await claims.finish(node=firing.node, key=firing.key)
+
     remediator = Remediator(
         env=env,
         incidents=incidents,
@@ -253,6 +315,8 @@ async def run_agent(cfg: AgentConfig) -> int:
         on_unplanned=unplanned,
         pods_wait=cfg.pods_wait(),
         claim=receiver.claimer(claims) if claims is not None else None,
+        acting=holder if actor is not None else None,
+        claim_done=claim_done,
     )
     remediator.restore()
     for rule, target in engine.busy_targets():
@@ -261,6 +325,8 @@ async def run_agent(cfg: AgentConfig) -> int:
             engine.release(rule=rule, target=target)
     if source is not None:
         registry.register(RemediationCollector(engine=engine, source=source, remediator=remediator))
+    if actor is not None:
+        registry.register(ActorCollector(actor=actor))
     reload_requested = False
     first = True
     # Reading and parsing a rule file is bounded (nodeguard.rules.load) but takes up to a second
@@ -305,9 +371,31 @@ async def run_agent(cfg: AgentConfig) -> int:
             # anything new is decided.
             first = False
             remediator.resume(snapshot=snapshot, check=resume_check(engine))
+        if actor is not None and not actor.is_actor():
+            return  # an observer decides nothing: the actor's engine does, once
+        if actor is not None and actor.inherited is not None:
+            inherit(actor, snapshot)
         for firing in engine.evaluate(snapshot, global_dry_run=cfg.dry_run):
             if not remediator.submit(firing):
                 engine.dropped(firing, reason=remediator.refusal() or "queue_full")
+
+    def inherit(actor: NodeActor, snapshot: NodeSnapshot) -> None:
+        """Just took the node over from another agent: finish what it left under way."""
+        got, actor.inherited = actor.inherited, None
+        if got is None or got.same_state:
+            return
+        env.limiter.store[node] = sorted(
+            {*map(float, env.limiter.store.get(node, [])), *got.evictions}
+        )
+        state.save()
+        if got.lapsed:
+            # It was cut off, not stopped: what it did after its last write is unknown.
+            engine.assume_recent(now=time.time())
+        for key in remediator.adopt(got.journal):
+            firing = remediator.restored_firing(key)
+            if firing is not None and firing.source == "local":
+                engine.adopt(rule=firing.rule, target=firing.target)
+        remediator.resume(snapshot=snapshot, check=resume_check(engine))
 
     sampler.add_listener(evaluate)
     registry.register(WebhookCollector(receiver=receiver))
@@ -383,6 +471,8 @@ async def run_agent(cfg: AgentConfig) -> int:
         asyncio.create_task(sampler.run(stop=stop), name="sampler"),
         asyncio.create_task(remediator.run(stop=stop), name="remediator"),
     ]
+    if actor is not None:
+        tasks.append(asyncio.create_task(actor.run(stop=stop), name="actor"))
     if cluster is not None:
         tasks.append(asyncio.create_task(cluster[1].run(stop=stop), name="pod-watch"))
         tasks.append(

@@ -52,6 +52,7 @@ from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import PodWatcher
+from nodeguard.remediation.actor import NodeActor
 from tests.acting import run_action
 from tests.agent import free_port
 from tests.conftest import HOSTS
@@ -437,14 +438,13 @@ def test_roles_grant_exactly_what_nodeguard_calls(manifests: list[Obj]) -> None:
     assert triples(find(manifests, "ClusterRole")) == CLUSTER_ROLE
     role = find(manifests, "Role")
     assert triples(role) == ROLE
-    # Reading and updating are limited to the budget's one Lease (create cannot be limited).
-    named = [r for r in role["rules"] if r.get("resourceNames")]
-    assert named == [
+    # Leases of its own namespace only: the budget's and one per node (nodeguard-<node>),
+    # whose names RBAC cannot list (resourceNames are exact names).
+    assert role["rules"] == [
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "resourceNames": [CordonConfig().lease_name],
-            "verbs": ["get", "update"],
+            "verbs": ["create", "get", "update"],
         }
     ]
     # The Lease goes where the Role is: the pod's namespace.
@@ -554,6 +554,45 @@ async def test_action_suite_as_the_daemonset_service_account(
         kube.close()
 
 
+async def test_the_node_lease_as_the_daemonset_service_account(
+    *,
+    cluster: Cluster,
+    control_plane: TestCluster,
+    manifests: list[Obj],
+    daemonset_sa: ServiceAccount,
+    applier: Applier,
+) -> None:
+    # The per-node Lease nodeguard-<node>, in the namespace the DaemonSet gives the agent:
+    # created (create), renewed (update), watched by a second agent (get) and taken over
+    # (update) with the shipped Role alone.
+    await _wait_rbac(applier, daemonset_sa, denied=None)
+    cfg = _cordon_config(manifests, daemonset_sa.namespace)
+    kube = _sa_client(control_plane, daemonset_sa)
+    clocks = [1000.0, 1000.0]
+    try:
+        node = cluster.node()
+        a, b = (
+            NodeActor(
+                kube=kube,
+                node=node,
+                namespace=cfg.lease_namespace,
+                identity=f"nodeguard-{who}",
+                duration=15,
+                dry_run=False,
+                state_id=who,
+                mirror=dict,
+                clock=lambda i=i: clocks[i],
+            )
+            for i, who in enumerate(("a", "b"))
+        )
+        assert await a.attempt() and await a.attempt()
+        assert not await b.attempt() and b.state == "observer"
+        clocks[1] += 15
+        assert await b.attempt() and b.transitions == 1
+    finally:
+        kube.close()
+
+
 def test_nothing_else_is_granted(
     applier: Applier, daemonset_sa: ServiceAccount, manifests: list[Obj]
 ) -> None:
@@ -575,7 +614,7 @@ def test_nothing_else_is_granted(
     ]:
         allowed = review(applier.api, sa=sa.name, namespace=sa.namespace, triple=t, where=where)
         assert not allowed, (where, t)
-    # The Lease Role names one Lease: another name in the same namespace is refused.
+    # The Lease Role is its own namespace's: a Lease of another namespace is refused.
     body = {
         "spec": {
             "user": f"system:serviceaccount:{sa.namespace}:{sa.name}",
@@ -584,7 +623,7 @@ def test_nothing_else_is_granted(
                 "group": "coordination.k8s.io",
                 "resource": "leases",
                 "verb": "update",
-                "namespace": sa.namespace,
+                "namespace": "kube-node-lease",
                 "name": "someone-elses-lease",
             },
         }

@@ -27,6 +27,14 @@ when it is back exactly one agent's claim wins. An agent that claimed a delivery
 restarted finds its own claim (``ours``) and goes on. Claims are written in dry run too: they
 record which agent handles a delivery, not an action, and without them a dry-run pair of
 agents would report two runs where a real pair makes one.
+
+A claimant is ``<node>/<identity>``: the agent's node and the identity it holds that node's
+Lease under (:mod:`nodeguard.remediation.actor`). A delivery claimed by an agent that died
+before it finished is taken over (``taken_over``) once ``alive(claimant)`` says its liveness
+lapsed (its node's Lease is held by someone else, or not renewed for its duration), instead of
+being dropped as a duplicate for the claim's whole 24 h; a finished delivery is marked done
+(:meth:`AlertClaims.finish`, claimant index ``-1``) and never taken over. A claimant written
+by an older nodeguard (a bare node name) is taken to be alive.
 """
 
 from __future__ import annotations
@@ -52,7 +60,10 @@ ANNOTATION = "nodeguard.io/alert-deliveries"
 KEEP = 1024
 _MAX_ANNOTATION = 192 * 1024  # what is read of the annotation at most, in characters
 
-Claim = Literal["claimed", "ours", "duplicate", "stale", "unavailable"]
+Claim = Literal["claimed", "ours", "duplicate", "stale", "unavailable", "taken_over"]
+#: ``await alive(claimant)``: whether the agent that claimed a delivery may still finish it.
+Alive = Callable[[str], Awaitable[bool]]
+_DONE = -1
 
 
 def parse_key(key: str) -> tuple[str, int, str]:
@@ -67,9 +78,11 @@ def _digest(key: str) -> str:
 
 
 class AlertClaims:
-    """Claims deliveries on their target Node for agent ``claimant`` (its node name). ``ttl``:
-    how long a claim is remembered after its delivery was last seen; ``attempts``: reads and
-    writes before a Node that keeps changing is given up on for now (``unavailable``)."""
+    """Claims deliveries on their target Node for agent ``claimant`` (``<node>/<identity>``).
+    ``ttl``: how long a claim is remembered after its delivery was last seen; ``attempts``:
+    reads and writes before a Node that keeps changing is given up on for now
+    (``unavailable``); ``alive``: whether another claimant may still finish (``None``: all
+    are taken to be alive)."""
 
     def __init__(
         self,
@@ -78,15 +91,17 @@ class AlertClaims:
         claimant: str,
         ttl: float = 24 * 3600.0,
         attempts: int = 30,
+        alive: Alive | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._kube, self._claimant, self._ttl, self._attempts = kube, claimant, ttl, attempts
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep, self._alive = clock, sleep, alive
 
     async def claim(self, *, node: str, key: str) -> Claim:
         """Claim one delivery for ``node``: ``claimed`` (now, by us), ``ours`` (by us before a
-        restart), ``duplicate`` (another agent has it), ``stale`` (a firing older than a
+        restart), ``duplicate`` (another agent has it, or it is done), ``taken_over`` (its
+        claimant died before finishing: now ours), ``stale`` (a firing older than a
         resolution already handled), ``unavailable`` (the Node cannot be read or written now:
         the API server is down, the Node is gone, RBAC; or it kept changing under us)."""
         fingerprint, instant, status = parse_key(key)
@@ -107,7 +122,13 @@ class AlertClaims:
             if found is not None:
                 holder = claimants[found[2]] if 0 <= found[2] < len(claimants) else ""
                 answer = "ours" if holder == self._claimant else "duplicate"
-                if float(found[1]) - now > self._ttl * 0.9:
+                if answer == "duplicate" and found[2] != _DONE and await self._lapsed(holder):
+                    log.warning("alert delivery claimed by %s, which died: taken over", holder)
+                    if self._claimant not in claimants:
+                        claimants.append(self._claimant)
+                    found[2] = claimants.index(self._claimant)
+                    answer = "taken_over"
+                elif float(found[1]) - now > self._ttl * 0.9:
                     return answer  # fresh enough: no write for a copy seen just now
                 found[1] = int(now + self._ttl)  # seen again: remembered a full ttl from now
             else:
@@ -123,8 +144,9 @@ class AlertClaims:
                 answer = "claimed"
             seen.sort(key=lambda e: float(e[1]))
             seen = seen[-KEEP:]
-            used = sorted({e[2] for e in seen})
+            used = sorted({e[2] for e in seen if e[2] != _DONE})
             remap = {old: new for new, old in enumerate(used)}
+            remap[_DONE] = _DONE
             value = json.dumps(
                 {
                     "claimants": [claimants[i] for i in used if 0 <= i < len(claimants)],
@@ -153,6 +175,42 @@ class AlertClaims:
             return answer
         log.warning("node %s kept changing while claiming an alert delivery; later", node)
         return "unavailable"
+
+    async def _lapsed(self, holder: str) -> bool:
+        if self._alive is None or not holder:
+            return False
+        return not await self._alive(holder)
+
+    async def finish(self, *, node: str, key: str) -> None:
+        """Mark our claim of a delivery done: no one takes it over, whatever becomes of us.
+        Best effort (tried a few times; a failure is logged)."""
+        digest = _digest(key)
+        for attempt in range(5):
+            try:
+                current = await self._kube.get_node(name=node)
+                meta = current.get("metadata", {})
+                data = self._decode((meta.get("annotations") or {}).get(ANNOTATION))
+                claimants = data["claimants"]
+                mine = claimants.index(self._claimant) if self._claimant in claimants else None
+                found = next((e for e in data["seen"] if e[0] == digest), None)
+                if found is None or mine is None or found[2] != mine:
+                    return
+                found[2] = _DONE
+                patch = {
+                    "metadata": {
+                        "resourceVersion": meta.get("resourceVersion"),
+                        "annotations": {
+                            ANNOTATION: json.dumps(data, separators=(",", ":")),
+                        },
+                    }
+                }
+                await self._kube.patch_node(name=node, patch=patch, dry_run=False)
+                return
+            except Conflict:
+                await self._sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
+            except KubeError as exc:
+                log.warning("cannot mark alert delivery done on node %s: %s", node, exc)
+                return
 
     @staticmethod
     def _decode(text: str | None) -> dict[str, Any]:

@@ -52,7 +52,7 @@ class WebhookCollector(Collector):
         alerts = CounterMetricFamily(
             "nodeguard_webhook_alerts",
             "alerts received by status and outcome (queued, duplicate, stale, unmatched, "
-            "no_node, nothing_to_undo, queue_full, state_not_persisted)",
+            "no_node, nothing_to_undo, queue_full, state_not_persisted, observer)",
             labels=["status", "outcome"],
         )
         for (status, outcome), n in sorted(self._receiver.counts.items()):

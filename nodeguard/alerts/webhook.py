@@ -88,6 +88,7 @@ Outcome = Literal[
     "nothing_to_undo",
     "queue_full",
     "state_not_persisted",
+    "observer",
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -281,8 +282,10 @@ class WebhookReceiver:
     """The aiohttp handler. ``rules()`` gives the alert rules in force, ``submit(firing)`` queues
     (False when full), ``latest()`` the agent's latest snapshot (evidence for its own node).
     Without a ``token`` the webhook is off (403) unless ``unauthenticated``. ``state``: the
-    state file that must hold what was taken before a delivery is answered 2xx.
-    ``counts`` holds ``(status, outcome)`` counters for the exporter; ``requests`` by code."""
+    state file that must hold what was taken before a delivery is answered 2xx. ``acting()``:
+    whether this agent acts for its node (:mod:`nodeguard.remediation.actor`); an observer
+    answers 503, so Alertmanager delivers again, to an agent that acts. ``counts`` holds
+    ``(status, outcome)`` counters for the exporter; ``requests`` by code."""
 
     def __init__(
         self,
@@ -298,7 +301,9 @@ class WebhookReceiver:
         unauthenticated: bool = False,
         body_timeout: float = 10.0,
         state: StateFile | None = None,
+        acting: Callable[[], bool] = lambda: True,
     ) -> None:
+        self._acting = acting
         self._node, self._rules, self._submit, self._latest = node_name, rules, submit, latest
         self._dry, self._token, self._node_label = global_dry_run, token, node_label
         self._open, self._body_timeout = unauthenticated, body_timeout
@@ -307,6 +312,10 @@ class WebhookReceiver:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.requests: Counter[int] = Counter()
         self.claims: Counter[str] = Counter()
+
+    def set_acting(self, acting: Callable[[], bool]) -> None:
+        """Whether this agent acts for its node, asked for every alert (see the class)."""
+        self._acting = acting
 
     def claimer(self, claims: AlertClaims) -> Callable[[Firing], Awaitable[str]]:
         """The remediator's claim of an alert's delivery on its target Node, counted in
@@ -391,7 +400,7 @@ class WebhookReceiver:
             )
             return self._answer(400, {"error": f"not an Alertmanager v4 payload: {problems}"})
         outcomes = []
-        full = False
+        full: str | None = None
         for alert in payload.alerts:
             outcome = await self._decide(alert)
             self.counts[(alert.status, outcome)] += 1
@@ -403,15 +412,19 @@ class WebhookReceiver:
                     "outcome": outcome,
                 }
             )
-            if outcome in ("queue_full", "state_not_persisted"):
-                full = True
+            if outcome in ("queue_full", "state_not_persisted", "observer"):
+                full = outcome
                 break  # Alertmanager retries the whole batch; the rest is handled then
         if full and outcomes[-1]["outcome"] == "state_not_persisted":
             return self._answer(
                 503, {"error": "remediation state cannot be written, retry", "alerts": outcomes}
             )
         if full:
-            return self._answer(503, {"error": "remediation queue full, retry", "alerts": outcomes})
+            why = {
+                "queue_full": "remediation queue full",
+                "state_not_persisted": "remediation state cannot be written",
+            }.get(str(full), "this agent only observes")
+            return self._answer(503, {"error": f"{why}, retry", "alerts": outcomes})
         if self._state is not None and not await self._state.persist():
             # Taken and queued, but a kill now would lose it: Alertmanager must send it again
             # (the copy is a duplicate while this agent lives, and acts after a restart).
@@ -441,6 +454,9 @@ class WebhookReceiver:
             return skip
         if not (rule.actions if alert.status == "firing" else rule.resolve):
             return "nothing_to_undo"
+        if not self._acting():
+            self.dedupe.release(alert)
+            return "observer"
         if not self._submit(self._firing(alert, rule, node)):
             self.dedupe.release(alert)  # Alertmanager's retry must find it new
             if self._state is not None and not self._state.persisted:

@@ -143,6 +143,8 @@ def config(args: argparse.Namespace) -> AgentConfig:
         incidents_dir=args.incidents_dir or (state / "incidents" if state else None),
         incidents_keep=args.incidents_keep,
         cordon=cordon_config(args),
+        actor_namespace=args.actor_namespace or args.lease_namespace,
+        actor_lease_seconds=args.actor_lease_seconds,
         evictions_per_window=args.evict_max,
         eviction_window=args.evict_window,
         webhook_token=read_token(args.webhook_token_file),

@@ -9,6 +9,7 @@ Groups shared with other subcommands (host paths, collectors, actions' settings,
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -185,6 +186,11 @@ def focus(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _lease_seconds(text: str) -> int:
+    """A Lease's duration: whole seconds (``leaseDurationSeconds`` is an integer), at least 1."""
+    return max(1, math.ceil(duration(text)))
+
+
 def remediation(parser: argparse.ArgumentParser) -> None:
     """Rules, the cluster, dry run, and where state and incidents are kept."""
     g = parser.add_argument_group("remediation")
@@ -225,6 +231,24 @@ def remediation(parser: argparse.ArgumentParser) -> None:
         help="how long an eviction decided (or resumed) before this node's pod list is known "
         "waits for it, then is abandoned with why and its rule may fire again "
         f"({DURATION_EXAMPLES}; default: two --interval and 20s, one API call's timeout)",
+    )
+    g.add_argument(
+        "--actor.lease-namespace",
+        dest="actor_namespace",
+        default=None,
+        metavar="NAMESPACE",
+        help="namespace of the per-node Lease nodeguard-<node> that makes one agent the actor "
+        "for its node (default: --cordon.lease-namespace's)",
+    )
+    g.add_argument(
+        "--actor.lease-duration",
+        dest="actor_lease_seconds",
+        type=_lease_seconds,
+        default="30s",
+        metavar="DURATION",
+        help=f"leaseDurationSeconds of the per-node Lease, whole seconds ({DURATION_EXAMPLES}): "
+        "renewed every third of it; another agent takes the node over once it went unrenewed "
+        "this long (default 30s)",
     )
     g.add_argument(
         "--incidents.keep",

@@ -19,7 +19,7 @@ import contextvars
 import functools
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -141,6 +141,9 @@ class KubeClient:
         self.policy = k8s.PolicyV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
         self._read_attempts = read_attempts
+        #: Awaited right before every destructive write (a real eviction, a Node patch); raises
+        #: :class:`~nodeguard.kube.errors.Fenced` to stop it (the node actor's check).
+        self.fence: Callable[[], Awaitable[None]] | None = None
         self._threads = ThreadPoolExecutor(
             max_workers=API_THREADS, thread_name_prefix=KUBE_THREAD_PREFIX
         )
@@ -240,7 +243,10 @@ class KubeClient:
 
     async def patch_node(self, *, name: str, patch: JSON, dry_run: bool) -> JSON:
         """JSON merge patch of a Node (RFC 7386); include ``metadata.resourceVersion`` in the
-        patch for optimistic concurrency (then a concurrent change gives :class:`Conflict`)."""
+        patch for optimistic concurrency (then a concurrent change gives :class:`Conflict`).
+        A real patch passes :attr:`fence` first."""
+        if not dry_run and self.fence is not None:
+            await self.fence()
         return await self.write(
             self.core.patch_node, name, patch, _content_type=_MERGE, **self._dry(dry_run)
         )
@@ -273,7 +279,10 @@ class KubeClient:
         429 (:class:`TooManyRequests`, ``disruption_budget=True``) when a PodDisruptionBudget
         does not allow the disruption; in dry run it checks the same and deletes nothing. With
         ``uid``, ``deleteOptions.preconditions.uid``: a pod replaced under the same name is a
-        :class:`Conflict`, never evicted in the decided pod's place."""
+        :class:`Conflict`, never evicted in the decided pod's place. A real eviction passes
+        :attr:`fence` first."""
+        if not dry_run and self.fence is not None:
+            await self.fence()
         options: JSON = {}
         if dry_run:
             options["dryRun"] = ["All"]

@@ -11,13 +11,15 @@ error), so the original stays in ``__cause__``. The tree::
     │                            ``retry_after`` seconds when the server said
     ├── Forbidden           401/403: RBAC (or authentication) refuses the call
     ├── Invalid             400/422: the request itself is wrong (admission webhook, validation)
-    └── ServerError         5xx, or the API server cannot be reached (``unreachable``): retry
+    ├── ServerError         5xx, or the API server cannot be reached (``unreachable``): retry
+    └── Fenced              not sent: this agent no longer holds its node's Lease
 """
 
 from __future__ import annotations
 
 __all__ = [
     "Conflict",
+    "Fenced",
     "Forbidden",
     "Invalid",
     "KubeError",
@@ -94,6 +96,16 @@ class ServerError(KubeError):
     ) -> None:
         super().__init__(message, status=status, reason=reason)
         self.unreachable = unreachable
+
+    @property
+    def transient(self) -> bool:
+        return True
+
+
+class Fenced(KubeError):
+    """A destructive write that was never sent: this agent does not (or no longer) hold its
+    node's Lease (:mod:`nodeguard.remediation.actor`). Transient: the step waits, and runs when
+    this agent holds the Lease again (or the agent that does finishes it)."""
 
     @property
     def transient(self) -> bool:

@@ -89,6 +89,9 @@ Unplanned = Callable[[Firing, bool], None]
 #: ``await claim(firing)``: claim an alert's delivery cluster-wide before its first step:
 #: ``claimed``/``ours`` go on, ``duplicate``/``stale`` drop it, ``unavailable`` waits.
 ClaimFn = Callable[[Firing], Awaitable[str]]
+#: ``acting()`` -> ``None`` while this agent acts for its node, else who does
+#: (:mod:`nodeguard.remediation.actor`): no step runs until it acts again.
+Acting = Callable[[], str | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,10 +108,12 @@ class Remediator:
     """Runs firings' steps with at most ``concurrency`` firings at once.
 
     ``global_dry_run`` always wins over a firing's own setting (a rule can only add dry run).
-    ``state``: the state file holding the journal (``None``: in memory). ``pods_wait``: the
-    longest a step that plans from pods waits for them (seconds), looking every ``pods_poll``
-    seconds. ``clock`` (default: the state's clock, which a step of the wall clock does not
-    move) and ``sleep`` are injectable for tests.
+    ``acting()``: checked before a runbook's first step and before each next one; while another
+    agent holds the node, the entry waits in the journal. ``state``: the state file holding
+    the journal (``None``: in memory). ``pods_wait``: the longest a step that plans from pods
+    waits for them (seconds), looking every ``pods_poll`` seconds. ``clock`` (default: the
+    state's clock, which a step of the wall clock does not move) and ``sleep`` are injectable
+    for tests.
     """
 
     def __init__(
@@ -128,11 +133,13 @@ class Remediator:
         pods_wait: float = 30.0,
         pods_poll: float = 0.1,
         on_unplanned: Unplanned | None = None,
+        acting: Acting | None = None,
+        claim_done: Callable[[Firing], Awaitable[None]] | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.env = env
-        self._claim = claim
+        self._claim, self._acting, self._claim_done = claim, acting, claim_done
         self.incidents = incidents
         self.global_dry_run = global_dry_run
         self.state = state if state is not None else StateFile(path=None, node=env.node)
@@ -230,6 +237,10 @@ class Remediator:
         self.state.save()
         return sorted(self._restored)
 
+    def restored_firing(self, key: str) -> Firing | None:
+        """The firing of a restored (or adopted) entry waiting for :meth:`resume`."""
+        return self._restored.get(key)
+
     def restored_targets(self) -> set[tuple[str, str]]:
         """``(rule, target)`` of the restored entries."""
         return {(f.rule, f.target) for f in self._restored.values()}
@@ -278,6 +289,9 @@ class Remediator:
                 )
                 self._firings[key] = fresh
                 entry["resumed"] = int(entry.get("resumed", 0)) + 1
+                # Claimed by this agent's last process (or the dead actor it took over from):
+                # claimed again as this one, so no third agent takes it over as well.
+                entry.pop("claimed", None)
                 self._queue.put_nowait(key)
                 self.resumed_total += 1
                 log.warning("resuming %s (%s) at step %d", key, firing.rule, entry["next"] + 1)
@@ -329,6 +343,8 @@ class Remediator:
         entry, firing = self.journal[key], self._firings[key]
         dry = self.global_dry_run or firing.dry_run
         note = f"incident {key}: {firing.summary}"
+        if self._held(key, entry):
+            return None
         if entry["next"] == 0 and not entry.get("attempts"):
             log.warning(
                 "%s %s%s",
@@ -364,6 +380,8 @@ class Remediator:
         )
         while entry["next"] < len(firing.steps):
             index = entry["next"]
+            if self._held(key, entry):
+                return None  # lost the node mid-runbook: this step waits, journaled
             if get(firing.steps[index].action).needs_pods:
                 ready = self.env.pod_data(firing)
                 if ready is None:
@@ -393,6 +411,8 @@ class Remediator:
             self.state.save()
             if entry.get("finishing"):
                 break
+        if firing.key and self._claim_done is not None and entry.get("claimed"):
+            await self._claim_done(firing)  # done: never taken over by another agent
         self.journal.pop(key, None)
         self._firings.pop(key, None)
         extra: dict[str, Any] = {}
@@ -490,6 +510,42 @@ class Remediator:
             except Exception:
                 log.exception("remediation feedback for %s failed", firing.rule)
         return results
+
+    def _held(self, key: str, entry: dict[str, Any]) -> bool:
+        """Whether another agent holds the node: then the entry says so and waits."""
+        holder = self._acting() if self._acting is not None else None
+        if holder is None:
+            entry.pop("held", None)
+            return False
+        if entry.get("held") != holder:
+            entry["held"] = holder
+            self.state.save()
+            log.warning("%s: step %d waits: node held by %s", key, entry["next"] + 1, holder)
+        self._later(key, self.retry_base)
+        return True
+
+    def adopt(self, entries: dict[str, Any]) -> list[str]:
+        """Take into the journal the runbooks an agent that died left under way (its journal,
+        mirrored on the node's Lease), those not already here; they wait for :meth:`resume`
+        like entries restored after a restart. The keys adopted."""
+        adopted = []
+        for key, entry in sorted(entries.items()):
+            if key in self.journal or not isinstance(entry, dict):
+                continue
+            try:
+                firing = Firing.from_record(entry["firing"], parse_step=parse_step)
+                int(entry["next"])
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("adopted journal entry %s unreadable, dropped: %s", key, exc)
+                continue
+            entry.pop("held", None)
+            self.journal[key] = entry
+            self._restored[key] = firing
+            adopted.append(key)
+        if adopted:
+            log.warning("adopted %d runbook(s) of the last actor: %s", len(adopted), adopted)
+            self.state.save()
+        return adopted
 
     def _retry(self, key: str, entry: dict[str, Any], *, what: str, message: str) -> None:
         entry["attempts"] = int(entry.get("attempts", 0)) + 1

@@ -257,7 +257,7 @@ def review(api: client.ApiClient, *, sa: str, namespace: str, triple: Triple, wh
     if where:
         attrs["namespace"] = where
     if (group, res) == ("coordination.k8s.io", "leases") and verb in ("get", "update"):
-        attrs["name"] = "nodeguard-cordon-budget"
+        attrs["name"] = "nodeguard-cordon-budget"  # one Lease of the namespace
     body = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
