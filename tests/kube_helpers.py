@@ -204,8 +204,9 @@ class Cluster:
 
     def synced_budget(self, namespace: str, *, name: str, healthy: int) -> dict[str, Any]:
         """The budget once its status is the controller's for its generation, ``healthy``
-        pods counted (at most 30 s)."""
-        deadline = time.monotonic() + 30
+        pods counted (a hang guard of 120 s: the disruption controller of a loaded 2-core
+        machine has been seen to take over 30 s)."""
+        deadline = time.monotonic() + 120
         while True:
             pdb: dict[str, Any] = self.api.sanitize_for_serialization(
                 self.policy.read_namespaced_pod_disruption_budget(name, namespace)
