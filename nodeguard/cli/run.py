@@ -127,6 +127,7 @@ def config(args: argparse.Namespace) -> AgentConfig:
     state = _usable_state_dir(args.state)
     host, port = args.listen_address
     held = descriptor_budget(raise_limit=True) if args.keep_open else 0
+    cordon = cordon_config(args)
     return AgentConfig(
         sampler=dataclasses.replace(
             sampler_config(args, state=state, interval=args.interval, max_open_files=held),
@@ -142,8 +143,8 @@ def config(args: argparse.Namespace) -> AgentConfig:
         rules=tuple(args.rules),
         incidents_dir=args.incidents_dir or (state / "incidents" if state else None),
         incidents_keep=args.incidents_keep,
-        cordon=cordon_config(args),
-        actor_namespace=args.actor_namespace or args.lease_namespace,
+        cordon=cordon,
+        actor_namespace=args.actor_namespace or cordon.lease_namespace,
         actor_lease_seconds=args.actor_lease_seconds,
         evictions_per_window=args.evict_max,
         eviction_window=args.evict_window,
