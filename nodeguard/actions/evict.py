@@ -61,7 +61,7 @@ from nodeguard.actions.ranking import (
 from nodeguard.actions.registry import Action, register
 from nodeguard.kube.budgets import budget_of
 from nodeguard.kube.client import JSON, KubeClient
-from nodeguard.kube.errors import Conflict, KubeError, NotFound, ServerError, TooManyRequests
+from nodeguard.kube.errors import Conflict, EvictionRefused, KubeError, NotFound
 from nodeguard.kube.objects import node_meta, pod_meta
 from nodeguard.snapshot import PodMeta
 from nodeguard.units import format_bytes, format_duration
@@ -190,16 +190,6 @@ def _split(name: str) -> tuple[str, str]:
     return namespace, pod
 
 
-def _refusal(exc: KubeError) -> str | None:
-    """Why the API refuses an eviction for now: a PodDisruptionBudget (429), or two budgets
-    covering one pod (the API answers 500 and never evicts it until that is fixed)."""
-    if isinstance(exc, TooManyRequests) and exc.disruption_budget:
-        return f"PodDisruptionBudget: {str(exc).rstrip('.')}"
-    if isinstance(exc, ServerError) and "more than one PodDisruptionBudget" in str(exc):
-        return f"more than one PodDisruptionBudget covers the pod: {exc}"
-    return None
-
-
 class _Refused(Exception):
     """A member's eviction was refused by a budget (internal to the walk); ``evicted``: the
     members evicted before it."""
@@ -241,10 +231,8 @@ async def _evict_one(kube: KubeClient, m: _Member, *, dry_run: bool) -> bool:
         await kube.evict_pod(name=m.name, namespace=m.namespace, uid=m.uid, dry_run=dry_run)
     except (NotFound, Conflict):
         return False  # gone meanwhile, or a new pod under the name: not the one decided on
-    except KubeError as exc:
-        if (why := _refusal(exc)) is None:
-            raise
-        raise _Refused(m.ref, why, getattr(exc, "retry_after", None)) from exc
+    except EvictionRefused as exc:
+        raise _Refused(m.ref, exc.refusal, exc.retry_after) from exc
     return True
 
 
