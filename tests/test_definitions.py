@@ -33,7 +33,6 @@ KNOWN = {
     "alerts/webhook.py:WebhookReceiver",
     "sampler.py:Sampler",
     "kube/watch.py:PodWatcher",
-    "sources/oom_events.py:OomEventParser",
 }
 
 _Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
