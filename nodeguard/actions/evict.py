@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from nodeguard.actions.args import ActionArgs, Flag, MemoryAmount, parse_amount
+from nodeguard.actions.args import ActionArgs, Flag, MemoryAmount
 from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef, Outcome
-from nodeguard.actions.budgets import check_budgets
+from nodeguard.actions.budgets import BudgetCheck, check_budgets
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.actions.ranking import (
     EvictFilter,
@@ -53,16 +53,14 @@ from nodeguard.actions.ranking import (
     Unit,
     excluded_by,
     gang_of,
-    gpu_eviction_plan,
     never_evicted,
-    plan_eviction,
-    usage_measure,
 )
 from nodeguard.actions.registry import Action, CliFlag, register
+from nodeguard.actions.victims import DEFAULT_NODE_FREE, victims
 from nodeguard.kube.budgets import budget_of
 from nodeguard.kube.client import JSON, KubeClient
-from nodeguard.kube.errors import Conflict, KubeError, NotFound, ServerError, TooManyRequests
-from nodeguard.kube.objects import node_meta, pod_meta
+from nodeguard.kube.errors import Conflict, EvictionRefused, KubeError, NotFound
+from nodeguard.kube.objects import pod_meta
 from nodeguard.snapshot import PodMeta
 from nodeguard.units import format_bytes, format_duration
 
@@ -70,6 +68,7 @@ if TYPE_CHECKING:
     from nodeguard.actions.context import Call
 
 __all__ = [
+    "DEFAULT_NODE_FREE",
     "GANGS_ANNOTATION",
     "Blocked",
     "EvictArgs",
@@ -85,8 +84,6 @@ GANGS_ANNOTATION = "nodeguard.io/evicting-gangs"
 #: Priority at or below which a rule's ``evict`` (and ``nodeguard act evict``) may evict when
 #: it names no ``maxPriority``: below the usual production PriorityClasses (1000 and up).
 DEFAULT_MAX_PRIORITY = 999
-#: A node rule's ``free`` when it names none: 5 % of the node's usable memory.
-DEFAULT_NODE_FREE = "5%"
 _MAX_OPEN_GANGS = 16
 
 
@@ -213,16 +210,6 @@ def _split(name: str) -> tuple[str, str]:
     return namespace, pod
 
 
-def _refusal(exc: KubeError) -> str | None:
-    """Why the API refuses an eviction for now: a PodDisruptionBudget (429), or two budgets
-    covering one pod (the API answers 500 and never evicts it until that is fixed)."""
-    if isinstance(exc, TooManyRequests) and exc.disruption_budget:
-        return f"PodDisruptionBudget: {str(exc).rstrip('.')}"
-    if isinstance(exc, ServerError) and "more than one PodDisruptionBudget" in str(exc):
-        return f"more than one PodDisruptionBudget covers the pod: {exc}"
-    return None
-
-
 class _Refused(Exception):
     """A member's eviction was refused by a budget (internal to the walk); ``evicted``: the
     members evicted before it."""
@@ -264,10 +251,8 @@ async def _evict_one(kube: KubeClient, m: _Member, *, dry_run: bool) -> bool:
         await kube.evict_pod(name=m.name, namespace=m.namespace, uid=m.uid, dry_run=dry_run)
     except (NotFound, Conflict):
         return False  # gone meanwhile, or a new pod under the name: not the one decided on
-    except KubeError as exc:
-        if (why := _refusal(exc)) is None:
-            raise
-        raise _Refused(m.ref, why, getattr(exc, "retry_after", None)) from exc
+    except EvictionRefused as exc:
+        raise _Refused(m.ref, exc.refusal, exc.retry_after) from exc
     return True
 
 
@@ -402,35 +387,6 @@ class _Walk:
         self.progress.pop("inflight", None)
         self.checkpoint()
 
-    async def finish_inflight(self) -> None:
-        """A unit whose evictions were under way when the process died (written ahead in
-        ``progress``): evict its members again (a member already evicted is terminating or
-        gone: that changes nothing) and count it, once, instead of starting another unit."""
-        inflight = self.progress.get("inflight")
-        if not inflight:
-            return
-        members = _members_of(inflight)
-        try:
-            live = await _live(self.kube, members)
-            evicted = await self._evict(live, why=str(inflight.get("why", "")))
-        except _Refused as refused:  # a budget changed its mind meanwhile: "later"
-            evicted = refused.evicted
-        # Reported now: what this run evicted, and what an earlier one evicted but did not
-        # live to report (its request went through; it died before the answer).
-        reported = set(inflight.get("done", []))
-        gone = [m.ref for m in members if m not in live and m.ref not in reported]
-        self.limiter.record(self.node)
-        if len(members) > 1 and not self.dry_run:
-            await _write_gangs(self.kube, self.node, _forget(str(inflight["unit"])), dry_run=False)
-        self._done(
-            Evicted(
-                unit=str(inflight["unit"]),
-                pods=tuple(gone + evicted),
-                counted=int(inflight.get("counted", 0)),
-                why=f"{inflight.get('why', '')} (under way when it was cut short; completed)",
-            )
-        )
-
     async def _evict(self, members: list[_Member], *, why: str) -> list[str]:
         """Evict members for real (or dry run), noting each one done in the written-ahead
         ``inflight`` record (saved at once), so a retry never reports it twice, and writing
@@ -450,52 +406,6 @@ class _Walk:
 
         return await _evict_all(self.kube, members, dry_run=self.dry_run, each=each)
 
-    async def finish_gangs(self, usage: Mapping[str, int]) -> None:
-        """Evict what is left of gangs an earlier run started on this node."""
-        _, gangs = await _read_gangs(self.kube, self.node)
-        for key, record in sorted(gangs.items()):
-            members = _members_of(record)
-            if self.flt.namespaces is not None and not all(
-                m.namespace in self.flt.namespaces for m in members
-            ):
-                continue  # outside what this run may touch: left for a run that may
-            live = await _live(self.kube, members)
-            if len(live) == len(members):
-                # Recorded, but no member was ever evicted (stopped before the first eviction,
-                # then abandoned): nothing to finish, and no decision to act on now.
-                if not self.dry_run:
-                    await _write_gangs(self.kube, self.node, _forget(key), dry_run=False)
-                continue
-            try:
-                # Only what still runs: a member already evicted was reported by its run.
-                evicted = await _evict_all(self.kube, live, dry_run=self.dry_run)
-            except _Refused as refused:
-                retry_in = self.backoff.refused(key, retry_after=refused.retry_after)
-                self.outcomes.append(
-                    Blocked(
-                        unit=key,
-                        pod=refused.pod,
-                        reason=f"{refused.why} (finishing a gang started earlier)",
-                        retry_in=retry_in,
-                        partial=tuple(refused.evicted),
-                    )
-                )
-                continue
-            if not self.dry_run:
-                await _write_gangs(self.kube, self.node, _forget(key), dry_run=False)
-            if not evicted:
-                continue  # every member was already gone: only the record was left
-            self._done(
-                Evicted(
-                    unit=key,
-                    pods=tuple(evicted),
-                    counted=sum(usage.get(m.uid, 0) for m in members if m.ref in evicted),
-                    why=f"finishing a gang started {record.get('at', 'earlier')} by "
-                    f"{record.get('by', '?')} (rule {record.get('rule', '?')})",
-                    finished=True,
-                )
-            )
-
     async def members(self, unit: Unit) -> list[PodMeta]:
         """Every live pod of the unit, cluster-wide for a gang: the namespace's pods (by label
         where the gang has one) whose gang is this one, neither terminating nor finished."""
@@ -514,110 +424,7 @@ class _Walk:
 
     async def one(self, unit: Unit, why: str) -> None:
         """Try one unit; its outcome goes to ``outcomes``; raises :class:`_Failed`."""
-        if (until := self.backoff.until(unit.key)) is not None:
-            self.outcomes.append(
-                Blocked(
-                    unit=unit.key,
-                    pod=_names(unit),
-                    reason="in backoff after a PodDisruptionBudget refusal",
-                    retry_in=round(until - self.backoff.clock(), 1),
-                    in_backoff=True,
-                )
-            )
-            return
-        try:
-            metas = await self.members(unit)
-        except KubeError as exc:
-            raise _Failed(exc, []) from exc
-        # Every member, on every node, as the plan judged this node's: never evicted pods, and
-        # the rule's (or command's) own filter (priority, namespaces, labels).
-        never = [(m, r) for m in metas if (r := never_evicted(m) or excluded_by(m, self.flt))]
-        if never:
-            m, r = never[0]
-            self.outcomes.append(
-                Skipped(
-                    unit=unit.key,
-                    pod=f"{m.namespace}/{m.name}",
-                    reason=f"a member may not be evicted: {r}",
-                )
-            )
-            return
-        gang = len(metas) > 1
-        try:
-            budgets = await self.kube.list_pod_disruption_budgets(namespace=unit.namespace)
-        except KubeError as exc:
-            raise _Failed(exc, []) from exc
-        check = check_budgets(
-            members=metas, budgets=[budget_of(b) for b in budgets], spent=self.spent
-        )
-        if (short := check.shortfall) is not None:
-            # The whole unit, before any eviction: never a gang cut short by its budget.
-            self.outcomes.append(
-                Blocked(
-                    unit=unit.key,
-                    pod=short.pod,
-                    reason=short.reason,
-                    retry_in=self.backoff.refused(unit.key, retry_after=short.retry_after),
-                    budget=short.budget,
-                    gang=gang,
-                )
-            )
-            return
-        members = [
-            _Member(namespace=p.namespace, name=p.name, uid=p.uid, node=p.node_name) for p in metas
-        ]
-        try:
-            if gang or self.dry_run:
-                # Ask first for every member: a budget refusing one leaves the whole gang running.
-                for member in members:
-                    await _evict_one(self.kube, member, dry_run=True)
-            if gang:
-                await _write_gangs(
-                    self.kube,
-                    self.node,
-                    lambda g: self._record(g, unit, members),
-                    dry_run=self.dry_run,
-                )
-            if not self.dry_run:
-                # Written ahead: killed during the evictions, the resumed step completes this
-                # unit rather than choosing another one.
-                self.progress["inflight"] = {
-                    "unit": unit.key,
-                    "members": [[m.namespace, m.name, m.uid, m.node] for m in members],
-                    "counted": unit.usage_bytes,
-                    "why": why,
-                }
-                self.checkpoint()
-            evicted = await self._evict(members, why=why)
-        except _Refused as refused:
-            partial = tuple(refused.evicted)
-            self.progress.pop("inflight", None)
-            retry_in = self.backoff.refused(unit.key, retry_after=refused.retry_after)
-            if partial:
-                self.limiter.record(self.node)
-            self.outcomes.append(
-                Blocked(
-                    unit=unit.key,
-                    pod=refused.pod,
-                    reason=refused.why,
-                    retry_in=retry_in,
-                    partial=partial,
-                )
-            )
-            return
-        except KubeError as exc:
-            raise _Failed(exc, []) from exc
-        self.limiter.record(self.node)
-        self.backoff.succeeded(unit.key)
-        if self.dry_run:
-            for ref, n in check.needs.items():
-                self.spent[ref] = self.spent.get(ref, 0) + n
-        if gang and not self.dry_run:
-            try:
-                await _write_gangs(self.kube, self.node, _forget(unit.key), dry_run=False)
-            except KubeError as exc:  # evicted all the same; the next run clears the record
-                log.warning("gang %s evicted, record not cleared: %s", unit.key, exc)
-        self._done(Evicted(unit=unit.key, pods=tuple(evicted), counted=unit.usage_bytes, why=why))
+        await _UnitSteps(walk=self).run(unit, why)
 
     def _record(self, gangs: dict[str, Any], unit: Unit, members: list[_Member]) -> None:
         while len(gangs) >= _MAX_OPEN_GANGS:  # a node is never a log of every gang ever
@@ -633,9 +440,10 @@ class _Walk:
         """Finish started gangs, then evict units in order until ``target`` bytes are freed
         (0: one unit), the limit is spent or the API fails."""
         try:
-            await self.finish_inflight()
+            finish = _Finish(walk=self)
+            await finish.inflight()
             already = set(self.progress.get("units", []))
-            await self.finish_gangs(usage)
+            await finish.gangs(usage)
             if self.finish_only:
                 return  # what was under way is done; the condition that chose more is gone
             for unit, why in plan.ranked:
@@ -671,6 +479,239 @@ class _Walk:
                 message=f"eviction stopped by an API error: {type(exc).__name__}: {exc}",
                 transient=exc.transient,
             )
+
+
+@dataclass(frozen=True, slots=True)
+class _Finish:
+    """What earlier runs left under way on the node, finished before a walk starts anything:
+    the unit written ahead in ``progress``, and the gangs recorded on the Node."""
+
+    walk: _Walk
+
+    async def inflight(self) -> None:
+        """A unit whose evictions were under way when the process died (written ahead in
+        ``progress``): evict its members again (a member already evicted is terminating or
+        gone: that changes nothing) and count it, once, instead of starting another unit."""
+        inflight = self.walk.progress.get("inflight")
+        if not inflight:
+            return
+        members = _members_of(inflight)
+        try:
+            live = await _live(self.walk.kube, members)
+            evicted = await self.walk._evict(live, why=str(inflight.get("why", "")))
+        except _Refused as refused:  # a budget changed its mind meanwhile: "later"
+            evicted = refused.evicted
+        # Reported now: what this run evicted, and what an earlier one evicted but did not
+        # live to report (its request went through; it died before the answer).
+        reported = set(inflight.get("done", []))
+        gone = [m.ref for m in members if m not in live and m.ref not in reported]
+        self.walk.limiter.record(self.walk.node)
+        if len(members) > 1 and not self.walk.dry_run:
+            await _write_gangs(
+                self.walk.kube, self.walk.node, _forget(str(inflight["unit"])), dry_run=False
+            )
+        self.walk._done(
+            Evicted(
+                unit=str(inflight["unit"]),
+                pods=tuple(gone + evicted),
+                counted=int(inflight.get("counted", 0)),
+                why=f"{inflight.get('why', '')} (under way when it was cut short; completed)",
+            )
+        )
+
+    async def gangs(self, usage: Mapping[str, int]) -> None:
+        """Evict what is left of gangs an earlier run started on this node."""
+        _, gangs = await _read_gangs(self.walk.kube, self.walk.node)
+        for key, record in sorted(gangs.items()):
+            members = _members_of(record)
+            if self.walk.flt.namespaces is not None and not all(
+                m.namespace in self.walk.flt.namespaces for m in members
+            ):
+                continue  # outside what this run may touch: left for a run that may
+            live = await _live(self.walk.kube, members)
+            if len(live) == len(members):
+                # Recorded, but no member was ever evicted (stopped before the first eviction,
+                # then abandoned): nothing to finish, and no decision to act on now.
+                if not self.walk.dry_run:
+                    await _write_gangs(self.walk.kube, self.walk.node, _forget(key), dry_run=False)
+                continue
+            try:
+                # Only what still runs: a member already evicted was reported by its run.
+                evicted = await _evict_all(self.walk.kube, live, dry_run=self.walk.dry_run)
+            except _Refused as refused:
+                retry_in = self.walk.backoff.refused(key, retry_after=refused.retry_after)
+                self.walk.outcomes.append(
+                    Blocked(
+                        unit=key,
+                        pod=refused.pod,
+                        reason=f"{refused.why} (finishing a gang started earlier)",
+                        retry_in=retry_in,
+                        partial=tuple(refused.evicted),
+                    )
+                )
+                continue
+            if not self.walk.dry_run:
+                await _write_gangs(self.walk.kube, self.walk.node, _forget(key), dry_run=False)
+            if not evicted:
+                continue  # every member was already gone: only the record was left
+            self.walk._done(
+                Evicted(
+                    unit=key,
+                    pods=tuple(evicted),
+                    counted=sum(usage.get(m.uid, 0) for m in members if m.ref in evicted),
+                    why=f"finishing a gang started {record.get('at', 'earlier')} by "
+                    f"{record.get('by', '?')} (rule {record.get('rule', '?')})",
+                    finished=True,
+                )
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class _UnitSteps:
+    """The steps of one unit of a walk, in order: its backoff, its members, the members never
+    evicted, its budgets counted whole, the evictions (asked first, the gang recorded, written
+    ahead), and what a refusal or a success leaves."""
+
+    walk: _Walk
+
+    async def run(self, unit: Unit, why: str) -> None:
+        """Try one unit; its outcome goes to the walk's ``outcomes``; raises :class:`_Failed`."""
+        if (held := self._in_backoff(unit)) is not None:
+            self.walk.outcomes.append(held)
+            return
+        try:
+            metas = await self.walk.members(unit)
+        except KubeError as exc:
+            raise _Failed(exc, []) from exc
+        if (never := self._never(unit, metas)) is not None:
+            self.walk.outcomes.append(never)
+            return
+        gang = len(metas) > 1
+        check = await self._budgets(unit, metas)
+        if (short := check.shortfall) is not None:
+            # The whole unit, before any eviction: never a gang cut short by its budget.
+            self.walk.outcomes.append(
+                Blocked(
+                    unit=unit.key,
+                    pod=short.pod,
+                    reason=short.reason,
+                    retry_in=self.walk.backoff.refused(unit.key, retry_after=short.retry_after),
+                    budget=short.budget,
+                    gang=gang,
+                )
+            )
+            return
+        members = [
+            _Member(namespace=p.namespace, name=p.name, uid=p.uid, node=p.node_name) for p in metas
+        ]
+        try:
+            evicted = await self._evict_unit(unit, members, gang=gang, why=why)
+        except _Refused as refused:
+            self._refused(unit, refused)
+            return
+        except KubeError as exc:
+            raise _Failed(exc, []) from exc
+        await self._succeeded(unit, check, gang=gang, evicted=evicted, why=why)
+
+    def _in_backoff(self, unit: Unit) -> Blocked | None:
+        """The unit blocked for now: a budget refused it earlier and its backoff runs."""
+        if (until := self.walk.backoff.until(unit.key)) is None:
+            return None
+        return Blocked(
+            unit=unit.key,
+            pod=_names(unit),
+            reason="in backoff after a PodDisruptionBudget refusal",
+            retry_in=round(until - self.walk.backoff.clock(), 1),
+            in_backoff=True,
+        )
+
+    def _never(self, unit: Unit, metas: list[PodMeta]) -> Skipped | None:
+        """The unit skipped: a member, on any node, is never evicted or outside the rule's (or
+        command's) own filter (priority, namespaces, labels), as the plan judged this node's."""
+        never = [(m, r) for m in metas if (r := never_evicted(m) or excluded_by(m, self.walk.flt))]
+        if not never:
+            return None
+        m, r = never[0]
+        return Skipped(
+            unit=unit.key,
+            pod=f"{m.namespace}/{m.name}",
+            reason=f"a member may not be evicted: {r}",
+        )
+
+    async def _budgets(self, unit: Unit, metas: list[PodMeta]) -> BudgetCheck:
+        """The unit counted whole against its namespace's budgets (and this dry run's spending);
+        raises :class:`_Failed` when they cannot be listed."""
+        try:
+            budgets = await self.walk.kube.list_pod_disruption_budgets(namespace=unit.namespace)
+        except KubeError as exc:
+            raise _Failed(exc, []) from exc
+        return check_budgets(
+            members=metas, budgets=[budget_of(b) for b in budgets], spent=self.walk.spent
+        )
+
+    async def _evict_unit(
+        self, unit: Unit, members: list[_Member], *, gang: bool, why: str
+    ) -> list[str]:
+        """Ask for every member (a gang, or a dry run), record a gang on the Node, write the
+        unit ahead, then evict it. Raises :class:`_Refused` or :class:`KubeError`."""
+        if gang or self.walk.dry_run:
+            # Ask first for every member: a budget refusing one leaves the whole gang running.
+            for member in members:
+                await _evict_one(self.walk.kube, member, dry_run=True)
+        if gang:
+            await _write_gangs(
+                self.walk.kube,
+                self.walk.node,
+                lambda g: self.walk._record(g, unit, members),
+                dry_run=self.walk.dry_run,
+            )
+        if not self.walk.dry_run:
+            # Written ahead: killed during the evictions, the resumed step completes this
+            # unit rather than choosing another one.
+            self.walk.progress["inflight"] = {
+                "unit": unit.key,
+                "members": [[m.namespace, m.name, m.uid, m.node] for m in members],
+                "counted": unit.usage_bytes,
+                "why": why,
+            }
+            self.walk.checkpoint()
+        return await self.walk._evict(members, why=why)
+
+    def _refused(self, unit: Unit, refused: _Refused) -> None:
+        """A budget refused a member mid-unit: the unit backs off, with what it evicted."""
+        partial = tuple(refused.evicted)
+        self.walk.progress.pop("inflight", None)
+        retry_in = self.walk.backoff.refused(unit.key, retry_after=refused.retry_after)
+        if partial:
+            self.walk.limiter.record(self.walk.node)
+        self.walk.outcomes.append(
+            Blocked(
+                unit=unit.key,
+                pod=refused.pod,
+                reason=refused.why,
+                retry_in=retry_in,
+                partial=partial,
+            )
+        )
+
+    async def _succeeded(
+        self, unit: Unit, check: BudgetCheck, *, gang: bool, evicted: list[str], why: str
+    ) -> None:
+        """The unit evicted: counted, its budgets' disruptions kept (a dry run), its gang record
+        cleared."""
+        self.walk.limiter.record(self.walk.node)
+        self.walk.backoff.succeeded(unit.key)
+        if self.walk.dry_run:
+            for ref, n in check.needs.items():
+                self.walk.spent[ref] = self.walk.spent.get(ref, 0) + n
+        if gang and not self.walk.dry_run:
+            try:
+                await _write_gangs(self.walk.kube, self.walk.node, _forget(unit.key), dry_run=False)
+            except KubeError as exc:  # evicted all the same; the next run clears the record
+                log.warning("gang %s evicted, record not cleared: %s", unit.key, exc)
+        self.walk._done(
+            Evicted(unit=unit.key, pods=tuple(evicted), counted=unit.usage_bytes, why=why)
+        )
 
 
 def _later(walk: _Walk, blocked: Blocked) -> str:
@@ -782,62 +823,94 @@ async def evict(
         announce=announce,
     )
     await walk.run(plan, target_bytes, usage or {})
-    evicted = [o for o in walk.outcomes if isinstance(o, Evicted)]
-    blocked = [o for o in walk.outcomes if isinstance(o, Blocked)]
-    skipped = [o for o in walk.outcomes if isinstance(o, Skipped)]
-    stop = walk.stop
-    outcome: Outcome
-    if stop is not None and stop.kind == "failure":
-        outcome = "failed"
-    elif evicted:
-        outcome = "done"
-    elif stop is not None:
-        outcome = "refused"
-    elif blocked:
-        outcome = "blocked"
-    elif any(s.reason == f"{plan.measure} unknown" for s in skipped):
-        outcome = "refused"  # a target nobody can measure: say so, rather than "nothing to do"
-    else:
-        outcome = "noop"
-    verb = "would evict" if dry_run else "evicted"
-    partial = [p for b in blocked for p in b.partial] + list(stop.partial if stop else ())
-    names = (
-        "; ".join(
-            f"{o.unit}: {', '.join(o.pods) or 'already gone'}"
-            + (" — finishing a gang started earlier" if o.finished else "")
-            for o in evicted
-        )
-        or "nothing"
-    )
-    target = format_bytes(target_bytes) if target_bytes else "0: the first unit alone"
-    message = (
-        f"{verb} {len(evicted)} unit(s) ({names}), {format_bytes(walk.freed)} of {plan.measure} "
-        f"(target {target})"
-    )
-    if partial:
-        message += f"; {verb} also {', '.join(partial)} of unit(s) left half-done"
-    for b in blocked:
-        if b.budget:
-            message += f"; {b.refusal(dry_run=dry_run)} ({_later(walk, b)})"
-        else:
-            message += f"; blocked: {b.pod} ({b.reason}; {_later(walk, b)})"
-    for s in skipped:
-        message += f"; skipped: {s.pod} ({s.reason})"
-    if stop is not None:
-        message += f"; {stop.message}"
-    if outcome == "refused" and stop is None:
-        message += (
-            f"; no {plan.measure} known for the candidates, so no memory target can be met "
-            "(nodeguard act: --agent-url http://NODE:9847, or --free 0 for the first unit)"
-        )
+    tally = _Tally.of(walk)
     by_name = {(p.namespace, p.name): p for u, _ in plan.ranked for p in u.pods}
     return ActionResult(
         action="evict",
         node=node,
         dry_run=dry_run,
-        outcome=outcome,
-        message=message,
-        details={
+        outcome=tally.outcome(plan),
+        message=tally.message(walk, plan, target_bytes),
+        details=tally.details(walk, target_bytes),
+        events=_events(walk, by_name),
+        retry=walk.stop is not None and walk.stop.kind == "failure" and walk.stop.transient,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Tally:
+    """A walk's outcomes by kind, and the members of units left half-done."""
+
+    evicted: list[Evicted]
+    blocked: list[Blocked]
+    skipped: list[Skipped]
+    stop: Stop | None
+    partial: list[str]
+
+    @classmethod
+    def of(cls, walk: _Walk) -> _Tally:
+        blocked = [o for o in walk.outcomes if isinstance(o, Blocked)]
+        stop = walk.stop
+        return cls(
+            evicted=[o for o in walk.outcomes if isinstance(o, Evicted)],
+            blocked=blocked,
+            skipped=[o for o in walk.outcomes if isinstance(o, Skipped)],
+            stop=stop,
+            partial=[p for b in blocked for p in b.partial] + list(stop.partial if stop else ()),
+        )
+
+    def outcome(self, plan: EvictionPlan) -> Outcome:
+        """The result's outcome (see :func:`evict`)."""
+        stop = self.stop
+        if stop is not None and stop.kind == "failure":
+            return "failed"
+        if self.evicted:
+            return "done"
+        if stop is not None:
+            return "refused"
+        if self.blocked:
+            return "blocked"
+        if any(s.reason == f"{plan.measure} unknown" for s in self.skipped):
+            return "refused"  # a target nobody can measure: say so, rather than "nothing to do"
+        return "noop"
+
+    def message(self, walk: _Walk, plan: EvictionPlan, target_bytes: int) -> str:
+        """The result's message: what was evicted, freed, blocked, skipped, and why it ended."""
+        verb = "would evict" if walk.dry_run else "evicted"
+        names = (
+            "; ".join(
+                f"{o.unit}: {', '.join(o.pods) or 'already gone'}"
+                + (" — finishing a gang started earlier" if o.finished else "")
+                for o in self.evicted
+            )
+            or "nothing"
+        )
+        target = format_bytes(target_bytes) if target_bytes else "0: the first unit alone"
+        message = (
+            f"{verb} {len(self.evicted)} unit(s) ({names}), {format_bytes(walk.freed)} of "
+            f"{plan.measure} (target {target})"
+        )
+        if self.partial:
+            message += f"; {verb} also {', '.join(self.partial)} of unit(s) left half-done"
+        for b in self.blocked:
+            if b.budget:
+                message += f"; {b.refusal(dry_run=walk.dry_run)} ({_later(walk, b)})"
+            else:
+                message += f"; blocked: {b.pod} ({b.reason}; {_later(walk, b)})"
+        for s in self.skipped:
+            message += f"; skipped: {s.pod} ({s.reason})"
+        if self.stop is not None:
+            message += f"; {self.stop.message}"
+        if self.outcome(plan) == "refused" and self.stop is None:
+            message += (
+                f"; no {plan.measure} known for the candidates, so no memory target can be met "
+                "(nodeguard act: --agent-url http://NODE:9847, or --free 0 for the first unit)"
+            )
+        return message
+
+    def details(self, walk: _Walk, target_bytes: int) -> dict[str, Any]:
+        """The result's details: each unit's outcome as data."""
+        return {
             "evicted": [
                 {
                     "unit": o.unit,
@@ -846,7 +919,7 @@ async def evict(
                     "why": o.why,
                     "finished_gang": o.finished,
                 }
-                for o in evicted
+                for o in self.evicted
             ],
             "blocked": [
                 {
@@ -858,92 +931,17 @@ async def evict(
                     "partial": list(b.partial),
                     "budget": b.budget or None,
                 }
-                for b in blocked
+                for b in self.blocked
             ],
-            "skipped": [{"unit": s.unit, "pod": s.pod, "reason": s.reason} for s in skipped],
-            "half_done": partial,
+            "skipped": [{"unit": s.unit, "pod": s.pod, "reason": s.reason} for s in self.skipped],
+            "half_done": self.partial,
             "freed_bytes": walk.freed,
             "target_bytes": target_bytes,
-            "limit_used": limiter.used(node),
-        },
-        events=_events(walk, by_name),
-        retry=stop is not None and stop.kind == "failure" and stop.transient,
-    )
+            "limit_used": walk.limiter.used(walk.node),
+        }
 
 
 # -- the action --------------------------------------------------------------------------------
-def _freed_by(unreclaimable: int | None, working_set: int | None) -> int | None:
-    return unreclaimable if unreclaimable is not None else working_set
-
-
-async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | None, dict[str, int]]:
-    """The plan, the target in bytes (``None``: it cannot be known) and the pods' usage (what
-    their eviction frees: unreclaimable memory, the working set where that is unknown)."""
-    firing, kube = call.firing, call.api()
-    snap = firing.snapshot if firing.snapshot and firing.snapshot.node_name == firing.node else None
-    flt = args.filter()
-    if firing.scope == "gpu":
-        if snap is None or snap.gpu is None or snap.pod_meta is None:
-            return EvictionPlan(ranked=()), None, {}
-        device = next((d for d in snap.gpu.devices if d.key == firing.target), None)
-        if device is None:
-            return EvictionPlan(ranked=()), None, {}
-        plan, usage = gpu_eviction_plan(snapshot=snap, device=device, flt=flt)
-        if args.free is None:
-            return plan, 0, usage
-        total = device.memory.total_bytes if device.memory is not None else None
-        return plan, args.free.of(total), usage
-    if snap is not None and snap.pod_meta is not None:
-        pods = dict(snap.pod_meta)
-        # What evicting a pod frees is its unreclaimable memory: its page cache, counted in
-        # the working set, the kernel would reclaim anyway (nodeguard.sources.unreclaimable).
-        # The working set stands in where memory.stat lacks the lines it is made from.
-        usage = {
-            p.uid: u
-            for p in snap.pods
-            if (u := _freed_by(p.memory.unreclaimable_bytes, p.memory.working_set_bytes))
-            is not None
-        }
-        exact = sum(1 for p in snap.pods if p.memory.unreclaimable_bytes is not None)
-        measure = usage_measure(unreclaimable=exact, working_set=len(usage) - exact)
-        # Usable, not MemTotal: 5 % of a node that is 90 % huge pages is more than its regular
-        # memory, and no eviction frees a huge page of the pool.
-        mem_total = snap.meminfo.usable_bytes if snap.meminfo else None
-    else:
-        items, _ = await kube.list_pods(node_name=firing.node)
-        pods = {m.uid: m for m in (pod_meta(p) for p in items)}
-        usage = dict(call.env.usage)
-        measure = call.env.usage_measure
-        mem_total = None
-    plan = plan_eviction(pods=pods, usage=usage, flt=flt, measure=measure)
-    if firing.scope in ("pod", "container"):
-        uid = firing.pod_uid or next(
-            (m.uid for m in pods.values() if (m.namespace, m.name) == firing.pod_ref), None
-        )
-        mine = tuple((u, w) for u, w in plan.ranked if any(p.uid == uid for p in u.pods))
-        plan = EvictionPlan(
-            ranked=mine,
-            excluded=plan.excluded,
-            measure=plan.measure,
-            not_found=""
-            if mine
-            else next(
-                (e.reason for e in plan.excluded if e.pod.uid == uid),
-                "not in this node's pod list",
-            ),
-        )
-        return plan, 0 if args.free is None else args.free.of(mem_total), usage
-    free = args.free or parse_amount(DEFAULT_NODE_FREE)
-    if free.fraction is not None and mem_total is None:
-        # Another node's usable memory: the kubelet reports MemTotal as status.capacity.memory
-        # (pkg/kubelet/nodestatus MachineInfo, from cAdvisor's MemoryCapacity) and each size's
-        # pre-allocated huge pages as capacity hugepages-<size>, which it takes out of
-        # allocatable memory there too. HardwareCorrupted is not in the API.
-        node = await kube.get_node(name=firing.node)
-        mem_total = node_meta(node).usable_memory_bytes
-    return plan, free.of(mem_total), usage
-
-
 async def _announce(call: Call, ref: str, uid: str, message: str) -> None:
     namespace, name = _split(ref)
     obj = ObjectRef(kind="Pod", name=name, namespace=namespace, uid=uid)
@@ -954,7 +952,7 @@ async def _announce(call: Call, ref: str, uid: str, message: str) -> None:
 
 async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
     try:
-        plan, target, usage = await _victims(call, args)
+        plan, target, usage = await victims(call, free=args.free, flt=args.filter())
     except KubeError as exc:
         return call.result(
             action="evict",

@@ -37,10 +37,12 @@ from tenacity import (
 
 from nodeguard.kube.core import CoreV1
 from nodeguard.kube.errors import (
+    BudgetExhausted,
     Conflict,
     Forbidden,
     Invalid,
     KubeError,
+    MultipleBudgets,
     NotFound,
     ServerError,
     TooManyRequests,
@@ -59,6 +61,8 @@ REQUEST_TIMEOUT_SECONDS = _TIMEOUT[0] + _TIMEOUT[1]
 #: Events and webhook claims are rarely more than a few at once.
 API_THREADS = 4
 T = TypeVar("T")
+#: What the eviction handler's 500 for a pod under two budgets says (eviction.go).
+_MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
 
 
 def translate_error(exc: Exception) -> KubeError:
@@ -84,18 +88,19 @@ def translate_error(exc: Exception) -> KubeError:
                 "disruption budget" in message.lower()
             )
             retry = (exc.headers or {}).get("Retry-After") if exc.headers else None
-            return TooManyRequests(
-                message,
-                reason=reason,
-                retry_after=float(retry) if retry and str(retry).isdigit() else None,
-                disruption_budget=pdb,
-            )
+            seconds = float(retry) if retry and str(retry).isdigit() else None
+            if pdb:
+                return BudgetExhausted(message, reason=reason, retry_after=seconds)
+            return TooManyRequests(message, reason=reason, retry_after=seconds)
         if status in (401, 403):
             return Forbidden(message, status=status, reason=reason)
         if status in (400, 422):
             return Invalid(message, status=status, reason=reason)
         if status == 0:
             return ServerError(message, unreachable=True)
+        if status == 500 and _MULTIPLE_BUDGETS in message:
+            # eviction.go's Status for a pod under two budgets: no reason or cause to go by.
+            return MultipleBudgets(message, status=status, reason=reason)
         return ServerError(message, status=status, reason=reason)
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
         return ServerError(f"API server unreachable: {exc}", unreachable=True)
@@ -276,11 +281,11 @@ class KubeClient:
         self, *, name: str, namespace: str, dry_run: bool, uid: str | None = None
     ) -> None:
         """POST the policy/v1 Eviction subresource (never DELETE). The API server refuses with
-        429 (:class:`TooManyRequests`, ``disruption_budget=True``) when a PodDisruptionBudget
-        does not allow the disruption; in dry run it checks the same and deletes nothing. With
-        ``uid``, ``deleteOptions.preconditions.uid``: a pod replaced under the same name is a
-        :class:`Conflict`, never evicted in the decided pod's place. A real eviction passes
-        :attr:`fence` first."""
+        429 (:class:`BudgetExhausted`) when a PodDisruptionBudget does not allow the disruption,
+        500 (:class:`MultipleBudgets`) when more than one selects the pod; in dry run it checks
+        the same and deletes nothing. With ``uid``, ``deleteOptions.preconditions.uid``: a pod
+        replaced under the same name is a :class:`Conflict`, never evicted in the decided pod's
+        place. A real eviction passes :attr:`fence` first."""
         if not dry_run and self.fence is not None:
             await self.fence()
         options: JSON = {}

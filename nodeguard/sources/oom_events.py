@@ -194,6 +194,14 @@ class _Held:
     repeat: bool
 
 
+# The records that begin a line that the kernel may print in pieces, by kind.
+_LINE_STARTS: tuple[tuple[_LineKind, str], ...] = (
+    ("context", _CONTEXT_START),
+    ("task_in", _TASK_IN_START),
+    ("group", _GROUP_START),
+)
+
+
 class OomEventParser:
     """Feeds kernel log records, in order, and turns kill records into :class:`ParsedKill`.
 
@@ -239,12 +247,7 @@ class OomEventParser:
         if _INVOKED_RE.search(text):
             self._event = _Event()
             return
-        starts: tuple[tuple[_LineKind, str], ...] = (
-            ("context", _CONTEXT_START),
-            ("task_in", _TASK_IN_START),
-            ("group", _GROUP_START),
-        )
-        for kind, start in starts:
+        for kind, start in _LINE_STARTS:
             if text.startswith(start):
                 self._line = _Line(kind=kind, text=text)
                 if self._line.complete():
