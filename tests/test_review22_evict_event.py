@@ -6,18 +6,25 @@ without its Event"; commit df8cfca)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.agent import get, running_agent, wait_until
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster
-from tests.test_restarts import _agent_args, _evicted, _kill, _pods, _rules, _until
+from tests.test_restarts import _agent_args, _evicted, _kill, _pods, _rules, _until, _zombie
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_review22_killed_while_the_eviction_event_is_on_the_wire_the_resume_writes_it(
-    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
+    cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any, sig: int
 ) -> None:
+    # SIGTERM (a rollout) too: the remediator cancels its workers at once on stop, inside the
+    # Event's API call, well within --shutdown.timeout.
     ns, node = cluster.namespace("r22-event"), cluster.node()
     names = _pods(cluster, ns, node, 2)
     rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
@@ -27,7 +34,11 @@ def test_review22_killed_while_the_eviction_event_is_on_the_wire_the_resume_writ
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
         held.wait_hit(timeout=60)
         (victim,) = _evicted(cluster, ns, names)
-        _kill(base.pid)
+        if sig == signal.SIGKILL:
+            _kill(base.pid)
+        else:
+            os.kill(base.pid, sig)
+            _until("the agent to stop", lambda: _zombie(base.pid), timeout=30)
     held.drop()  # that Event is lost with the agent
     proxied.clear()
     state = json.loads((tmp_path / "state" / "remediation-state.json").read_text())
