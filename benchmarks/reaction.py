@@ -1,6 +1,7 @@
 """Reaction on the real kernel: memory hogs in kubelet-shaped cgroups (tests/kernel_cgroup.py) grow
-toward their limits; how soon after the working set crosses 95 % of the limit each agent fires,
-and how much time that leaves before the kernel OOM-kills the hog. Two agents watch the same hogs
+toward their limits; how soon after their unreclaimable memory crosses 95 % of the limit each
+agent fires, and how much time that leaves before the kernel OOM-kills the hog; and page-cache
+readers at their limits, which must never fire. Two agents watch the same hogs
 at the same time, in one run, at the default 5 s interval:
 
 - ``polling``: ``nodeguard run --focus.interval=0 --no-notify.thresholds --no-notify.psi
@@ -9,10 +10,10 @@ at the same time, in one run, at the default 5 s interval:
   limit or more re-read every 250 ms) and the kernel's notifications (cgroup v1 thresholds at 80 %
   and at the rules' 95 % of each limit, PSI triggers, cgroup v2 ``memory.events``).
 
-Both run the default rule ``container-near-limit`` (working set >= 95 % of the limit and the
-predicted time to the limit <= 60 s) with ``maxFirings`` raised from 5 to 1,000 per 10 minutes, so
-that every one of the hogs can be a firing; dry run, no cluster (the evict action reports
-``refused``, "no Kubernetes API": the firing and its incident record are what count).
+Both run the default rule ``container-near-limit`` (unreclaimable memory >= 95 % of the limit and
+the predicted time to the limit <= 60 s) with ``maxFirings`` raised from 5 to 1,000 per 10
+minutes, so that every one of the hogs can be a firing; dry run, no cluster (the evict action
+reports ``refused``, "no Kubernetes API": the firing and its incident record are what count).
 
 Hogs (``1 MiB`` allocations, every page touched):
 
@@ -21,13 +22,21 @@ Hogs (``1 MiB`` allocations, every page touched):
   a group starts when the one before it is over;
 - the slow-growth cases, from the start: three ``medium`` hogs (8 MiB/s up to 93 % of a 512 MiB
   limit, then 0.5 MiB/s: 51 s from 95 % to the limit) and three ``slow`` ones (then 0.125 MiB/s:
-  205 s), growth too slow for a short fit to tell from noise.
+  205 s), growth too slow for a short fit to tell from noise;
+- the look-alikes, from the start to the end: page-cache readers (tests/kernel_cgroup.py
+  ``READER``) re-reading a cold 500 MiB file at 8 and 32 MiB/s in 512 MiB limits. From their
+  second pass the cache is active and their working set sits at 95 % of the limit and more,
+  while the kernel reclaims it there and kills nothing: a firing on one is a false positive.
 
 Times, all wall clock (``time.time()``):
 
-- crossing: the first time the runner, reading the container's ``memory.usage_in_bytes`` and
-  ``memory.stat`` ``total_inactive_file`` itself every 20 ms, sees usage - inactive_file >= 95 %
-  of the limit (the kernel's view; the working set nodeguard computes);
+- crossing: the first time the runner, reading the container's ``memory.stat`` (and v2
+  ``memory.current``) itself every 20 ms, sees its unreclaimable memory >= 95 % of the limit,
+  computed by the same functions as the agent's (nodeguard.sources.unreclaimable: v1 the anon
+  and unevictable lists, v2 ``memory.current`` less the file LRU and reclaimable slab; no swap
+  on the benchmark machine): what the rule reads. For a reader, the runner notes when its
+  working set (usage - inactive_file, cAdvisor's) first reaches 95 % (the look-alike is real)
+  and the most of the limit its unreclaimable memory ever was;
 - firing: the incident record's ``time``, the timestamp of the sample that fired;
 - action: the incident file's modification time, written once the actions have run;
 - OOM: when the runner saw the hog exit with SIGKILL (polled every 20 ms), confirmed by the
@@ -37,8 +46,9 @@ Latency = firing - crossing; margin = OOM - action (positive: the agent acted fi
 CPU time over the whole run is read from ``/proc/<pid>/stat``.
 
 Run: ``python -m benchmarks.reaction [--json FILE] [--quick]`` (root, cgroup v1 or v2 with a
-writable memory controller); about 6 minutes and up to 13 GiB of memory. It prints the tables;
-``--tables-from FILE`` prints them again from a saved result.
+writable memory controller); about 6 minutes, up to 14 GiB of memory and 1 GiB of disk in
+``--workdir`` (``--quick``: three hogs in two groups and one reader, about 2 minutes). It prints
+the tables; ``--tables-from FILE`` prints them again from a saved result.
 """
 
 from __future__ import annotations
@@ -58,8 +68,11 @@ from typing import Any
 import yaml
 
 from benchmarks.common import CLK_TCK, ROOT, MiB, agent
+from nodeguard.sources.unreclaimable import unreclaimable_v1, unreclaimable_v2
 from tests.kernel_cgroup import (
+    READER,
     KubeletCgroup,
+    cold_file,
     kubelet_cgroup,
     process_in,
     writable_memory_controller,
@@ -76,6 +89,8 @@ HOGS_PER_GROUP = 10
 #: name, bytes per 0.5 s after 93 % of a 512 MiB limit.
 SLOW = [("medium", 256 * 1024), ("slow", 64 * 1024)]
 SLOW_EACH = 3
+#: Page-cache readers: (rate in MiB/s, file in MiB, limit in MiB).
+READERS = [(8, 500, 512), (32, 500, 512)]
 AGENTS: dict[str, list[str]] = {
     "polling": [
         "--focus.interval=0",
@@ -171,15 +186,31 @@ def _flat(path: Path) -> dict[str, int]:
     return out
 
 
-def _working_set(cg: KubeletCgroup) -> int | None:
-    v1 = cg.version == 1
+def _usage(cg: KubeletCgroup) -> int | None:
+    name = "memory.usage_in_bytes" if cg.version == 1 else "memory.current"
     try:
-        name = "memory.usage_in_bytes" if v1 else "memory.current"
-        usage = int((cg.container_dir / name).read_text())
+        return int((cg.container_dir / name).read_text())
     except (OSError, ValueError):
         return None
+
+
+def _working_set(cg: KubeletCgroup) -> int | None:
+    """cAdvisor's working set: usage - inactive_file, clamped at 0."""
+    usage = _usage(cg)
+    if usage is None:
+        return None
     stat = _flat(cg.container_dir / "memory.stat")
-    return max(0, usage - stat.get("total_inactive_file" if v1 else "inactive_file", 0))
+    return max(
+        0, usage - stat.get("total_inactive_file" if cg.version == 1 else "inactive_file", 0)
+    )
+
+
+def _unreclaimable(cg: KubeletCgroup) -> int | None:
+    """What the rule reads, by the agent's own arithmetic (no swap on the benchmark machine)."""
+    stat = _flat(cg.container_dir / "memory.stat")
+    if cg.version == 1:
+        return unreclaimable_v1(stat=stat)
+    return unreclaimable_v2(usage=_usage(cg), stat=stat, swap=0)
 
 
 def _oom_kills(cg: KubeletCgroup) -> int | None:
@@ -203,11 +234,38 @@ def bench_rules(path: Path) -> Path:
     return path
 
 
+@dataclass
+class Reader:
+    """A page-cache reader: it must never fire."""
+
+    name: str
+    cg: KubeletCgroup
+    limit: int
+    rate: int
+    started: float | None = None
+    ws_crossing: float | None = None
+    unreclaimable_max: int = 0
+    firing: dict[str, float] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "reader": self.name,
+            "limit_bytes": self.limit,
+            "rate_mib_s": self.rate,
+            "working_set_95_after_start_s": None
+            if self.ws_crossing is None or self.started is None
+            else round(self.ws_crossing - self.started, 3),
+            "unreclaimable_max_ratio": round(self.unreclaimable_max / self.limit, 4),
+            **{f"{name}_firing_s": self.firing.get(name) for name in AGENTS},
+        }
+
+
 class Watch:
-    """The runner's own view of the hogs and the agents' incident records."""
+    """The runner's own view of the hogs, the readers and the agents' incident records."""
 
     def __init__(self, states: dict[str, Path]) -> None:
         self.hogs: list[Hog] = []
+        self.readers: list[Reader] = []
         self.states = states
         self._seen: set[Path] = set()
 
@@ -219,12 +277,17 @@ class Watch:
             if h.proc.poll() is not None:
                 h.oom, h.returncode, h.oom_kills = now, h.proc.returncode, _oom_kills(h.cg)
             elif h.crossing is None:
-                ws = _working_set(h.cg)
-                if ws is not None and ws >= THRESHOLD * h.limit:
+                un = _unreclaimable(h.cg)
+                if un is not None and un >= THRESHOLD * h.limit:
                     h.crossing = now
+        for r in self.readers:
+            r.unreclaimable_max = max(r.unreclaimable_max, _unreclaimable(r.cg) or 0)
+            if r.ws_crossing is None and (_working_set(r.cg) or 0) >= THRESHOLD * r.limit:
+                r.ws_crossing = now
 
     def incidents(self) -> None:
         by_id = {h.cg.container_id: h for h in self.hogs}
+        readers = {r.cg.container_id: r for r in self.readers}
         for name, state in self.states.items():
             for path in (state / "incidents").glob("*.json"):
                 if path in self._seen:
@@ -237,7 +300,11 @@ class Watch:
                 self._seen.add(path)
                 if rec.get("kind") != "firing" or rec.get("rule") != RULE:
                     continue
-                h = by_id.get(str(rec.get("target", "")).rsplit("/", 1)[-1])
+                cid = str(rec.get("target", "")).rsplit("/", 1)[-1]
+                r = readers.get(cid)
+                if r is not None and name not in r.firing:
+                    r.firing[name] = round(rec["time"] - (r.started or 0), 3)
+                h = by_id.get(cid)
                 if h is not None and name not in h.firing:
                     h.firing[name], h.action[name] = rec["time"], mtime
                     h.outcome[name] = ",".join(
@@ -261,6 +328,7 @@ def run(
     groups: list[tuple[int, int]] = GROUPS,
     per_group: int = HOGS_PER_GROUP,
     slow_each: int = SLOW_EACH,
+    readers: list[tuple[int, int, int]] = READERS,
 ) -> dict[str, Any]:
     """The measurement; the data behind :func:`tables`."""
     if writable_memory_controller() is None:
@@ -290,6 +358,15 @@ def run(
             assert base.pid is not None
             pids[name] = base.pid
         cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        for i, (rate, file_mib, limit_mib) in enumerate(readers):
+            data = cold_file(workdir / f"dataset-{i + 1}", file_mib)
+            cg = stack.enter_context(kubelet_cgroup(limit_bytes=limit_mib * MiB))
+            r = Reader(name=f"reader {rate} MiB/s", cg=cg, limit=limit_mib * MiB, rate=rate)
+            stack.enter_context(
+                process_in(cg, [sys.executable, "-c", READER, str(data), str(1 / rate)])
+            )
+            r.started = time.time()
+            watch.readers.append(r)
         slow_limit = 512 * MiB
         for kind, step in SLOW:
             for i in range(slow_each):
@@ -328,6 +405,7 @@ def run(
         "duration_s": round(time.time() - started, 1),
         "agent_cpu_s": {k: round(v, 2) for k, v in cpu.items()},
         "hogs": [h.row() for h in watch.hogs],
+        "readers": [r.row() for r in watch.readers],
         "agent_logs": {
             name: (workdir / name / "agent.log").read_text().splitlines()[-40:] for name in AGENTS
         },
@@ -388,7 +466,26 @@ def tables(res: dict[str, Any]) -> str:
             f"{_s(s['margin_median_s'])} / {_s(s['margin_min_s'])} s |"
         )
     cpu = ", ".join(f"{k} {v:.1f} s" for k, v in res["agent_cpu_s"].items())
-    return head + "\n".join(lines) + f"\n\nAgent CPU over the {res['duration_s']:.0f} s run: {cpu}."
+    out = head + "\n".join(lines)
+    if res.get("readers"):
+        out += (
+            "\n\n| page-cache reader | working set at 95 % after | unreclaimable, most | "
+            + " | ".join(f"{name} firings" for name in AGENTS)
+            + " |\n|---|---:|---:|"
+            + "---:|" * len(AGENTS)
+            + "\n"
+        )
+        for r in res["readers"]:
+            fired = " | ".join(
+                "none" if r[f"{n}_firing_s"] is None else f"at {r[f'{n}_firing_s']:.1f} s"
+                for n in AGENTS
+            )
+            out += (
+                f"| {r['reader']}, {r['limit_bytes'] // MiB} MiB limit | "
+                f"{_s(r['working_set_95_after_start_s'], '.1f')} s | "
+                f"{r['unreclaimable_max_ratio']:.1%} | {fired} |\n"
+            )
+    return out + f"\nAgent CPU over the {res['duration_s']:.0f} s run: {cpu}."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,14 +494,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the full result here")
     parser.add_argument("--tables-from", type=Path, help="print the tables of a saved result")
     parser.add_argument(
-        "--quick", action="store_true", help="a smoke run: three hogs in two groups, no slow ones"
+        "--quick",
+        action="store_true",
+        help="a smoke run: three hogs in two groups and one page-cache reader, no slow hogs",
     )
     args = parser.parse_args(argv)
     if args.tables_from:
         print(tables(json.loads(args.tables_from.read_text())))
         return 0
     if args.quick:
-        res = run(args.workdir, groups=[(8, 512), (32, 1024)], per_group=3, slow_each=0)
+        res = run(
+            args.workdir,
+            groups=[(8, 512), (32, 1024)],
+            per_group=3,
+            slow_each=0,
+            readers=[(32, 500, 512)],
+        )
     else:
         res = run(args.workdir)
     if args.json:

@@ -327,7 +327,8 @@ def node_memory() -> dict[str, Any]:
             y=41,
             description="Node PSI full counts tasks reclaiming inside their own cgroup's limit "
             "too: the node's own share is what cgroups at their limit do not explain "
-            "(memory-pressure-high acts on it above 10 %, with direct reclaim). Containers "
+            "(memory-pressure-high acts on it above 10 %, with direct reclaim above 256 KiB/s). "
+            "Containers "
             "stalling most, by their own PSI (cgroup v2).",
         ),
         _panel(
@@ -348,7 +349,8 @@ def node_memory() -> dict[str, Any]:
             y=41,
             description="/proc/vmstat: kswapd dropping page cache in the background is the "
             "kernel at work; direct reclaim is allocations reclaiming for themselves, the node "
-            "short of free memory. Reclaim at a cgroup's own limit is not counted here.",
+            "short of free memory (memory-pressure-high needs it above 256 KiB/s). Reclaim at a "
+            "cgroup's own limit is not counted here.",
         ),
         _panel(
             11,

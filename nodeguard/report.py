@@ -101,9 +101,12 @@ def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
             return Text("containers: none (the kubepods cgroup holds no pods)")
         return _missing(snap, "cgroups", "containers")
 
-    def key(item: tuple[PodMemory, ContainerMemory]) -> tuple[float, int]:
+    # Nearest to an OOM kill first: unreclaimable memory against the limit, as the default
+    # rules read it (page cache fills a limit and is reclaimed there, never killed for); then
+    # the working set's share, which the kubelet and cAdvisor show.
+    def key(item: tuple[PodMemory, ContainerMemory]) -> tuple[float, float, int]:
         m = item[1].memory
-        return (m.limit_ratio or 0.0, m.working_set_bytes or 0)
+        return (m.unreclaimable_ratio or 0.0, m.limit_ratio or 0.0, m.working_set_bytes or 0)
 
     items = sorted(snap.containers(), key=key, reverse=True)[:top]
     t = Table(
@@ -111,11 +114,14 @@ def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
+        # Seven columns in 80: one space between them, none at the edges.
+        collapse_padding=True,
+        show_edge=False,
     )
     # One column names the container, folded rather than cut, so 80 columns lose nothing.
-    t.add_column("namespace/pod/container", overflow="fold", ratio=1, min_width=20)
+    t.add_column("namespace/pod/container", overflow="fold", ratio=1, min_width=18)
     t.add_column("qos", overflow="fold")
-    for col in ("working\nset", "limit", "of\nlimit", "OOM\nkills"):
+    for col in ("working\nset", "limit", "unreclaim-\nable", "of\nlimit", "OOM\nkills"):
         t.add_column(col, justify="right", no_wrap=True)
     for pod, c in items:
         m = c.memory
@@ -124,7 +130,8 @@ def _containers_table(snap: NodeSnapshot, top: int) -> Table | Text:
             pod.qos_class,
             format_bytes(m.working_set_bytes),
             format_bytes(m.effective_limit_bytes) if m.effective_limit_bytes else "none",
-            _pct(m.working_set_bytes, m.effective_limit_bytes),
+            format_bytes(m.unreclaimable_bytes),
+            _pct(m.unreclaimable_bytes, m.effective_limit_bytes),
             "?" if m.oom_kills is None else str(m.oom_kills),
         )
     return t

@@ -259,6 +259,9 @@ class CgroupMemory:
     - ``limit_hits``: v1 ``memory.failcnt``; v2 ``memory.events`` ``max`` (times usage was about
       to exceed the limit).
     - ``high_events``: v2 ``memory.events`` ``high`` (times reclaim was forced by memory.high).
+    - ``high_bytes``: v2 ``memory.high``, the throttling bound (the kubelet writes it below
+      ``memory.max`` under MemoryQoS, KEP-2570); read only where ``high_events`` is above 0 (a
+      cgroup never over it is never throttled there), ``None`` for ``max``, v1, or not read.
     - ``pressure``: the cgroup's ``memory.pressure`` (v2 only).
     - ``unreclaimable_bytes``: what the kernel cannot reclaim from the cgroup without killing
       (:func:`~nodeguard.sources.unreclaimable.unreclaimable_v2` /
@@ -287,6 +290,7 @@ class CgroupMemory:
     pressure: Pressure | None
     unreclaimable_bytes: int | None = None
     refault_file_bytes: int | None = None
+    high_bytes: int | None = None
 
     @property
     def limit_ratio(self) -> float | None:

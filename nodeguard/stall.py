@@ -3,36 +3,68 @@
 ``/proc/pressure/memory`` sums the stalls of every task, also of a task reclaiming inside its
 own cgroup's ``memory.max`` or throttled at ``memory.high`` (Documentation/accounting/psi.rst;
 mm/memcontrol.c charges at the limit reclaim with ``try_to_free_mem_cgroup_pages``, which
-enters a PSI memstall like global reclaim does). One container thrashing at its own limit on
-an otherwise idle node drives the node's ``full`` up as far as its own: the stall is real, but
-it is that container's, and nothing done to the node frees anything for it
-(kubernetes/enhancements#5062, the review of KEP-4205). This module says how much of the
-node's stall such cgroups do not explain.
+enters a PSI memstall like global reclaim does, and ``mem_cgroup_handle_over_high()`` reclaims
+and sleeps in a memstall). One container thrashing at its own limit on an otherwise idle node
+drives the node's ``full`` up as far as its own: the stall is real, but it is that
+container's, and nothing done to the node frees anything for it (kubernetes/enhancements#5062,
+the review of KEP-4205). This module says how much of the node's stall such cgroups do not
+explain.
 
-A cgroup is *at its own limit* when its usage is at least :data:`AT_LIMIT_SHARE` of its
-effective limit (the smallest real limit up its tree): the kernel charges a page only once
-usage plus the page fits, and reclaims inside the cgroup until it does, so a cgroup stalling
-there sits within a charge batch of the limit (mm/memcontrol.c ``try_charge``).
+A cgroup is *at its own limit* when its bound (the smaller of its effective limit, the
+smallest real ``memory.max`` up its tree, and its own ``memory.high``) is what its tasks stall
+on, which takes two things:
+
+- its usage is at least :data:`AT_LIMIT_SHARE` of the bound: the kernel charges a page only
+  once usage plus the page fits under ``memory.max``, reclaiming inside the cgroup until it
+  does (mm/memcontrol.c ``try_charge_memcg()``), and throttles a cgroup over ``memory.high``
+  until reclaim brings it back under (``reclaim_high()``), so a cgroup stalling there sits
+  within a charge batch of it;
+- its unreclaimable memory is at least :data:`AT_LIMIT_UNRECLAIMABLE_SHARE` of the bound: with
+  the bound full of page cache, reclaim at the bound drops that cache and the charge goes on
+  (cgroup-v2.rst "memory.max"; the throttling sleep of ``memory.high`` is only for what reclaim
+  could not take back, ``calculate_high_delay()``). A data loader's container sits at its limit
+  by usage all day; when the node runs short its tasks stall in *global* reclaim like
+  everyone's, and that stall is the node's. Where unreclaimable memory is unknown (the LRU
+  lines missing), usage alone decides, as it did before: the side of not acting on the node.
 """
 
 from __future__ import annotations
 
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 
-__all__ = ["AT_LIMIT_SHARE", "at_own_limit", "stall_outside_limits"]
+__all__ = [
+    "AT_LIMIT_SHARE",
+    "AT_LIMIT_UNRECLAIMABLE_SHARE",
+    "at_own_limit",
+    "stall_outside_limits",
+]
 
-#: Usage at or above this share of the effective limit is "at the limit": within 2 % (a
-#: charge batch is 64 pages a CPU; 2 % of a 1 GiB limit is 20 MiB).
+#: Usage at or above this share of the bound is "at the bound": within 2 % (a charge batch is
+#: 64 pages a CPU; 2 % of a 1 GiB limit is 20 MiB).
 AT_LIMIT_SHARE = 0.98
+
+#: Unreclaimable memory at or above this share of the bound leaves reclaim at the bound too
+#: little page cache to drop without thrashing: 0.90 is where ``container-near-limit`` of
+#: rules/default.yaml stays firing (its clearing line), the runbook's own "near an OOM kill".
+AT_LIMIT_UNRECLAIMABLE_SHARE = 0.90
+
+
+def _bound(mem: CgroupMemory) -> int | None:
+    """The smaller of the effective limit and ``memory.high``; ``None`` with neither."""
+    bounds = [b for b in (mem.effective_limit_bytes, mem.high_bytes) if b]
+    return min(bounds) if bounds else None
 
 
 def at_own_limit(mem: CgroupMemory) -> bool:
-    """Whether the cgroup's usage is at its effective limit (module docstring); ``False``
-    without a limit or with the usage unknown."""
-    usage, limit = mem.usage_bytes, mem.effective_limit_bytes
-    if usage is None or not limit:
+    """Whether the cgroup's tasks stall at its own bound (module docstring): usage at
+    :data:`AT_LIMIT_SHARE` of its effective limit or ``memory.high`` (the smaller) and its
+    unreclaimable memory at :data:`AT_LIMIT_UNRECLAIMABLE_SHARE` of it (usage alone where that
+    is unknown). ``False`` without a bound or with the usage unknown."""
+    usage, bound = mem.usage_bytes, _bound(mem)
+    if usage is None or bound is None or usage < AT_LIMIT_SHARE * bound:
         return False
-    return usage >= AT_LIMIT_SHARE * limit
+    unreclaimable = mem.unreclaimable_bytes
+    return unreclaimable is None or unreclaimable >= AT_LIMIT_UNRECLAIMABLE_SHARE * bound
 
 
 def _full_avg10(mem: CgroupMemory) -> float | None:
@@ -56,8 +88,10 @@ def stall_outside_limits(snapshot: NodeSnapshot) -> float | None:
 
     ``None`` where it cannot be told: no node PSI ``full`` line, or a cgroup at its limit
     without PSI of its own. cgroup v1 has no per-cgroup PSI, so on v1 the share is 1 while no
-    container or pod is at its limit and ``None`` (unknown: no node action on it) while one is;
-    ``memory.failcnt`` says a v1 cgroup hit its limit but not how long its tasks stalled.
+    container or pod is at its limit and ``None`` (unknown: no node action on it) while one is
+    (usage and unreclaimable memory at it, as on v2: a v1 container whose limit is full of page
+    cache is not); ``memory.failcnt`` says a v1 cgroup hit its limit but not how long its tasks
+    stalled.
     """
     full = snapshot.pressure.full if snapshot.pressure is not None else None
     if full is None:

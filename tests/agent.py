@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -69,6 +70,19 @@ def wait_until(
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(step)
+
+
+def kill_9(pid: int, *, timeout: float = 10.0) -> None:
+    """SIGKILL the process and wait until it is gone (or a zombie: dead, not yet reaped)."""
+    os.kill(pid, signal.SIGKILL)
+
+    def dead() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+        except OSError:
+            return True
+
+    wait_until("the process to die", dead, timeout=timeout, step=0.02)
 
 
 class Agent(str):

@@ -32,6 +32,22 @@ while sum(len(c) for c in chunks) < limit:
 print("survived", flush=True)
 """
 
+# Reads the file at argv[1] in 1 MiB chunks, argv[2] seconds apart, over and over: a data
+# loader's epochs. The first pass fills the inactive file list, the second activates it
+# (mm/workingset.c, mm/swap.c folio_mark_accessed), so the working set (usage - inactive_file)
+# climbs at 1 MiB per pause toward the limit, as an anon hog's would; the memory the kernel
+# cannot reclaim stays the interpreter's own.
+READER = r"""
+import os, sys, time
+path, pause = sys.argv[1], float(sys.argv[2])
+sys.stdin.readline()
+while True:
+    fd = os.open(path, os.O_RDONLY)
+    while os.read(fd, 1 << 20):
+        time.sleep(pause)
+    os.close(fd)
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class KubeletCgroup:
@@ -90,6 +106,65 @@ def kubelet_cgroup(
         yield KubeletCgroup(version=version, pod_uid=uid, container_id=cid, container_dir=chain[-1])
     finally:
         remove_cgroups(created)
+
+
+def cold_file(path: Path, mib: int) -> Path:
+    """A file of ``mib`` MiB on disk, written out and dropped from the page cache
+    (``POSIX_FADV_DONTNEED``), so its pages are charged to the cgroup that reads them first
+    (Documentation/admin-guide/cgroup-v1/memory.rst, 2.3 "Shared Page Accounting")."""
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    return path
+
+
+@contextlib.contextmanager
+def private_kubepods(tmp: Path, *, limit: int | None = None) -> Iterator[tuple[Path, Path]]:
+    """A ``kubepods`` cgroup (node allocatable ``limit``, or none) under a private v1 root, and
+    a sysfs tree whose ``fs/cgroup/memory`` is that root: ``(sysfs, kubepods)``. An agent or a
+    reader given that sysfs sees these pods alone, not the machine's (other tests' cgroups).
+    Needs root and the v1 memory controller; removed on exit."""
+    root = CGROUP_FS / "memory" / f"nodeguard-test-{secrets.token_hex(4)}"
+    kubepods = root / "kubepods"
+    made: list[Path] = []
+    try:
+        for d in (root, kubepods):
+            d.mkdir()
+            made.append(d)
+        if limit is not None:
+            (kubepods / "memory.limit_in_bytes").write_text(str(limit))
+        cgroupfs = tmp / "sys/fs/cgroup"
+        cgroupfs.mkdir(parents=True)
+        (cgroupfs / "memory").symlink_to(root)
+        yield tmp / "sys", kubepods
+    finally:
+        remove_cgroups(made)
+
+
+def pod_container(
+    kubepods: Path,
+    made: list[Path],
+    *,
+    pod_uid: str | None = None,
+    container_id: str | None = None,
+    limit_bytes: int | None = None,
+) -> KubeletCgroup:
+    """``kubepods/burstable/pod<uid>/<container id>`` (v1, the cgroupfs driver's names) with a
+    memory limit on the container; what it creates is appended to ``made``, for
+    :func:`remove_cgroups`."""
+    uid, cid = pod_uid or str(uuid.uuid4()), container_id or secrets.token_hex(32)
+    chain = [kubepods / "burstable", kubepods / f"burstable/pod{uid}"]
+    chain.append(chain[-1] / cid)
+    for d in chain:
+        if not d.exists():
+            d.mkdir()
+            made.append(d)
+    if limit_bytes is not None:
+        (chain[-1] / "memory.limit_in_bytes").write_text(str(limit_bytes))
+    return KubeletCgroup(version=1, pod_uid=uid, container_id=cid, container_dir=chain[-1])
 
 
 def remove_cgroups(made: list[Path]) -> None:

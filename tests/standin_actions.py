@@ -20,6 +20,8 @@ RUNS: Counter[tuple[str, str]] = Counter()
 GATE = {"event": asyncio.Event()}
 #: ``test_flaky`` fails (transiently) this many more times.
 FLAKY = {"left": 0}
+#: ``test_finish``: each run's ``call.finishing`` and the progress it found.
+FINISHING: list[tuple[bool, dict[str, object]]] = []
 
 
 class NoArgs(ActionArgs):
@@ -72,8 +74,19 @@ async def _pods(call: Call, args: NoArgs) -> list[ActionResult]:
     return [_result(call, "test_pods")]
 
 
+async def _finish(call: Call, args: NoArgs) -> list[ActionResult]:
+    RUNS[("test_finish", call.firing.rule)] += 1
+    FINISHING.append((call.finishing, dict(call.progress)))
+    return [_result(call, "test_finish")]
+
+
 _REASONS = dict.fromkeys(("done", "noop", "refused", "blocked", "failed"), "NodeguardTestStandIn")
-for _name, _run in (("test_gate", _gate), ("test_count", _count), ("test_flaky", _flaky)):
+for _name, _run in (
+    ("test_gate", _gate),
+    ("test_count", _count),
+    ("test_flaky", _flaky),
+    ("test_finish", _finish),
+):
     if _name not in ACTIONS:
         register(
             Action(

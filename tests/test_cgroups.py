@@ -76,6 +76,7 @@ def test_v2_systemd_containerd() -> None:
     assert b.working_set_bytes == 10 * GiB - 256 * MiB
     assert b.oom_kills == 1
     assert b.high_events == 7
+    assert b.high_bytes is None  # it has been over memory.high, which is `max` now
     # inactive_file larger than usage: working set clamps at 0.
     assert ctrs[CID[4]].memory.working_set_bytes == 0
     assert ctrs[CID[4]].memory.effective_limit_bytes == 2 * GiB
@@ -212,3 +213,24 @@ def test_one_pod_in_two_kubepods_roots_is_one_pod(tmp_path: Path, leftover_first
     assert kept.memory.path.startswith("/docker/") and kept.containers
     assert reader.skipped.counts() == {"duplicate": 1}
     assert kept.memory.path == "/" + str(pod.relative_to(memory))
+
+
+def test_memory_high_is_read_where_it_has_throttled(tmp_path) -> None:
+    """v2 ``memory.high`` (the MemoryQoS bound, KEP-2570), read only where ``memory.events``
+    ``high`` counts: a cgroup never over it is never throttled there (cgroup-v2.rst,
+    "memory.events": high is "the number of times processes of the cgroup are throttled")."""
+    from tests.test_unreclaimable import _host, _stat
+
+    paths, _, _ = _host(tmp_path / "a", container=_stat(anon=GiB), current=GiB)
+    ctr = next((tmp_path / "a").rglob("cri-containerd-*.scope"))
+    (ctr / "memory.high").write_text(f"{GiB}\n")
+    _, pods = CgroupReader(paths=paths).read(mem_total=MEM_TOTAL)
+    assert pods[0].containers[0].memory.high_bytes is None  # high 0: not read
+    (ctr / "memory.events").write_text("low 0\nhigh 12\nmax 0\noom 0\noom_kill 0\n")
+    _, pods = CgroupReader(paths=paths).read(mem_total=MEM_TOTAL)
+    assert pods[0].containers[0].memory.high_bytes == GiB
+    assert pods[0].containers[0].memory.high_events == 12
+    assert pods[0].memory.high_bytes is None  # the pod's own file absent
+    (ctr / "memory.high").write_text("max\n")
+    _, pods = CgroupReader(paths=paths).read(mem_total=MEM_TOTAL)
+    assert pods[0].containers[0].memory.high_bytes is None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
 import json
+import re
 import subprocess
 import sys
 
@@ -13,7 +16,7 @@ from nodeguard.cli import build_parser
 from nodeguard.cli.flags import duration as parse_duration
 from nodeguard.cli.run import focus_interval, notify_config
 from nodeguard.units import format_bytes
-from tests.conftest import host_flags
+from tests.conftest import fixture_snapshot, host_flags
 from tests.fixtures.make_hosts import CID, UID_B
 
 
@@ -133,11 +136,49 @@ def test_snapshot_report_reads_at_a_glance() -> None:
     assert "available" in text and "6.0 GiB" in text
     assert "Memory pressure" in text and "12.5%" in text
     assert "Top containers against their limits (of 6)" in text
-    # The nearest to its limit comes first: the guaranteed container at 3.4 of 4 GiB (85.1%).
+    # The nearest to an OOM kill comes first: the guaranteed container, working set 3.4 GiB
+    # (memory.current 3.5 GiB - inactive_file 100 MiB), unreclaimable 3.0 GiB (anon 3 GiB +
+    # kernel 1 MiB, no reclaimable slab): 75.0 % of its 4 GiB limit.
     rows = [ln for ln in text.splitlines() if "GiB" in ln and "guaranteed" in ln]
-    assert rows and "85.1%" in rows[0]
+    assert rows and re.search(r"3\.4 GiB +4\.0 GiB +3\.0 GiB +75\.0%", rows[0]), rows
     assert "OOM kills this boot (kernel log): 2" in text
     assert "python3" in text and "9.0 GiB" in text
+
+
+def test_snapshot_report_ranks_page_cache_below_anon() -> None:
+    # The look-alike: a loader whose working set is 99 % of its 4 GiB limit, all of it page
+    # cache but 256 MiB (which the kernel reclaims at the limit, never killing for it), beside
+    # the fixture's guaranteed container, 3.0 GiB of it anon (75 %). Nearest to an OOM kill
+    # first: the anon one; the loader shows both figures.
+    from rich.console import Console
+
+    from nodeguard.report import render_report
+
+    snap = fixture_snapshot("v2-systemd-containerd")
+    gib = 1 << 30
+    pods = []
+    for pod in snap.pods:
+        containers = []
+        for c in pod.containers:
+            if c.container_id == CID[3]:
+                mem = dataclasses.replace(
+                    c.memory,
+                    working_set_bytes=int(0.99 * 4 * gib),
+                    unreclaimable_bytes=256 << 20,
+                    effective_limit_bytes=4 * gib,
+                    oom_kills=0,
+                )
+                containers.append(dataclasses.replace(c, memory=mem))
+            else:
+                containers.append(c)
+        pods.append(dataclasses.replace(pod, containers=tuple(containers)))
+    out = io.StringIO()
+    render_report(dataclasses.replace(snap, pods=tuple(pods)), console=Console(file=out, width=200))
+    rows = [ln for ln in out.getvalue().splitlines() if re.search(r"GiB +\d", ln)]
+    assert re.search(r"3\.4 GiB +4\.0 GiB +3\.0 GiB +75\.0%", rows[0]), rows
+    (loader,) = [r for r in rows if f"/{CID[3][:12]}" in r]
+    assert re.search(r"4\.0 GiB +4\.0 GiB +256\.0 MiB +6\.2%", loader), loader
+    assert rows.index(loader) > 0
 
 
 # -- every flag of every subcommand: help with its default, values with their unit -------------

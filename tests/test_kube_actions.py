@@ -18,7 +18,7 @@ from nodeguard.actions.cordon import LABEL, CordonConfig, cordon, uncordon
 from nodeguard.actions.evict import GANGS_ANNOTATION as GANGS
 from nodeguard.actions.evict import evict
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
-from nodeguard.actions.ranking import EvictFilter, plan_eviction
+from nodeguard.actions.ranking import EvictFilter, plan_eviction, usage_measure
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
 from tests.acting import env_for, run_action
@@ -274,6 +274,14 @@ def test_eviction_ranking_on_a_realistic_node(cluster: Cluster) -> None:
     assert "DaemonSet" in excluded["exporter"]
     assert "static pod" in excluded[p["static"]["metadata"]["name"]]
     assert "evicted together" in plan.ranked[2][1]
+    # The reasons name what is counted: what eviction frees, unreclaimable memory from the
+    # snapshot; the working set where memory.stat lacks its lines; both where they mix.
+    assert plan.ranked[1][1] == "unreclaimable memory 36.0 GiB above its request; priority 100"
+    assert usage_measure(unreclaimable=3, working_set=0) == "unreclaimable memory"
+    assert usage_measure(unreclaimable=0, working_set=3) == "working set"
+    assert usage_measure(unreclaimable=2, working_set=1) == "unreclaimable memory or working set"
+    ws = plan_eviction(pods=metas, usage=usage_of(p), flt=EvictFilter(), measure="working set")
+    assert ws.ranked[1][1] == "working set 36.0 GiB above its request; priority 100"
     assert metas[p["guaranteed"]["metadata"]["uid"]].qos_class == "guaranteed"
     assert metas[p["besteffort"]["metadata"]["uid"]].qos_class == "besteffort"
 

@@ -183,7 +183,7 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
     # the run is refused (exit status 3), saying how to measure or to take just the first unit.
     for blind in (act("--free", "1Gi", status=3), act(status=3)):
         assert "DRY RUN evict refused: would evict 0 unit(s)" in blind
-        assert blind.count("(working set unknown)") == 1
+        assert blind.count("(unreclaimable memory unknown)") == 1
         assert "--agent-url http://NODE:9847, or --free 0 for the first unit" in blind
     text = act("--free", "0")  # the first unit only
     plan = text[text.index("Eviction plan") : text.index("Never evicted here")]
@@ -200,7 +200,7 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
         f"DRY RUN evict done: would evict 1 unit(s) (pod/{ns}/pandas-prep: {ns}/pandas-prep)"
         in text
     )
-    assert "No working sets known" in text
+    assert "No unreclaimable memory known" in text
     assert cluster.pod_json(ns, "pandas-prep")["metadata"].get("deletionTimestamp") is None
 
 

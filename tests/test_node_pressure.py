@@ -238,7 +238,8 @@ def test_v1_a_container_at_its_limit_leaves_the_node_stall_unexplained_so_no_act
 ) -> None:
     """cgroup v1 has no per-cgroup PSI: with a container at its own limit (memory.failcnt
     counting) the share outside limits is unknown and the node does not act on it, even with
-    direct reclaim; with none at its limit, all of the node's stall is outside (1.0)."""
+    direct reclaim (1,000 pages every 5 s: above the rule's 256 KiB/s floor); with none at its
+    limit, all of the node's stall is outside (1.0)."""
     at_limit = _host(
         tmp_path / "a",
         available=int(32 * GiB * 0.7),
@@ -249,7 +250,7 @@ def test_v1_a_container_at_its_limit_leaves_the_node_stall_unexplained_so_no_act
         ],
         version=1,
     )
-    fired, snaps = _run(at_limit, kswapd_per_step=0, direct_per_step=100)
+    fired, snaps = _run(at_limit, kswapd_per_step=0, direct_per_step=1_000)
     assert snaps[-1].cgroup_version == 1
     assert _value(snaps[-1], snaps, "node_memory_stall_outside_limits_ratio") is None
     assert _value(snaps[-1], snaps, "container_psi_full_avg10") is None
@@ -262,6 +263,153 @@ def test_v1_a_container_at_its_limit_leaves_the_node_stall_unexplained_so_no_act
         containers=[Container(current=1 * GiB, limit=4 * GiB, full=0, some=0)],
         version=1,
     )
-    fired, snaps = _run(below, kswapd_per_step=0, direct_per_step=100)
+    fired, snaps = _run(below, kswapd_per_step=0, direct_per_step=1_000)
+    assert _value(snaps[-1], snaps, "node_memory_stall_outside_limits_ratio") == 1.0
+    assert fired.get("memory-pressure-high") == {"gpu-1"}
+
+
+# -- "at its own limit" needs the limit to be the cause (issue 21 review) ----------------------
+_CACHE_FULL_V2 = (  # 4 GiB: 3.5 GiB of page cache, 0.5 GiB of anon (a data loader)
+    "anon 536870912\nfile 3758096384\nkernel 1048576\nshmem 0\n"
+    "active_anon 536870912\ninactive_anon 0\nactive_file 1879048192\n"
+    "inactive_file 1879048192\nunevictable 0\n"
+)
+
+
+def test_node_reclaim_with_page_cache_full_limits_still_acts(tmp_path: Path) -> None:
+    """Six containers at their 4 GiB limit by usage, 3.5 GiB of it page cache (a data loader
+    re-reading its dataset: cgroup-v2.rst "memory.max", the cache fills the limit and reclaim
+    takes it back), the node short (8 % available), direct reclaim in /proc/vmstat (global
+    reclaim only: mm/vmscan.c ``if (!cgroup_reclaim(sc))``) and the six stalling in it: the
+    stall is the node's, not explained by their limits (before: share 0.0, no action)."""
+    paths = _host(
+        tmp_path,
+        available=int(32 * GiB * 0.08),  # 8 %: node-memory-low (5 %) does not fire
+        node_psi=(45.0, 30.0),
+        containers=[Container(current=4 * GiB, limit=4 * GiB, full=30.0, some=40.0)] * 6,
+    )
+    cg = paths.sysfs / "fs/cgroup"
+    for d in [*cg.rglob("cri-containerd-*.scope"), *cg.rglob("kubepods-burstable-pod*.slice")]:
+        write(d / "memory.stat", _CACHE_FULL_V2)
+    fired, snaps = _run(paths, kswapd_per_step=50_000, direct_per_step=20_000)
+    last = snaps[-1]
+    assert _value(last, snaps, "container_usage_limit_ratio") == 1.0
+    # memory.current less the file LRU: 0.5 of 4 GiB.
+    assert _value(last, snaps, "container_unreclaimable_limit_ratio") == 0.125
+    # Nothing at its own limit explains any of it: 30 % of 30 % outside.
+    assert _value(last, snaps, "node_memory_stall_outside_limits_ratio") == 1.0
+    assert fired.get("memory-pressure-high") == {"gpu-1"}
+
+
+def test_v1_page_cache_full_limits_leave_the_node_stall_known(tmp_path: Path) -> None:
+    """cgroup v1, the same data loaders (usage at the limit, 3.5 of 4 GiB page cache, v1's
+    unreclaimable the anon and unevictable lists): not at their own limit, so the share is
+    known (1.0, v1 has no per-cgroup PSI) and the node acts on its own direct reclaim. Before,
+    any such container made the share ``None``: the rule was off on v1 nodes with data
+    loaders."""
+    paths = _host(
+        tmp_path,
+        available=int(32 * GiB * 0.08),
+        node_psi=(45.0, 30.0),
+        containers=[Container(current=4 * GiB, limit=4 * GiB, full=0, some=0)] * 3,
+        version=1,
+    )
+    mem = paths.sysfs / "fs/cgroup/memory/kubepods/burstable"
+    for pod in mem.glob("pod*"):
+        for d in (pod, *[c for c in pod.iterdir() if c.is_dir()]):
+            v1_cgroup(
+                d,
+                usage=4 * GiB,
+                limit=4 * GiB,
+                rss=GiB // 2,
+                cache=3 * GiB + GiB // 2,
+                inactive_file=GiB,
+                failcnt=40,
+            )
+    fired, snaps = _run(paths, kswapd_per_step=50_000, direct_per_step=20_000)
+    assert snaps[-1].cgroup_version == 1
+    assert _value(snaps[-1], snaps, "container_unreclaimable_limit_ratio") == 0.125
+    assert _value(snaps[-1], snaps, "node_memory_stall_outside_limits_ratio") == 1.0
+    assert fired.get("memory-pressure-high") == {"gpu-1"}
+
+
+def _throttle(paths: HostPaths, *, high: int, stat: str | None = None) -> None:
+    """Pod 1 and its container throttled at ``memory.high`` (MemoryQoS): the bound written,
+    ``memory.events`` ``high`` counting."""
+    cg = paths.sysfs / "fs/cgroup"
+    throttled = next(cg.rglob("kubepods-burstable-pod00000001*.slice"))
+    for d in (throttled, next(throttled.glob("cri-containerd-*.scope"))):
+        write(d / "memory.high", f"{high}\n")
+        write(d / "memory.events", "low 0\nhigh 981234\nmax 0\noom 0\noom_kill 0\n")
+        if stat is not None:
+            write(d / "memory.stat", stat)
+
+
+def test_container_throttled_at_memory_high_is_not_node_pressure(tmp_path: Path) -> None:
+    """Kubernetes MemoryQoS (and any memory.high): the kubelet writes memory.high below
+    memory.max (request + memoryThrottlingFactor 0.9 x (limit - request), KEP-2570); a task
+    over memory.high is throttled and reclaims in its own cgroup (mm/memcontrol.c
+    ``mem_cgroup_handle_over_high()``, a PSI memstall). Node PSI full 30 %, all of it that
+    container's, at 75 % of its memory.max but at its 3 GiB memory.high, 70 % of the node free,
+    a trickle of direct reclaim (50 pages every 5 s): the stall is the container's (before:
+    share 1.0, the node cordoned and other pods evicted, freeing nothing for it)."""
+    paths = _host(
+        tmp_path,
+        available=int(32 * GiB * 0.7),
+        node_psi=(35.0, 30.0),
+        containers=[
+            Container(current=3 * GiB, limit=4 * GiB, full=30.0, some=35.0),
+            Container(current=1 * GiB, limit=4 * GiB, full=0.0, some=0.2),
+        ],
+    )
+    _throttle(paths, high=3 * GiB)
+    fired, snaps = _run(paths, kswapd_per_step=0, direct_per_step=50)
+    (pod,) = [p for p in snaps[-1].pods if p.uid.startswith("00000001")]
+    assert pod.memory.high_bytes == 3 * GiB and pod.containers[0].memory.high_bytes == 3 * GiB
+    # What is outside: the other container's 0 % of 30 %.
+    assert _value(snaps[-1], snaps, "node_memory_stall_outside_limits_ratio") == 0.0
+    assert "memory-pressure-high" not in fired
+
+
+def test_a_trickle_of_direct_reclaim_is_not_node_pressure(tmp_path: Path) -> None:
+    """The direct-reclaim floor (256 KiB/s, rules/default.yaml): node PSI full 30 % outside
+    any limit but direct reclaim at 50 pages every 5 s (40 KiB/s: high-order allocations,
+    khugepaged on kernels before 6.2) does not act; 1,000 pages every 5 s (800 KiB/s,
+    test_real_node_pressure_many_cgroups_and_direct_reclaim_acts) does."""
+    paths = _host(
+        tmp_path,
+        available=int(32 * GiB * 0.7),
+        node_psi=(35.0, 30.0),
+        containers=[Container(current=1 * GiB, limit=4 * GiB, full=30.0, some=35.0)] * 2,
+    )
+    fired, snaps = _run(paths, kswapd_per_step=0, direct_per_step=50)
+    assert _value(snaps[-1], snaps, "node_memory_stall_outside_limits_ratio") == 1.0
+    assert _value(snaps[-1], snaps, "node_direct_reclaim_bytes_per_second") == pytest.approx(
+        50 * 4096 / STEP
+    )
+    assert "memory-pressure-high" not in fired
+
+
+def test_over_memory_high_by_page_cache_is_not_at_its_own_limit(tmp_path: Path) -> None:
+    """The look-alike on the memory.high side: a container at its 3 GiB memory.high whose
+    memory is mostly page cache (reclaim at memory.high drops it; the throttling sleep is only
+    for what reclaim could not take back, mm/memcontrol.c ``calculate_high_delay()``) is not
+    at its own limit: its stall, with node direct reclaim, is the node's."""
+    paths = _host(
+        tmp_path,
+        available=int(32 * GiB * 0.08),
+        node_psi=(45.0, 30.0),
+        containers=[
+            Container(current=3 * GiB, limit=4 * GiB, full=30.0, some=35.0),
+            Container(current=1 * GiB, limit=4 * GiB, full=0.0, some=0.2),
+        ],
+    )
+    cache = (
+        "anon 268435456\nfile 2952790016\nkernel 1048576\nshmem 0\n"
+        "active_anon 268435456\ninactive_anon 0\nactive_file 1476395008\n"
+        "inactive_file 1476395008\nunevictable 0\n"
+    )
+    _throttle(paths, high=3 * GiB, stat=cache)
+    fired, snaps = _run(paths, kswapd_per_step=50_000, direct_per_step=20_000)
     assert _value(snaps[-1], snaps, "node_memory_stall_outside_limits_ratio") == 1.0
     assert fired.get("memory-pressure-high") == {"gpu-1"}

@@ -7,14 +7,10 @@ cgroup against node allocatable, in a private hierarchy."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import secrets
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +21,13 @@ from nodeguard.snapshot import CgroupMemory
 from nodeguard.sources.cgroups import CgroupReader
 from tests.agent import get, running_agent
 from tests.kernel_cgroup import (
+    READER,
     KubeletCgroup,
+    cold_file,
     hog_in,
     kubelet_cgroup,
+    pod_container,
+    private_kubepods,
     process_in,
     remove_cgroups,
     writable_memory_controller,
@@ -39,19 +39,6 @@ DEFAULT_RULES = Path(__file__).resolve().parents[1] / "rules" / "default.yaml"
 
 pytestmark = pytest.mark.kernel
 
-# Reads the file in 1 MiB chunks, 20 ms apart, over and over: a data loader's epochs. The first
-# pass fills the inactive file list, the second activates it (mm/workingset.c, mm/swap.c
-# folio_mark_accessed), so the working set climbs ~48 MiB/s, like an anon hog.
-READER = r"""
-import os, sys, time
-path = sys.argv[1]
-sys.stdin.readline()
-while True:
-    fd = os.open(path, os.O_RDONLY)
-    while os.read(fd, 1 << 20):
-        time.sleep(0.02)
-    os.close(fd)
-"""
 # Allocates MiB chunks of anonymous memory, every page touched, then holds them.
 HOLD = r"""
 import sys, time
@@ -82,18 +69,6 @@ def require_kernel() -> None:
         pytest.skip("needs root and a writable cgroup v1 memory controller (CI has both)")
 
 
-def _cold_file(path: Path, mib: int) -> Path:
-    """A file on disk, written out and dropped from the page cache, so its pages are charged
-    to the cgroup that reads them first."""
-    with open(path, "wb") as f:
-        for _ in range(mib):
-            f.write(os.urandom(MiB))
-        f.flush()
-        os.fsync(f.fileno())
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    return path
-
-
 def _container(reader: CgroupReader, cg: KubeletCgroup) -> CgroupMemory | None:
     _, pods = reader.read(mem_total=None)
     for pod in pods:
@@ -114,8 +89,8 @@ def _wait(what: str, fn: Any, *, timeout: float = 30.0) -> Any:
 
 
 def test_page_cache_tmpfs_and_anon_on_the_kernel(require_kernel: None, tmp_path: Path) -> None:
-    data = _cold_file(tmp_path / "dataset", 60)
-    big = _cold_file(tmp_path / "bigger", 128)  # twice the limit: every pass is refaulted
+    data = cold_file(tmp_path / "dataset", 60)
+    big = cold_file(tmp_path / "bigger", 128)  # twice the limit: every pass is refaulted
     shm = Path("/dev/shm") / f"nodeguard-test-{secrets.token_hex(4)}"
     reader = CgroupReader(paths=HostPaths())
     try:
@@ -124,8 +99,8 @@ def test_page_cache_tmpfs_and_anon_on_the_kernel(require_kernel: None, tmp_path:
             kubelet_cgroup(limit_bytes=LIMIT) as thrash_cg,
             kubelet_cgroup(limit_bytes=LIMIT) as shm_cg,
             kubelet_cgroup(limit_bytes=LIMIT) as anon_cg,
-            process_in(cache_cg, [sys.executable, "-c", READER, str(data)]),
-            process_in(thrash_cg, [sys.executable, "-c", READER, str(big)]),
+            process_in(cache_cg, [sys.executable, "-c", READER, str(data), "0.02"]),
+            process_in(thrash_cg, [sys.executable, "-c", READER, str(big), "0.02"]),
             process_in(shm_cg, [sys.executable, "-c", TMPFS, str(shm), "40"]) as writer,
             process_in(anon_cg, [sys.executable, "-c", HOLD, "48"]) as holder,
         ):
@@ -171,7 +146,7 @@ def _firings(base: str, rule: str) -> list[str]:
 def test_default_rule_acts_on_anon_not_on_page_cache(require_kernel: None, tmp_path: Path) -> None:
     # The real agent with the shipped rules, dry run, no cluster (the eviction is refused;
     # the firing and its incident are what count). Both grow at ~50 MiB/s toward 64 MiB.
-    data = _cold_file(tmp_path / "dataset", 60)
+    data = cold_file(tmp_path / "dataset", 60)
     args = [
         f"--rules={DEFAULT_RULES}",
         "--interval=100ms",
@@ -187,7 +162,7 @@ def test_default_rule_acts_on_anon_not_on_page_cache(require_kernel: None, tmp_p
         cache_key = f"{cache_cg.pod_uid}/{cache_cg.container_id}"
         anon_key = f"{anon_cg.pod_uid}/{anon_cg.container_id}"
         reader = CgroupReader(paths=HostPaths())
-        with process_in(cache_cg, [sys.executable, "-c", READER, str(data)]):
+        with process_in(cache_cg, [sys.executable, "-c", READER, str(data), "0.02"]):
             _wait(
                 "the reader's cache to fill its limit",
                 lambda: (m := _container(reader, cache_cg)) and (m.limit_ratio or 0) >= 0.95,
@@ -203,51 +178,21 @@ def test_default_rule_acts_on_anon_not_on_page_cache(require_kernel: None, tmp_p
         assert cache_key not in _firings(base, "container-near-limit")
 
 
-@contextlib.contextmanager
-def _private_kubepods(tmp: Path, *, limit: int) -> Iterator[tuple[HostPaths, Path]]:
-    """A kubepods cgroup (node allocatable ``limit``) under a private v1 root, and a sysfs
-    whose memory controller is that root: the reader sees it alone, not the machine's."""
-    root = Path("/sys/fs/cgroup/memory") / f"nodeguard-test-{secrets.token_hex(4)}"
-    kubepods = root / "kubepods"
-    made: list[Path] = []
-    try:
-        for d in (root, kubepods):
-            d.mkdir()
-            made.append(d)
-        (kubepods / "memory.limit_in_bytes").write_text(str(limit))
-        cgroupfs = tmp / "sys/fs/cgroup"
-        cgroupfs.mkdir(parents=True)
-        (cgroupfs / "memory").symlink_to(root)
-        yield HostPaths(sysfs=tmp / "sys"), kubepods
-    finally:
-        remove_cgroups(made)
-
-
-def _pod_container(kubepods: Path, made: list[Path]) -> KubeletCgroup:
-    uid, cid = str(uuid.uuid4()), secrets.token_hex(32)
-    chain = [kubepods / "burstable", kubepods / f"burstable/pod{uid}"]
-    chain.append(chain[-1] / cid)
-    for d in chain:
-        if not d.exists():
-            d.mkdir()
-            made.append(d)
-    return KubeletCgroup(version=1, pod_uid=uid, container_id=cid, container_dir=chain[-1])
-
-
 def test_kubepods_against_allocatable(require_kernel: None, tmp_path: Path) -> None:
-    data = _cold_file(tmp_path / "dataset", 120)
+    data = cold_file(tmp_path / "dataset", 120)
     allocatable = 128 * MiB
-    with _private_kubepods(tmp_path, limit=allocatable) as (paths, kubepods):
+    with private_kubepods(tmp_path, limit=allocatable) as (sysfs, kubepods):
+        paths = HostPaths(sysfs=sysfs)
         made: list[Path] = []
         try:
-            loader, hog = _pod_container(kubepods, made), _pod_container(kubepods, made)
+            loader, hog = pod_container(kubepods, made), pod_container(kubepods, made)
             reader = CgroupReader(paths=paths)
 
             def pods() -> CgroupMemory | None:
                 reader.read(mem_total=None)
                 return reader.kubepods
 
-            with process_in(loader, [sys.executable, "-c", READER, str(data)]):
+            with process_in(loader, [sys.executable, "-c", READER, str(data), "0.02"]):
                 full = _wait(
                     "the pods' cache to fill allocatable",
                     lambda: (m := pods()) and (m.limit_ratio or 0) >= 0.95 and m,

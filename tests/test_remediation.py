@@ -178,6 +178,41 @@ async def test_a_runbook_whose_rule_no_longer_applies_is_abandoned_with_why(
     assert [a["outcome"] for a in record["actions"]] == ["done"]
 
 
+async def test_a_step_under_way_is_finished_though_its_condition_is_gone(tmp_path: Path) -> None:
+    # The agent died inside step 2, after it had written ahead what it was doing (an eviction
+    # sent: the write may have landed, which is why the hog's condition is gone now). That
+    # step runs once more, told it is only finishing; step 3 is not run.
+    standin.RUNS.clear()
+    standin.FINISHING.clear()
+    first = remediator(tmp_path)
+    assert first.submit(firing("cut", actions=("test_count", "test_finish", "test_count")))
+    (key,) = first.journal
+    entry = first.journal[key]
+    entry["next"] = 1
+    entry["results"] = [{"action": "test_count", "outcome": "done"}]
+    entry["progress"] = {"1": {"inflight": {"unit": "pod/ns/hog"}}}
+    first.state.save()
+    done: list[tuple[str, bool]] = []
+    second = remediator(tmp_path, on_done=lambda f, _r, applied: done.append((f.rule, applied)))
+    second.restore()
+    (decision,) = second.resume(snapshot=None, check=lambda f, s: "its condition no longer holds")
+    assert decision.resumed
+    stop = asyncio.Event()
+    task = asyncio.create_task(second.run(stop=stop))
+    await _until(lambda: done == [("cut", True)])
+    stop.set()
+    await task
+    assert standin.FINISHING == [(True, {"inflight": {"unit": "pod/ns/hog"}})]
+    assert standin.RUNS[("test_count", "cut")] == 0  # neither step 1 again nor step 3
+    (record,) = second.incidents.list()
+    assert record["finished_under_way"] == "its condition no longer holds"
+    assert record["abandoned"] == "its condition no longer holds"
+    assert record["steps_not_run"] == ["test_count"]
+    assert record["resumed"] == 1
+    assert [a["action"] for a in record["actions"]] == ["test_count", "test_finish"]
+    assert second.journal == {}
+
+
 async def test_a_transient_failure_is_retried_with_backoff_and_later_steps_wait(
     tmp_path: Path,
 ) -> None:

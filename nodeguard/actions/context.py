@@ -43,8 +43,10 @@ class Env:
       never both believe they hold it).
     - ``cordon``: cordon mode and budget; ``limiter``/``backoff``: the per-node eviction limit
       and the PodDisruptionBudget backoff, kept in the state file by the agent.
-    - ``usage``: pod UID -> working set bytes for nodes whose snapshot this process does not
-      have (``nodeguard act --agent-url``).
+    - ``usage``: pod UID -> bytes an eviction frees, for nodes whose snapshot this process
+      does not have (``nodeguard act --agent-url``: the agent's unreclaimable memory, its
+      working set where that is unknown); ``usage_measure`` names what it counts
+      (:func:`~nodeguard.actions.ranking.usage_measure`).
     - ``pods_synced``: whether this process's pod list of ``node`` has been listed (the pod
       watch's first LIST, :meth:`nodeguard.kube.watch.PodWatcher.is_synced`); ``None`` where
       it keeps none (``nodeguard act`` lists the pods itself). ``latest``: the sampler's
@@ -89,6 +91,8 @@ class Env:
             return f"the pod list of {self.node} has not been listed (the watch's first LIST)"
         return f"no snapshot has named the cgroups of {self.node} from its pod list"
 
+    usage_measure: str = "unreclaimable memory"
+
     def limits(self, *, dry_run: bool) -> tuple[EvictionLimiter, EvictionBackoff]:
         """The limiter and backoff a run spends: the real ones, or in dry run copies that
         start from the same state and are then dropped."""
@@ -111,6 +115,9 @@ class Call:
     - ``progress``: this step's journal record, which an action may fill as it goes (what it
       has already done) and read when the step is resumed after a restart; ``checkpoint()``
       writes it to the state file now (an action calls it after each irreversible write).
+    - ``finishing``: the step is run again after a restart only to finish what it had under
+      way (its ``progress`` is not empty) although its rule's condition no longer holds: an
+      action completes and reports the writes it had started and starts nothing new.
     """
 
     env: Env
@@ -119,6 +126,7 @@ class Call:
     note: str
     progress: MutableMapping[str, Any] = field(default_factory=dict)
     checkpoint: Callable[[], None] = _no_checkpoint
+    finishing: bool = False
     _limits: tuple[EvictionLimiter, EvictionBackoff] | None = None
 
     @property

@@ -1,9 +1,9 @@
 """Evicting ranked victims through the policy/v1 Eviction subresource, never DELETE.
 
 The plan comes from :mod:`nodeguard.actions.ranking`. Units are evicted in order until the target
-memory is freed (the units' working sets on this node add up to it), within the per-node limit
-of evictions per window (:class:`~nodeguard.actions.limits.EvictionLimiter`). Each unit ends in
-one typed outcome (:class:`Evicted`, :class:`Blocked`, :class:`Skipped`); the walk stops on the
+memory is freed (the units' unreclaimable memory on this node adds up to it), within the per-node
+limit of evictions per window (:class:`~nodeguard.actions.limits.EvictionLimiter`). Each unit ends
+in one typed outcome (:class:`Evicted`, :class:`Blocked`, :class:`Skipped`); the walk stops on the
 limit or an API failure (:class:`Stop`).
 
 - A 429 from a PodDisruptionBudget means "later": the unit gets a capped exponential backoff
@@ -56,6 +56,7 @@ from nodeguard.actions.ranking import (
     gpu_eviction_plan,
     never_evicted,
     plan_eviction,
+    usage_measure,
 )
 from nodeguard.actions.registry import Action, register
 from nodeguard.kube.budgets import budget_of
@@ -92,12 +93,12 @@ _MAX_OPEN_GANGS = 16
 class EvictArgs(ActionArgs):
     """What to evict.
 
-    - ``free``: how much working set to free: a Kubernetes quantity (``4Gi``) or a percent of
-      the node's usable memory (``5%``: MemTotal less the hugetlb pool and HardwareCorrupted,
-      :attr:`~nodeguard.snapshot.MemInfo.usable_bytes`, the memory eviction can give back; of
-      the GPU's memory in a ``gpu`` rule); ``0``: the first
-      unit alone. Default: ``5%`` for a node rule (and ``nodeguard act evict``); the pod's own
-      unit for a pod or container rule; the first unit for a ``gpu`` rule.
+    - ``free``: how much unreclaimable memory to free: a Kubernetes quantity (``4Gi``) or a
+      percent of the node's usable memory (``5%``: MemTotal less the hugetlb pool and
+      HardwareCorrupted, :attr:`~nodeguard.snapshot.MemInfo.usable_bytes`, the memory eviction
+      can give back; of the GPU's memory in a ``gpu`` rule); ``0``: the first unit alone.
+      Default: ``5%`` for a node rule (and ``nodeguard act evict``); the pod's own unit for a
+      pod or container rule; the first unit for a ``gpu`` rule.
     - ``maxPriority`` (default 999), ``priorityClasses``, ``namespaces``, ``selector`` (labels,
       all must match; the value ``"*"`` only requires the label): which pods may be evicted.
     """
@@ -122,7 +123,7 @@ class EvictArgs(ActionArgs):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Evicted:
     """Every live member of ``unit`` was evicted (or would be): ``pods`` as
-    ``namespace/name``; ``counted`` bytes of this node's working set freed by it."""
+    ``namespace/name``; ``counted`` bytes of this node's unreclaimable memory freed by it."""
 
     unit: str
     pods: tuple[str, ...]
@@ -157,7 +158,7 @@ class Blocked:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Skipped:
-    """``unit`` was passed over: ``reason`` (working set unknown, a member that may never be
+    """``unit`` was passed over: ``reason`` (its usage unknown, a member that may never be
     evicted); ``pod`` names the member concerned, or the unit's pods."""
 
     unit: str
@@ -356,6 +357,7 @@ class _Walk:
     progress: MutableMapping[str, Any]
     checkpoint: Callable[[], None]
     one_shot: bool = False
+    finish_only: bool = False
     flt: EvictFilter = dataclasses.field(default_factory=EvictFilter)
     outcomes: list[UnitOutcome] = dataclasses.field(default_factory=list)
     stop: Stop | None = None
@@ -611,6 +613,8 @@ class _Walk:
             await self.finish_inflight()
             already = set(self.progress.get("units", []))
             await self.finish_gangs(usage)
+            if self.finish_only:
+                return  # what was under way is done; the condition that chose more is gone
             for unit, why in plan.ranked:
                 if self.progress.get("units") and self.freed >= target:
                     break
@@ -624,9 +628,9 @@ class _Walk:
                     )
                     return
                 if target > 0 and not unit.usage_known:
-                    # Without a working set the target cannot be measured: never evict blind.
+                    # Without its usage the target cannot be measured: never evict blind.
                     self.outcomes.append(
-                        Skipped(unit=unit.key, pod=_names(unit), reason="working set unknown")
+                        Skipped(unit=unit.key, pod=_names(unit), reason=f"{plan.measure} unknown")
                     )
                     continue
                 await self.one(unit, why)
@@ -724,10 +728,13 @@ async def evict(
     one_shot: bool = False,
     flt: EvictFilter | None = None,
     announce: Announce | None = None,
+    finish_only: bool = False,
 ) -> ActionResult:
     """Evict units of ``plan`` in order until ``target_bytes`` are freed (0: just the first).
-    With a target, units whose working set is unknown are skipped, never evicted blind. Gangs
-    an earlier run left half-evicted on ``node`` are finished first.
+    With a target, units whose usage (``plan.measure``) is unknown are skipped, never evicted
+    blind. Gangs an earlier run left half-evicted on ``node`` are finished first;
+    ``finish_only``: only those and the unit under way when an earlier run was cut short,
+    nothing of ``plan``.
 
     Outcomes: done (at least one unit evicted, or would be); blocked (every candidate refused
     by a PodDisruptionBudget or in backoff); refused (the per-node limit is spent before
@@ -747,6 +754,7 @@ async def evict(
         progress=progress if progress is not None else {},
         checkpoint=checkpoint,
         one_shot=one_shot,
+        finish_only=finish_only,
         flt=flt or EvictFilter(),
         announce=announce,
     )
@@ -764,7 +772,7 @@ async def evict(
         outcome = "refused"
     elif blocked:
         outcome = "blocked"
-    elif any(s.reason == "working set unknown" for s in skipped):
+    elif any(s.reason == f"{plan.measure} unknown" for s in skipped):
         outcome = "refused"  # a target nobody can measure: say so, rather than "nothing to do"
     else:
         outcome = "noop"
@@ -780,7 +788,7 @@ async def evict(
     )
     target = format_bytes(target_bytes) if target_bytes else "0: the first unit alone"
     message = (
-        f"{verb} {len(evicted)} unit(s) ({names}), {format_bytes(walk.freed)} of working set "
+        f"{verb} {len(evicted)} unit(s) ({names}), {format_bytes(walk.freed)} of {plan.measure} "
         f"(target {target})"
     )
     if partial:
@@ -796,7 +804,7 @@ async def evict(
         message += f"; {stop.message}"
     if outcome == "refused" and stop is None:
         message += (
-            "; no working set known for the candidates, so no memory target can be met "
+            f"; no {plan.measure} known for the candidates, so no memory target can be met "
             "(nodeguard act: --agent-url http://NODE:9847, or --free 0 for the first unit)"
         )
     by_name = {(p.namespace, p.name): p for u, _ in plan.ranked for p in u.pods}
@@ -846,7 +854,8 @@ def _freed_by(unreclaimable: int | None, working_set: int | None) -> int | None:
 
 
 async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | None, dict[str, int]]:
-    """The plan, the target in bytes (``None``: it cannot be known) and the working sets."""
+    """The plan, the target in bytes (``None``: it cannot be known) and the pods' usage (what
+    their eviction frees: unreclaimable memory, the working set where that is unknown)."""
     firing, kube = call.firing, call.api()
     snap = firing.snapshot if firing.snapshot and firing.snapshot.node_name == firing.node else None
     flt = args.filter()
@@ -872,6 +881,8 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
             if (u := _freed_by(p.memory.unreclaimable_bytes, p.memory.working_set_bytes))
             is not None
         }
+        exact = sum(1 for p in snap.pods if p.memory.unreclaimable_bytes is not None)
+        measure = usage_measure(unreclaimable=exact, working_set=len(usage) - exact)
         # Usable, not MemTotal: 5 % of a node that is 90 % huge pages is more than its regular
         # memory, and no eviction frees a huge page of the pool.
         mem_total = snap.meminfo.usable_bytes if snap.meminfo else None
@@ -879,8 +890,9 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
         items, _ = await kube.list_pods(node_name=firing.node)
         pods = {m.uid: m for m in (pod_meta(p) for p in items)}
         usage = dict(call.env.usage)
+        measure = call.env.usage_measure
         mem_total = None
-    plan = plan_eviction(pods=pods, usage=usage, flt=flt)
+    plan = plan_eviction(pods=pods, usage=usage, flt=flt, measure=measure)
     if firing.scope in ("pod", "container"):
         uid = firing.pod_uid or next(
             (m.uid for m in pods.values() if (m.namespace, m.name) == firing.pod_ref), None
@@ -889,6 +901,7 @@ async def _victims(call: Call, args: EvictArgs) -> tuple[EvictionPlan, int | Non
         plan = EvictionPlan(
             ranked=mine,
             excluded=plan.excluded,
+            measure=plan.measure,
             not_found=""
             if mine
             else next(
@@ -936,6 +949,10 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
             f"free: {args.free} is a share of a total this process does not know "
             f"({call.firing.node}'s usable memory or the GPU's memory)"
         )
+    if call.finishing:
+        # Only what an earlier run had under way (a pod it is evicting may already be gone
+        # from the plan): the plan and its target are not used.
+        refusal, target = None, target or 0
     limiter, backoff = call.limits()
     if refusal is not None:
         return call.result(
@@ -961,6 +978,7 @@ async def _run_evict(call: Call, args: EvictArgs) -> list[ActionResult]:
         one_shot=call.one_shot,
         flt=args.filter(),
         announce=functools.partial(_announce, call),
+        finish_only=call.finishing,
     )
     return [dataclasses.replace(result, details={**result.details, "plan": plan_record(plan)})]
 
@@ -985,6 +1003,7 @@ def plan_record(plan: EvictionPlan) -> dict[str, Any]:
         "excluded": [
             {"pod": f"{e.pod.namespace}/{e.pod.name}", "why": e.reason} for e in plan.excluded
         ],
+        "measure": plan.measure,
     }
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "gpu_eviction_plan",
     "never_evicted",
     "plan_eviction",
+    "usage_measure",
 ]
 
 SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
@@ -106,11 +107,32 @@ class Exclusion:
 class EvictionPlan:
     """Units in eviction order, each with the reason for its place; exclusions with theirs.
     ``not_found``: for a plan narrowed to one pod (a pod or container rule), why that pod is
-    not in it (excluded, or not on the node); empty otherwise."""
+    not in it (excluded, or not on the node); empty otherwise. ``measure``: what the units'
+    ``usage_bytes`` count, in the words reasons and messages use (:func:`usage_measure`)."""
 
     ranked: tuple[tuple[Unit, str], ...]
     excluded: tuple[Exclusion, ...] = field(default=())
     not_found: str = ""
+    measure: str = "unreclaimable memory"
+
+
+#: What evicting a pod frees, and what its usage counts (nodeguard.sources.unreclaimable):
+#: the memory the kernel cannot reclaim from it (anon, shmem, kernel memory), not its page
+#: cache, which the working set (usage - inactive_file) still counts when active.
+UNRECLAIMABLE = "unreclaimable memory"
+WORKING_SET = "working set"
+
+
+def usage_measure(*, unreclaimable: int, working_set: int) -> str:
+    """The words for a usage mapping made of ``unreclaimable`` pods' unreclaimable memory and
+    ``working_set`` pods' working set (where memory.stat lacks the lines unreclaimable memory
+    is made of, the working set stands in): ``"unreclaimable memory"``, ``"working set"``, or
+    both named when the mapping mixes them."""
+    if working_set == 0:
+        return UNRECLAIMABLE
+    if unreclaimable == 0:
+        return WORKING_SET
+    return f"{UNRECLAIMABLE} or {WORKING_SET}"
 
 
 # Pod annotations and labels that name a PodGroup: Volcano, and the scheduler-plugins
@@ -181,12 +203,20 @@ def excluded_by(pod: PodMeta, flt: EvictFilter) -> str | None:
 
 
 def plan_eviction(
-    *, pods: Mapping[str, PodMeta], usage: Mapping[str, int], flt: EvictFilter
+    *,
+    pods: Mapping[str, PodMeta],
+    usage: Mapping[str, int],
+    flt: EvictFilter,
+    measure: str = UNRECLAIMABLE,
 ) -> EvictionPlan:
-    """Rank this node's pods for eviction.
+    """Rank this node's pods for eviction, as the kubelet ranks them (usage above request,
+    then priority, then usage - request: pkg/kubelet/eviction/helpers.go ``rankMemoryPressure``),
+    with usage what eviction frees.
 
-    ``pods``: pod UID -> metadata (this node's pods); ``usage``: pod UID -> working set bytes
-    from the snapshot (a pod without usage ranks as if it used nothing, and says so).
+    ``pods``: pod UID -> metadata (this node's pods); ``usage``: pod UID -> bytes, by default
+    the pod's unreclaimable memory from the snapshot; ``measure`` names what it counts in the
+    reasons (:func:`usage_measure`). A pod without usage ranks as if it used nothing, and says
+    so.
     """
     excluded: list[Exclusion] = []
     gangs: dict[tuple[str, str, str], list[PodMeta]] = {}
@@ -230,13 +260,13 @@ def plan_eviction(
         if not u.usage_known:
             why = f"usage unknown; priority {u.priority}"
         elif u.exceeds_request:
-            why = f"working set {format_bytes(over)} above its request; priority {u.priority}"
+            why = f"{measure} {format_bytes(over)} above its request; priority {u.priority}"
         else:
             why = f"within its request ({format_bytes(-over)} to spare); priority {u.priority}"
         if u.kind != "pod":
             why += f"; {u.kind} of {len(u.pods)} pod(s) on this node, evicted together"
         ranked.append((u, why))
-    return EvictionPlan(ranked=tuple(ranked), excluded=tuple(excluded))
+    return EvictionPlan(ranked=tuple(ranked), excluded=tuple(excluded), measure=measure)
 
 
 def gpu_eviction_plan(
@@ -259,7 +289,7 @@ def gpu_eviction_plan(
     pods = {uid: m for uid, m in (snapshot.pod_meta or {}).items() if uid in on_gpu}
     for uid in unknown:
         usage.pop(uid, None)  # part of its GPU memory is unknown, so is its total
-    plan = plan_eviction(pods=pods, usage=usage, flt=flt)
+    plan = plan_eviction(pods=pods, usage=usage, flt=flt, measure="GPU memory")
     ranked = sorted(plan.ranked, key=lambda r: (r[0].priority, -r[0].usage_bytes, r[0].key))
     where = f"GPU {device.index} ({device.key})"
     reasons = []
@@ -270,4 +300,4 @@ def gpu_eviction_plan(
         if unit.kind != "pod":
             why += f"; {unit.kind} of {len(unit.pods)} pod(s) on this GPU, evicted together"
         reasons.append((unit, why))
-    return EvictionPlan(ranked=tuple(reasons), excluded=plan.excluded), usage
+    return EvictionPlan(ranked=tuple(reasons), excluded=plan.excluded, measure=plan.measure), usage

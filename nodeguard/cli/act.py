@@ -6,9 +6,10 @@ incident. It dispatches through the same action registry as the agent's runbook
 frees 5 % of the node's memory capacity and stops at priority 999 unless told otherwise, as a
 rule's ``evict`` does), the same implementation, the same audit (log line, Event). For
 ``evict`` it prints the ranked plan: each unit's place and why, and each excluded pod and why.
-Working sets come from the node's agent (``--agent-url http://NODE:9847``, its ``/snapshot``);
-without one, units rank by priority with usage unknown and are not evicted toward a target
-(``--free 0`` evicts the first unit).
+Usage comes from the node's agent (``--agent-url http://NODE:9847``, its ``/snapshot``): each
+pod's unreclaimable memory, what its eviction frees, as the agent's own ``evict`` counts it (the
+working set where the agent has no unreclaimable figure); without one, units rank by priority
+with usage unknown and are not evicted toward a target (``--free 0`` evicts the first unit).
 
 Output fits 80 columns: sizes in binary units (``--json``: the results with exact bytes), each
 result on one line, every pod evicted, blocked or skipped named with its reason.
@@ -39,6 +40,7 @@ from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.context import Call, Env
 from nodeguard.actions.evict import DEFAULT_MAX_PRIORITY, DEFAULT_NODE_FREE
+from nodeguard.actions.ranking import UNRECLAIMABLE, usage_measure
 from nodeguard.cli.flags import add_cordon, add_json, add_log_level, cordon_config
 from nodeguard.firing import Firing, Step
 from nodeguard.kube.client import KubeClient
@@ -114,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--target",
         dest="free",
         metavar="AMOUNT",
-        help="working set to free: a Kubernetes quantity (8Gi) or a percent of the node's "
+        help="unreclaimable memory to free: a Kubernetes quantity (8Gi) or a percent of the node's "
         f"memory (5%%); 0: the first unit alone (default {DEFAULT_NODE_FREE.replace('%', '%%')}"
         ", as a node rule's evict)",
     )
@@ -152,8 +154,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument(
         "--agent-url",
         metavar="URL",
-        help="the node's nodeguard (http://NODE:9847), for working sets from its /snapshot "
-        "(default: none, working sets unknown)",
+        help="the node's nodeguard (http://NODE:9847), for each pod's unreclaimable memory "
+        "from its /snapshot (default: none, usage unknown)",
     )
     k = parser.add_argument_group("Katib")
     k.add_argument(
@@ -172,16 +174,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _usage_from_agent(url: str | None) -> dict[str, int]:
+def _usage_from_agent(url: str | None) -> tuple[dict[str, int], str]:
+    """Pod UID -> bytes its eviction frees, from the agent's ``/snapshot``: its unreclaimable
+    memory, the working set where that is unknown (as the agent's ``evict`` counts); and the
+    words for what that counts (:func:`~nodeguard.actions.ranking.usage_measure`)."""
     if not url:
-        return {}
+        return {}, UNRECLAIMABLE
     with urllib.request.urlopen(url.rstrip("/") + "/snapshot", timeout=10) as resp:
         snap: dict[str, Any] = json.load(resp)
-    return {
-        p["uid"]: p["memory"]["working_set_bytes"]
-        for p in snap.get("pods", [])
-        if p["memory"].get("working_set_bytes") is not None
-    }
+    usage: dict[str, int] = {}
+    exact = 0
+    for p in snap.get("pods", []):
+        m = p["memory"]
+        if m.get("unreclaimable_bytes") is not None:
+            usage[p["uid"]], exact = m["unreclaimable_bytes"], exact + 1
+        elif m.get("working_set_bytes") is not None:
+            usage[p["uid"]] = m["working_set_bytes"]
+    return usage, usage_measure(unreclaimable=exact, working_set=len(usage) - exact)
 
 
 def action_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -209,9 +218,10 @@ def render_plan(plan: dict[str, Any], *, console: Console) -> None:
     """The ranked units and the exclusions, each with its reason: a numbered column and a
     column of text that wraps within itself, so 80 columns hold every line."""
     ranked = plan.get("ranked", [])
+    measure = plan.get("measure", UNRECLAIMABLE)
     if ranked and all(u["usage_bytes"] is None for u in ranked):
         console.print(
-            "No working sets known (pass --agent-url http://NODE:9847): ranked by priority "
+            f"No {measure} known (pass --agent-url http://NODE:9847): ranked by priority "
             "alone; a --free target cannot be measured (--free 0 evicts the first unit)."
         )
     console.print(f"[bold]Eviction plan[/bold] ({len(ranked)} unit(s), first goes first):")
@@ -221,8 +231,9 @@ def render_plan(plan: dict[str, Any], *, console: Console) -> None:
     for i, u in enumerate(ranked, 1):
         usage = "unknown" if u["usage_bytes"] is None else format_bytes(u["usage_bytes"])
         lines = [
-            f"{u['kind']} {u['namespace']}/{u['name']}: working set {usage}, request "
-            f"{format_bytes(u['request_bytes'])}, priority {u['priority']}"
+            f"{u['kind']} {u['namespace']}/{u['name']}: request "
+            f"{format_bytes(u['request_bytes'])}, priority {u['priority']}",
+            f"{measure}: {usage}",
         ]
         if u["kind"] != "pod":
             lines.append(f"pods: {', '.join(u['pods'])}")
@@ -277,7 +288,9 @@ async def _act(args: argparse.Namespace, console: Console, errors: Console) -> i
         errors.print(f"nodeguard act: error: {escape(str(exc))}", soft_wrap=True)
         return EXIT_BAD_FLAGS
     try:
-        usage = _usage_from_agent(args.agent_url) if args.action == "evict" else {}
+        usage, measure = (
+            _usage_from_agent(args.agent_url) if args.action == "evict" else ({}, UNRECLAIMABLE)
+        )
     except (OSError, ValueError) as exc:
         errors.print(f"nodeguard act: cannot read {args.agent_url}/snapshot: {exc}")
         return EXIT_FAILED
@@ -294,6 +307,7 @@ async def _act(args: argparse.Namespace, console: Console, errors: Console) -> i
             node=args.node,
             cordon=cordon_config(args),
             usage=usage,
+            usage_measure=measure,
         )
         firing = Firing(
             rule=args.rule,

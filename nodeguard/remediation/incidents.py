@@ -67,6 +67,7 @@ def evidence(snapshot: NodeSnapshot | None, *, top: int = 10) -> dict[str, Any]:
                 "qos_class": pod.qos_class,
                 "priority": meta.priority if meta else None,
                 "working_set_bytes": c.memory.working_set_bytes,
+                "unreclaimable_bytes": c.memory.unreclaimable_bytes,
                 "limit_bytes": c.memory.effective_limit_bytes,
                 "request_bytes": meta.container_requests.get(name) if meta and name else None,
                 "oom_kills": c.memory.oom_kills,

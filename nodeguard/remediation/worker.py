@@ -12,7 +12,10 @@ An agent killed at any point (kill -9, OOM kill) finds its entries after the res
 (:meth:`Remediator.restore`) and decides each on the first sample (:meth:`Remediator.resume`):
 a local rule's firing is resumed from the step it was in when its rule is unchanged and its
 condition still holds, a resolve (an undo) always, an alert's or a command's within
-``resume_window``; anything else is abandoned, and the incident record says why. A step is
+``resume_window``; anything else is abandoned, and the incident record says why. A step that
+was under way (its ``progress`` not empty) is finished first all the same: its condition may
+be gone because its write went through (an eviction sent just before the kill), and that
+write is reported, with its Event, once; nothing new is started, the later steps not run. A step is
 idempotent (cordon and pause check what is already done; eviction skips the units its progress
 lists and finishes gangs recorded on the Node), so a step cut short runs again without acting
 twice.
@@ -235,7 +238,10 @@ class Remediator:
         """Decide each restored entry: ``check(firing, snapshot)`` says why not to resume a
         local rule's firing (``None``: resume); alerts and commands resume within
         ``resume_window``; resolves always resume. Resumed entries go to the queue with the
-        fresh snapshot as evidence; the others are abandoned (incident written, ``on_done``)."""
+        fresh snapshot as evidence; the others are abandoned (incident written, ``on_done``),
+        but for an entry whose step was under way (its ``progress`` not empty): that step runs
+        once more with :attr:`~nodeguard.actions.context.Call.finishing` set, then the entry
+        ends (incident ``finished_under_way``: why; ``steps_not_run``)."""
         decisions = []
         now = self._clock()
         for key, firing in sorted(self._restored.items()):
@@ -250,6 +256,21 @@ class Remediator:
             elif now - float(entry.get("created", 0)) > self.resume_window:
                 why = f"decided {now - float(entry.get('created', 0)):.0f}s before the restart"
             else:
+                why = None
+            index = int(entry.get("next", 0))
+            if why is not None and entry.get("progress", {}).get(str(index)):
+                # Its step was under way: writes it started may have reached the API server (an
+                # eviction sent, then the kill). Run that step once more to finish and report
+                # them (every action's resume is idempotent), start nothing new, and abandon
+                # the steps after it.
+                entry["finishing"] = why
+                log.warning(
+                    "finishing step %d of %s (%s), under way before the restart: %s",
+                    index + 1,
+                    key,
+                    firing.rule,
+                    why,
+                )
                 why = None
             if why is None:
                 fresh = firing.with_snapshot(
@@ -334,7 +355,12 @@ class Remediator:
             entry["claimed"] = claim
             self.state.save()
         call = Call(
-            env=self.env, firing=firing, dry_run=dry, note=note, checkpoint=self.state.checkpoint
+            env=self.env,
+            firing=firing,
+            dry_run=dry,
+            note=note,
+            checkpoint=self.state.checkpoint,
+            finishing=bool(entry.get("finishing")),
         )
         while entry["next"] < len(firing.steps):
             index = entry["next"]
@@ -365,9 +391,17 @@ class Remediator:
             entry["next"], entry["attempts"] = index + 1, 0
             entry.pop("retry_at", None)
             self.state.save()
+            if entry.get("finishing"):
+                break
         self.journal.pop(key, None)
         self._firings.pop(key, None)
         extra: dict[str, Any] = {}
+        if entry.get("finishing"):
+            left = [s.action for s in firing.steps[entry["next"] :]]
+            extra.update(finished_under_way=entry["finishing"], steps_not_run=left)
+            if left:
+                extra["abandoned"] = entry["finishing"]
+                log.warning("abandoning %s (%s): steps not run: %s", key, firing.rule, left)
         if entry.get("resumed"):
             extra["resumed"] = entry["resumed"]
         if entry.get("retried"):

@@ -543,6 +543,11 @@ def _un_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
     return None if m is None else m.unreclaimable_ratio
 
 
+def _un_request(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
+    m = t.memory
+    return None if m is None else _ratio(m.unreclaimable_bytes, _request(t))
+
+
 def _un_eta(_s: NodeSnapshot, h: History, t: Target) -> float | None:
     m = t.memory
     return None if m is None else seconds_to_limit(h.unreclaimable(t.key), m.effective_limit_bytes)
@@ -651,6 +656,24 @@ register(
     valid=SHARE,
     help="container unreclaimable memory / effective memory limit (the kernel OOM-kills at 1)",
     fn=_un_limit,
+)
+register(
+    "pod_unreclaimable_request_ratio",
+    scope="pod",
+    unit="ratio",
+    valid=ABOVE_ZERO,
+    help="pod unreclaimable memory / memory request (from the pod spec): how far above its "
+    "request a pod is by what does not free itself (page cache left out)",
+    fn=_un_request,
+)
+register(
+    "container_unreclaimable_request_ratio",
+    scope="container",
+    unit="ratio",
+    valid=ABOVE_ZERO,
+    help="container unreclaimable memory / memory request (from the pod spec): how far above "
+    "its request a container is by what does not free itself (page cache left out)",
+    fn=_un_request,
 )
 register(
     "pod_unreclaimable_seconds_to_limit",

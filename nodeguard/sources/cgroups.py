@@ -19,6 +19,8 @@ swap room           ``memory.swap.max``,         (none: the kubelet has no swap 
 OOM kills           ``memory.events`` oom_kill   ``memory.oom_control`` oom_kill (>= 4.13);
                     (hierarchical)               a pod's summed with its containers'
 limit hits          ``memory.events`` max        ``memory.failcnt``
+throttle bound      ``memory.high`` (only where  (none)
+                    ``memory.events`` high > 0)
 pressure            ``memory.pressure``          (none)
 ==================  ==========================  ===============================================
 
@@ -43,7 +45,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, NamedTuple, TypeVar
@@ -62,6 +64,8 @@ from nodeguard.sources.open_files import OpenFiles
 from nodeguard.sources.pressure import parse_pressure
 from nodeguard.sources.skipped import DuplicateError, Skipped
 from nodeguard.sources.unreclaimable import (
+    anon_lru,
+    children_swap_bound,
     refault_file_pages,
     swap_room,
     unreclaimable_v1,
@@ -208,16 +212,19 @@ class _Parts(NamedTuple):
     own_limit: int | None
     swap_max: int | None = None  # v2, read only where the node has swap free
     swap_current: int | None = None
+    high: int | None = None  # v2 memory.high, read only where memory.events high > 0
 
 
 class _Swap(NamedTuple):
     """What bounds a cgroup's swap room besides its own files: the node's SwapFree (``None``:
-    unknown or none), ``vm.swappiness`` and the room its pod cgroup leaves (``None``: no bound
-    or not a container)."""
+    unknown or none), ``vm.swappiness``, the room its pod cgroup leaves (``None``: no bound or
+    not a container) and, for a pod or the kubepods cgroup, what its children let swap
+    (:func:`~nodeguard.sources.unreclaimable.children_swap_bound`; ``None``: not counted)."""
 
     node_free: int | None
     swappiness: int | None
     parent_room: int | None
+    children: int | None = None
 
 
 _NO_SWAP = _Swap(node_free=None, swappiness=None, parent_room=None)
@@ -265,6 +272,20 @@ def _own_swap_room(parts: _Parts) -> int | None:
     return max(0, parts.swap_max - parts.swap_current)
 
 
+def _room(parts: _Parts, swap: _Swap) -> int:
+    """The cgroup's swap room: every bound of :class:`_Swap` and its own files."""
+    return swap_room(
+        rooms=(swap.node_free, swap.parent_room, _own_swap_room(parts), swap.children),
+        swappiness=swap.swappiness,
+    )
+
+
+def _swappable(key: _Key) -> int:
+    """Bytes of a v2 cgroup's anon LRU that fit its swap room, from what built it."""
+    parts, swap = key[0], key[3]
+    return min(anon_lru(parts.stat or _EMPTY), _room(parts, swap))
+
+
 def _build(
     *,
     rel: str,
@@ -290,11 +311,7 @@ def _build(
     if usage is not None and inactive is not None:
         working_set = max(0, usage - inactive)
     if version == 2:
-        room = swap_room(
-            rooms=(swap.node_free, swap.parent_room, _own_swap_room(parts)),
-            swappiness=swap.swappiness,
-        )
-        unreclaimable = unreclaimable_v2(usage=usage, stat=stat, swap=room)
+        unreclaimable = unreclaimable_v2(usage=usage, stat=stat, swap=_room(parts, swap))
     else:
         unreclaimable = unreclaimable_v1(stat=stat)
     refaults = refault_file_pages(stat=stat, version=version)
@@ -312,6 +329,7 @@ def _build(
         oom_kills=events.get("oom_kill"),
         limit_hits=limit_hits,
         high_events=high,
+        high_bytes=normalise_limit(parts.high, mem_total=mem_total),
         pressure=parts.pressure,
         unreclaimable_bytes=unreclaimable,
         refault_file_bytes=None if refaults is None else refaults * _PAGE_SIZE,
@@ -409,6 +427,16 @@ class _PodKillTally:
             self._gone.pop(uid, None)
 
 
+class _Kubepods(NamedTuple):
+    """The kubepods cgroup of the last full read: where it is, the limit above it, and the pod
+    cgroups read under it (their swap bounds bound its own)."""
+
+    path: str
+    ino: int
+    above: int | None
+    pods: tuple[str, ...]
+
+
 class CgroupReader:
     """Reads every pod and container cgroup under the kubepods roots.
 
@@ -441,7 +469,7 @@ class CgroupReader:
         # what each cgroup's files said and what was built from it, last sample and this one
         self._built: _Built = {}
         self._building: _Built = {}
-        self._kubepods: tuple[str, int, int | None] | None = None  # path, inode, parent limit
+        self._kubepods: _Kubepods | None = None
         self._pod_kills = _PodKillTally()
         self._node_swap = _NO_SWAP  # SwapFree and vm.swappiness of this read
 
@@ -502,11 +530,15 @@ class CgroupReader:
                 raise NoDataError(f"no kubepods cgroup under {layout.root}")
             for kube_root in roots:
                 limit = self._ancestor_limit(layout=layout, path=kube_root, mem_total=mem_total)
-                if self._kubepods is None:
-                    self._read_kubepods(layout=layout, path=str(kube_root), total=mem_total)
-                pods.extend(
-                    self._read_root(layout=layout, root=kube_root, limit=limit, total=mem_total)
-                )
+                found = self._read_root(layout=layout, root=kube_root, limit=limit, total=mem_total)
+                if self._kubepods is None:  # after its pods: their swap bounds bound its own
+                    self._read_kubepods(
+                        layout=layout,
+                        path=str(kube_root),
+                        total=mem_total,
+                        pods=tuple(str(layout.root) + p.memory.path for p in found),
+                    )
+                pods.extend(found)
         finally:
             self._files.sweep()  # what this sample did not read belongs to cgroups now gone
             self._built, self._building = self._building, {}
@@ -538,9 +570,11 @@ class CgroupReader:
             )
         return [p for p in pods if best[p.uid] is p]
 
-    def _read_kubepods(self, *, layout: CgroupLayout, path: str, total: int | None) -> None:
+    def _read_kubepods(
+        self, *, layout: CgroupLayout, path: str, total: int | None, pods: tuple[str, ...]
+    ) -> None:
         """The kubepods cgroup itself (node allocatable); its limit against the limits above
-        it (a kind or docker node's own)."""
+        it (a kind or docker node's own); ``pods``: the pod cgroups just read under it."""
         try:
             ino = os.stat(path).st_ino
         except OSError:
@@ -551,8 +585,10 @@ class CgroupReader:
             if parent != layout.root
             else None
         )
-        if self._read(layout=layout, path=path, ino=ino, parent_limit=above, total=total):
-            self._kubepods = (path, ino, above)
+        if self._read(
+            layout=layout, path=path, ino=ino, parent_limit=above, total=total, children=pods
+        ):
+            self._kubepods = _Kubepods(path=path, ino=ino, above=above, pods=pods)
 
     def refresh_kubepods(
         self, *, mem_total: int | None, swap_free: int | None = None
@@ -562,8 +598,10 @@ class CgroupReader:
         if self._kubepods is None or self._layout is None:
             return None
         self._set_swap(swap_free)
-        path, ino, above = self._kubepods
-        memory = self._reread(path=path, ino=ino, parent_limit=above, total=mem_total)
+        kp = self._kubepods
+        memory = self._reread(
+            path=kp.path, ino=kp.ino, parent_limit=kp.above, total=mem_total, children=kp.pods
+        )
         return memory or self.kubepods
 
     def refresh(
@@ -592,7 +630,7 @@ class CgroupReader:
             if pod.uid not in keys and not wanted:
                 out.append(pod)
                 continue
-            memory = self._refreshed(root + pod.memory.path, pod.uid, pod.memory, mem_total, done)
+            # Its containers first: their swap bounds bound the pod's own.
             containers = tuple(
                 ContainerMemory(
                     container_id=c.container_id,
@@ -609,6 +647,14 @@ class CgroupReader:
                 else c
                 for c in pod.containers
             )
+            memory = self._refreshed(
+                root + pod.memory.path,
+                pod.uid,
+                pod.memory,
+                mem_total,
+                done,
+                children=tuple(root + c.memory.path for c in containers),
+            )
             memory = self._pod_kills.fold(
                 uid=pod.uid, memory=memory, containers=containers, listed=None
             )
@@ -620,10 +666,18 @@ class CgroupReader:
         return tuple(out), frozenset(done)
 
     def _refreshed(
-        self, path: str, key: str, last: CgroupMemory, total: int | None, done: set[str]
+        self,
+        path: str,
+        key: str,
+        last: CgroupMemory,
+        total: int | None,
+        done: set[str],
+        *,
+        children: tuple[str, ...] | None = None,
     ) -> CgroupMemory:
         """The cgroup at ``path`` read again (its key added to ``done``), or ``last`` when it
-        cannot be: not in the last full read, or gone since."""
+        cannot be: not in the last full read, or gone since. ``children``: a pod's container
+        cgroups (see :meth:`_read`)."""
         built = self._built.get(path)
         if built is None:
             return last
@@ -633,6 +687,7 @@ class CgroupReader:
             parent_limit=built[0][1],
             total=total,
             parent_room=built[0][3].parent_room,
+            children=children,
         )
         if memory is None:
             return last
@@ -647,6 +702,7 @@ class CgroupReader:
         parent_limit: int | None,
         total: int | None,
         parent_room: int | None = None,
+        children: tuple[str, ...] | None = None,
     ) -> CgroupMemory | None:
         """One cgroup read again between full reads; what it said replaces the last read's
         record (so the next full read finds it unchanged, and builds nothing anew)."""
@@ -658,6 +714,7 @@ class CgroupReader:
             parent_limit=parent_limit,
             total=total,
             parent_room=parent_room,
+            children=children,
         )
         if memory is not None:
             self._built[path] = self._building.pop(path)
@@ -699,10 +756,14 @@ class CgroupReader:
     def _read_parts(self, base: str, version: Literal[1, 2], ino: int) -> _Parts:
         if version == 2:
             swap = bool(self._node_swap.node_free)
+            events = self._file(f"{base}/memory.events", _events_v2, ino=ino)
+            # memory.high only where it has throttled (a stall there is the cgroup's own:
+            # nodeguard.stall); on most nodes no cgroup has, and the file is not read.
+            throttled = bool(events and events.get("high"))
             return _Parts(
                 stat=self._file(f"{base}/memory.stat", _stat_v2, ino=ino),
                 usage=self._file(f"{base}/memory.current", _parse_int, ino=ino),
-                events=self._file(f"{base}/memory.events", _events_v2, ino=ino),
+                events=events,
                 failcnt=None,
                 pressure=self._file(f"{base}/memory.pressure", parse_pressure, ino=ino),
                 own_limit=self._file(f"{base}/memory.max", _parse_int, ino=ino),
@@ -710,6 +771,7 @@ class CgroupReader:
                 swap_current=self._optional(f"{base}/memory.swap.current", ino=ino)
                 if swap
                 else None,
+                high=self._optional(f"{base}/memory.high", ino=ino) if throttled else None,
             )
         return _Parts(
             stat=self._file(f"{base}/memory.stat", _stat_v1, ino=ino),
@@ -758,15 +820,17 @@ class CgroupReader:
         uid = parse_pod_dir(entry.name)
         if uid is None:
             return None
-        path = entry.path
-        memory = self._read(
-            layout=layout, path=path, ino=entry.inode(), parent_limit=limit, total=total
-        )
-        if memory is None:
-            return None
-        pod_room = _own_swap_room(self._building[path][0][0])  # bounds its containers' swap
+        path, ino = entry.path, entry.inode()
+        parts = self._read_parts(path, layout.version, ino)
+        if parts.usage is None and not os.path.isdir(path):
+            return None  # removed between listing and reading
+        # The pod is built after its containers (their swap bounds bound its own); they need
+        # its effective limit and swap room, which its files give.
+        pod_limit = _min_limit(normalise_limit(parts.own_limit, mem_total=total), limit)
+        pod_room = _own_swap_room(parts)
         containers: list[ContainerMemory] = []
         listed: set[str] = set()
+        read: list[str] = []
         for child in _subdirs(path, self.skipped):
             parsed = parse_container_dir(child.name)
             if parsed is None:
@@ -776,14 +840,24 @@ class CgroupReader:
                 layout=layout,
                 path=child.path,
                 ino=child.inode(),
-                parent_limit=memory.effective_limit_bytes,
+                parent_limit=pod_limit,
                 total=total,
                 parent_room=pod_room,
             )
             if cmem is not None:
+                read.append(child.path)
                 containers.append(
                     ContainerMemory(container_id=parsed[0], runtime=parsed[1], memory=cmem)
                 )
+        memory = self._record(
+            layout=layout,
+            path=path,
+            ino=ino,
+            parts=parts,
+            parent_limit=limit,
+            total=total,
+            swap=self._node_swap._replace(children=self._children_swap(layout, parts, read)),
+        )
         memory = self._pod_kills.fold(
             uid=uid, memory=memory, containers=tuple(containers), listed=frozenset(listed)
         )
@@ -798,13 +872,56 @@ class CgroupReader:
         parent_limit: int | None,
         total: int | None,
         parent_room: int | None = None,
+        children: Iterable[str] | None = None,
     ) -> CgroupMemory | None:
         """The cgroup, or ``None`` when it is gone; a file skipped leaves its values out.
-        ``parent_room``: the swap room its pod leaves a container (``None``: no bound)."""
+        ``parent_room``: the swap room its pod leaves a container (``None``: no bound);
+        ``children``: the paths of the cgroups below it read (a pod's containers, the kubepods
+        cgroup's pods), whose swap bounds bound its own (``None``: not counted)."""
         parts = self._read_parts(path, layout.version, ino)
         if parts.usage is None and not os.path.isdir(path):
             return None  # removed between listing and reading
         swap = self._node_swap._replace(parent_room=parent_room)
+        if children is not None:
+            swap = swap._replace(children=self._children_swap(layout, parts, children))
+        return self._record(
+            layout=layout,
+            path=path,
+            ino=ino,
+            parts=parts,
+            parent_limit=parent_limit,
+            total=total,
+            swap=swap,
+        )
+
+    def _children_swap(
+        self, layout: CgroupLayout, parts: _Parts, children: Iterable[str]
+    ) -> int | None:
+        """What the cgroups at ``children`` (built in this read, or else in the last) let of
+        the parent's anon go to swap (:func:`children_swap_bound`); ``None`` where swap cannot
+        be used (cgroup v1, no swap free on the node)."""
+        if layout.version != 2 or not self._node_swap.node_free:
+            return None
+        known: list[tuple[int, int]] = []
+        for child in children:
+            built = self._building.get(child) or self._built.get(child)
+            if built is not None:
+                known.append((anon_lru(built[0][0].stat or _EMPTY), _swappable(built[0])))
+        return children_swap_bound(anon=anon_lru(parts.stat or _EMPTY), children=known)
+
+    def _record(
+        self,
+        *,
+        layout: CgroupLayout,
+        path: str,
+        ino: int,
+        parts: _Parts,
+        parent_limit: int | None,
+        total: int | None,
+        swap: _Swap,
+    ) -> CgroupMemory:
+        """The cgroup built from ``parts`` (the last read's object where they and the bounds
+        are unchanged), recorded for this read."""
         key = (parts, parent_limit, total, swap)
         last = self._built.get(path)
         if last is not None and last[0] == key:

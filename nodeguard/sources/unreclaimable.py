@@ -24,9 +24,16 @@ The node-wide SwapFree is a settings input, the v2 swap files are read by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-__all__ = ["refault_file_pages", "swap_room", "unreclaimable_v1", "unreclaimable_v2"]
+__all__ = [
+    "anon_lru",
+    "children_swap_bound",
+    "refault_file_pages",
+    "swap_room",
+    "unreclaimable_v1",
+    "unreclaimable_v2",
+]
 
 
 def _get(stat: Mapping[str, int], *keys: str) -> int | None:
@@ -45,7 +52,8 @@ def swap_room(*, rooms: tuple[int | None, ...], swappiness: int | None) -> int:
     (``/proc/meminfo``; ``None`` there means unknown and is taken as no swap), the cgroup's and
     its pod's ``memory.swap.max - memory.swap.current`` (cgroup-v2.rst, "memory.swap.max": swap
     beyond it is never used; the kubelet writes it per container, 0 under ``NoSwap`` and
-    ``LimitedSwap``'s share for Burstable pods, KEP-2400). ``swappiness``: ``vm.swappiness``
+    ``LimitedSwap``'s share for Burstable pods, KEP-2400), and for a pod or the kubepods cgroup
+    what its children let swap (:func:`children_swap_bound`). ``swappiness``: ``vm.swappiness``
     (cgroup v2 has no per-cgroup swappiness: include/linux/swap.h mem_cgroup_swappiness()); at 0
     a cgroup's limit reclaim scans only the file lists (mm/vmscan.c get_scan_count(): "if
     (cgroup_reclaim(sc) && !swappiness) scan_balance = SCAN_FILE"), so nothing is swappable.
@@ -54,6 +62,37 @@ def swap_room(*, rooms: tuple[int | None, ...], swappiness: int | None) -> int:
         return 0
     bounded = [r for r in rooms if r is not None]
     return max(0, min(bounded))
+
+
+def anon_lru(stat: Mapping[str, int]) -> int:
+    """Bytes on a v2 cgroup's anon LRU lists, ``active_anon + inactive_anon`` (anon and shmem:
+    what reclaim can only write to swap); a missing line counts as 0."""
+    return (stat.get("active_anon") or 0) + (stat.get("inactive_anon") or 0)
+
+
+def children_swap_bound(*, anon: int, children: Iterable[tuple[int, int]]) -> int:
+    """Bytes of a parent cgroup's anon (``anon``: its :func:`anon_lru`) that its children's own
+    swap bounds let go to swap: the sum of what each child can swap, plus the anon charged to
+    the parent beyond its children's (``children``: ``(anon_lru, swappable)`` of each child
+    read), which only the parent's own bounds hold.
+
+    A page charged to a child is swapped only within the child's ``memory.swap.max`` as well as
+    every ancestor's (cgroup-v2.rst, "memory.swap.max": once the cgroup's swap usage reaches it,
+    "anonymous memory of the cgroup will not be swapped out"; the swap charge is checked up the
+    whole tree, mm/memcontrol.c ``__mem_cgroup_try_charge_swap()``). The kubelet writes
+    ``memory.swap.max`` per *container* only (0 under ``NoSwap``, the default ``swapBehavior``,
+    and for Guaranteed and BestEffort pods and containers without a memory request under
+    ``LimitedSwap``: KEP-2400, kubernetes.io "Swap memory management"); the pod and kubepods
+    cgroups keep the kernel's ``max``. So a pod's (and kubepods') swappable anon is bounded by
+    its containers' rooms, not by SwapFree alone. The excess (anon charged to the parent beyond
+    its children's: tasks of its own, or a child not read, such as a container cgroup removed
+    whose pages still count in the parent's ``memory.stat``) is held by the parent's own bounds
+    only: the side of not acting, as before children were counted. Returns 0 or more."""
+    own = swappable = 0
+    for child_anon, child_swappable in children:
+        own += child_anon
+        swappable += child_swappable
+    return swappable + max(0, anon - own)
 
 
 def unreclaimable_v2(*, usage: int | None, stat: Mapping[str, int], swap: int) -> int | None:
@@ -71,8 +110,7 @@ def unreclaimable_v2(*, usage: int | None, stat: Mapping[str, int], swap: int) -
     active, inactive = stat.get("active_file"), stat.get("inactive_file")
     if usage is None or active is None or inactive is None:
         return None
-    anon_lru = (stat.get("active_anon") or 0) + (stat.get("inactive_anon") or 0)
-    swappable = min(anon_lru, swap)
+    swappable = min(anon_lru(stat), swap)
     return max(0, usage - active - inactive - (stat.get("slab_reclaimable") or 0) - swappable)
 
 
