@@ -1,6 +1,6 @@
-"""Review of issue 22 point 2: an alert whose runbook is abandoned for lack of pods.
+"""An alert whose runbook is abandoned for lack of pods gives back its cluster-wide claim.
 
-Commit 8a0f209 forgets the delivery in the agent's own dedupe "so its re-sent copy acts". But
+Issue 22 review, point 2. Commit 8a0f209 forgets the delivery in the agent's own dedupe "so its re-sent copy acts". But
 the agent had already claimed the delivery on the target Node (nodeguard.alerts.claims, before
 the first step): the claim stays, naming it. Alertmanager re-sends the firing alert every
 repeat_interval to the Service, and the copy that reaches another agent is dropped there as a
@@ -34,10 +34,10 @@ from tests.test_restarts import (
 )
 
 
-def test_review22_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
+def test_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
-    ns, target = cluster.namespace("r22-claim"), cluster.node()
+    ns, target = cluster.namespace("unplanned-claim"), cluster.node()
     names = _pods(cluster, ns, target, 2)
     other = cluster.node(name=f"agent-b-{ns}")
     (tmp_path / "rules.yaml").write_text(ALERT_RULES)

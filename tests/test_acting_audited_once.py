@@ -1,4 +1,4 @@
-"""Review of issue 22 points 2 and 6: one firing, one "acting on" audit line.
+"""One firing, one "acting on" audit line (issue 22 review, points 2 and 6).
 
 worker.py logs "acting on <summary>" (extra=AUDIT) when a journal entry's first step starts
 (``next == 0 and not attempts``). A firing that waits for the pod list (point 2) or for the
@@ -26,10 +26,10 @@ from tests.test_restarts import (
 )
 
 
-def test_review22_a_firing_that_waits_for_its_pods_is_audited_once(
+def test_a_firing_that_waits_for_its_pods_is_audited_once(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
-    ns, node = cluster.namespace("r22-audit"), cluster.node()
+    ns, node = cluster.namespace("audit-once"), cluster.node()
     host = _starved_host(tmp_path, cluster, ns, node)
     meminfo = host / "proc" / "meminfo"
     meminfo.write_text(meminfo.read_text().replace(SLAB_LOW, SLAB_HIGH))
