@@ -2,12 +2,12 @@
 
 Issue 22 review, point 2. Commit 8a0f209 forgets the delivery in the agent's own dedupe "so its
 re-sent copy acts". But the agent had already claimed the delivery on the target Node
-(nodeguard.alerts.claims, before the first step): the claim stays, naming it. Alertmanager re-
-sends the firing alert every repeat_interval to the Service, and the copy that reaches another
-agent is dropped there as a duplicate (held by the agent that abandoned it): the alert that
-nothing acted on is never acted on (for the claim's 24 h). The worker's docstring: "nothing was
-planned ... the rule fires again once the data is there"; webhook.py: "of all the agents behind
-the Service exactly one acts"."""
+(nodeguard.alerts.claims, before the first step): the claim stays, naming it. Alertmanager
+re-sends the firing alert every repeat_interval to the Service, and the copy that reaches
+another agent is dropped there as a duplicate (held by the agent that abandoned it): the alert
+that nothing acted on is never acted on (for the claim's 24 h). The worker's docstring: "nothing
+was planned ... the rule fires again once the data is there"; webhook.py: "of all the agents
+behind the Service exactly one acts"."""
 
 from __future__ import annotations
 
