@@ -77,7 +77,7 @@ from tests.deploy.manifests import (
     write_projected,
 )
 from tests.fixtures.make_hosts import v2_cgroup
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, cordoned, custom_json, given, name_of
 
 GiB = 1 << 30
 COMPONENTS = (
@@ -171,7 +171,7 @@ def _cordon_config(objs: list[Obj], namespace: str) -> CordonConfig:
 def _clear_marks(cluster: Cluster) -> None:
     """Nodes other tests left cordoned by nodeguard would spend the budget."""
     for n in cluster.core.list_node(label_selector=f"{LABEL}=true").items:
-        cluster.core.patch_node(n.metadata.name, {"metadata": {"labels": {LABEL: None}}})
+        cluster.core.patch_node(name_of(n), {"metadata": {"labels": {LABEL: None}}})
 
 
 async def _wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -480,13 +480,14 @@ async def test_action_suite_as_the_daemonset_service_account(
         for n in (node, other):
             (res,) = await run_action(env=env, node=n, action="cordon", rule="node-memory-low")
             assert res.outcome == "done", res.message
-            assert cluster.core.read_node(n).spec.unschedulable is True
+            assert cordoned(cluster.core.read_node(n))
             (res,) = await run_action(env=env, node=n, action="uncordon")
             assert res.outcome == "done", res.message
         lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(
             cfg.lease_name, cfg.lease_namespace
         )
-        assert lease.spec.holder_identity is None and lease.spec.lease_transitions >= 1
+        spec = given(lease.spec)
+        assert spec.holder_identity is None and (spec.lease_transitions or 0) >= 1
 
         # evict: a pod and a two-pod Katib trial (a gang: its members listed in the namespace,
         # checked with dry-run evictions, recorded on the node, then evicted), ranked from the
@@ -525,8 +526,10 @@ async def test_action_suite_as_the_daemonset_service_account(
         (resumed,) = await run_action(env=env, node=node, action="resume_katib")
         assert resumed.outcome == "done", resumed.message
         assert cluster.core.list_namespaced_resource_quota(ns).items == []
-        exp = cluster.custom.get_namespaced_custom_object(
-            "kubeflow.org", "v1beta1", ns, "experiments", "random"
+        exp = custom_json(
+            cluster.custom.get_namespaced_custom_object(
+                "kubeflow.org", "v1beta1", ns, "experiments", "random"
+            )
         )
         assert "nodeguard.io/paused-by" not in (exp["metadata"].get("annotations") or {})
 
@@ -593,8 +596,10 @@ def test_nothing_else_is_granted(
             },
         }
     }
-    out = client.AuthorizationV1Api(applier.api).create_subject_access_review(body)
-    assert out.status.allowed is False
+    out = client.AuthorizationV1Api(applier.api).create_subject_access_review(
+        client.V1SubjectAccessReview.model_validate(body)
+    )
+    assert given(out.status).allowed is False
 
 
 # One probe per permission: the nodeguard action (or the call it makes) that needs it. Each
@@ -743,10 +748,12 @@ async def _needs_lease(p: Probe) -> None:
         # A free Lease exists (an agent released it): taking it is an update.
         client.CoordinationV1Api(p.cluster.api).create_namespaced_lease(
             p.namespace,
-            {
-                "metadata": {"name": CordonConfig().lease_name},
-                "spec": {"leaseDurationSeconds": 15},
-            },
+            client.V1Lease.model_validate(
+                {
+                    "metadata": {"name": CordonConfig().lease_name},
+                    "spec": {"leaseDurationSeconds": 15},
+                }
+            ),
         )
     p.failed(await p.cordon())
 
