@@ -82,6 +82,10 @@ class Cluster:
         self.custom = client.CustomObjectsApi(self.api)
         self.ext = client.ApiextensionsV1Api(self.api)
 
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self.api.close()  # type: ignore[no-untyped-call]  # ApiClient.close: no annotations
+
     def namespace(self, prefix: str = "ns") -> str:
         name = unique(prefix)
         self.core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": name}}))

@@ -22,7 +22,7 @@ from nodeguard.sampler import Sampler, SamplerConfig
 from tests.conftest import HOSTS, exposition, synced_watcher
 from tests.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import kmsg, oom_records, v2_cgroup
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, given
 
 GiB = 1 << 30
 
@@ -201,7 +201,7 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
         in text
     )
     assert "No unreclaimable memory known" in text
-    assert cluster.pod_json(ns, "pandas-prep")["metadata"].get("deletionTimestamp") is None
+    assert given(cluster.pod_json(ns, "pandas-prep"))["metadata"].get("deletionTimestamp") is None
 
 
 async def test_cancelling_the_watch_does_not_hang(

@@ -32,7 +32,8 @@ def _container(snapshot: dict[str, Any], cid: str) -> dict[str, Any] | None:
     for pod in snapshot["pods"]:
         for c in pod["containers"]:
             if c["container_id"] == cid:
-                return c
+                found: dict[str, Any] = c
+                return found
     return None
 
 
