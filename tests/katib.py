@@ -29,6 +29,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.agent import wait_until
 from tests.controlplane.cluster import TestCluster, _spawn, ensure_built, terminate
 from tests.kube_helpers import Cluster, custom_json, given
 
@@ -242,14 +243,10 @@ class Katib:
     def wait(self, what: str, check: Any, *, timeout: float = 30.0) -> Any:
         """Poll ``check()`` until truthy; its value. Raises ``AssertionError`` with the
         controller's log tail on timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = check()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}:\n{self.log()[-2500:]}")
-            time.sleep(0.1)
+        try:
+            return wait_until(what, check, timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}:\n{self.log()[-2500:]}") from None
 
     def finish(self, namespace: str, trial: str) -> None:
         """Mark a trial Succeeded, as its Trial controller would when its job completes."""

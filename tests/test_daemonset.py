@@ -52,7 +52,7 @@ from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import PodWatcher
 from tests.acting import run_action
-from tests.agent import free_port
+from tests.agent import free_port, wait_until_async
 from tests.conftest import HOSTS
 from tests.controlplane.cluster import TestCluster
 from tests.deploy import generate, kustomize
@@ -175,10 +175,8 @@ def _clear_marks(cluster: Cluster) -> None:
 
 
 async def _wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
+    """:func:`tests.agent.wait_until_async` with this module's defaults."""
+    await wait_until_async("the condition", predicate, timeout=timeout)
 
 
 # -- the files ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from nodeguard.actions.evict import GANGS_ANNOTATION
-from tests.agent import get, running_agent
+from tests.agent import get, running_agent, wait_until
 from tests.conftest import HOSTS, host_flags
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster, annotations_of, cordoned, given
@@ -76,13 +76,8 @@ def _evicted(cluster: Cluster, ns: str, names: list[str]) -> list[str]:
 
 
 def _until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    """:func:`tests.agent.wait_until` with this module's defaults."""
+    return wait_until(what, check, timeout=timeout, step=0.05)
 
 
 def _kill(pid: int) -> None:
