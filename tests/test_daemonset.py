@@ -52,7 +52,7 @@ from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import PodWatcher
 from tests.acting import run_action
-from tests.agent import free_port, wait_until_async
+from tests.agent import free_port, wait_until, wait_until_async
 from tests.conftest import HOSTS
 from tests.controlplane.cluster import TestCluster
 from tests.deploy import generate, kustomize
@@ -905,10 +905,12 @@ def test_the_daemonset_arguments_run_the_agent(
         # The kubelet updates the ConfigMap's files in place: the rules reload, no restart.
         shipped["spec"]["rules"] = shipped["spec"]["rules"][:1]
         write_projected(rules_dir, {"default.yaml": yaml.safe_dump(shipped)})
-        deadline = time.monotonic() + 30
-        while metric(http(f"{url}/metrics")[1], "nodeguard_rules_loaded") != [1.0]:
-            assert time.monotonic() < deadline, "the rules were not reloaded"
-            time.sleep(0.5)
+        wait_until(
+            "the rules to be reloaded",
+            lambda: metric(http(f"{url}/metrics")[1], "nodeguard_rules_loaded") == [1.0],
+            timeout=30,
+            step=0.5,
+        )
         assert metric(http(f"{url}/metrics")[1], "nodeguard_rules_reloads_total") == [1.0]
     # Nothing written where the mounts are read-only (but the rules the test swapped); the
     # state (the kernel-log position) kept in the hostPath.
