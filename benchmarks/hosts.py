@@ -308,7 +308,7 @@ def make_host(root: Path, *, containers: int, seed: int = 8) -> HostTree:
             meminfo.read_text(),
         )
     )
-    records = ["Linux version 6.1.0 (builder@host)"]
+    records: list[str | tuple[str, str]] = ["Linux version 6.1.0 (builder@host)"]
     records += oom_records(
         memcg=first_memcg,
         pid=4100,

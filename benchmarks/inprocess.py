@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import random
 import sys
@@ -129,10 +130,10 @@ def _render(sampler: Any, repeats: int, churn: Churn) -> dict[str, Any]:
         }
         out["writer"] = "nodeguard.render"
     else:
-        from nodeguard.exporter import SnapshotCollector
-        from nodeguard.exposition import render
-
-        collector = SnapshotCollector(latest=lambda: sampler.latest)
+        # Names only a --before tree has: looked up by name, as this tree has neither.
+        collector_class: Any = importlib.import_module("nodeguard.exporter").SnapshotCollector
+        render: Any = importlib.import_module("nodeguard.exposition").render
+        collector = collector_class(latest=lambda: sampler.latest)
         cases = {
             "om": lambda: render(accept=om, names=(), parts=(collector,))[0],
             "om_gzip": lambda: render(

@@ -42,7 +42,7 @@ _CHUNK = b"\x03" * (64 * KiB)
 
 def containers_under(root: Path) -> list[Path]:
     """Container cgroups under ``root/kubepods``: a pod's children."""
-    found = []
+    found: list[Path] = []
     for dirpath, dirnames, _ in os.walk(root / "kubepods"):
         if Path(dirpath).name.startswith("pod"):
             found.extend(Path(dirpath) / d for d in sorted(dirnames))

@@ -60,8 +60,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,11 @@ class Hog:
                 None if self.oom is None or act is None else round(self.oom - act, 3)
             )
         return out
+
+
+def _all_killed(hogs: list[Hog]) -> bool:
+    """Every hog has been OOM-killed (its ``oom`` time is known)."""
+    return all(h.oom is not None for h in hogs)
 
 
 def _flat(path: Path) -> dict[str, int]:
@@ -311,7 +317,7 @@ class Watch:
                         f"{a['action']}:{a['outcome']}" for a in rec.get("actions", [])
                     )
 
-    def until(self, done: Any, *, deadline: float) -> None:
+    def until(self, done: Callable[[], bool], *, deadline: float) -> None:
         last = 0.0
         while time.time() < deadline and not done():
             self.step()
@@ -392,11 +398,8 @@ def run(
                     members.append(h)
                     watch.hogs.append(h)
                 ramp = limit_mib / rate
-                watch.until(
-                    lambda ms=members: all(m.oom is not None for m in ms),  # type: ignore[misc]
-                    deadline=time.time() + 1.5 * ramp + 30,
-                )
-        watch.until(lambda: all(h.oom is not None for h in watch.hogs), deadline=started + 900)
+                watch.until(partial(_all_killed, members), deadline=time.time() + 1.5 * ramp + 30)
+        watch.until(partial(_all_killed, watch.hogs), deadline=started + 900)
         watch.until(lambda: False, deadline=time.time() + 6)  # a firing just before a kill
         cpu = {name: _cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
     return {

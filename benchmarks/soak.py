@@ -23,8 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, Scraper, agent, cpu_seconds, node_exporter, rss_bytes
+from benchmarks.common import (
+    ROOT,
+    Proc,
+    Scraper,
+    agent,
+    cpu_seconds,
+    node_exporter,
+    rss_bytes,
+)
 from benchmarks.hosts import Churn, HostTree, rename_pods
+from tests.agent import Agent
 
 SCRAPE_EVERY = 15.0
 RECORD_EVERY = 30.0
@@ -109,7 +118,7 @@ class Soak(threading.Thread):
 
         rows: list[dict[str, float]] = []
         with contextlib.ExitStack() as stack:
-            procs = {
+            procs: dict[str, Agent | Proc] = {
                 "ng": stack.enter_context(agent(args=args("state"), log_path=wd / "agent.log"))
             }
             if self.before is not None:

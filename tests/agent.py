@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -13,9 +14,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.controlplane.cluster import terminate
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -59,10 +62,12 @@ def wait_ready(
 
 
 def wait_until(
-    what: str, predicate: Callable[[], Any], *, timeout: float, step: float = 0.1
-) -> Any:
+    what: str, predicate: Callable[[], T | None], *, timeout: float, step: float = 0.1
+) -> T:
     """Call ``predicate`` every ``step`` seconds until it returns something true, and return
-    that. Fails the test when ``timeout`` seconds pass first."""
+    that. Fails the test (AssertionError naming ``what``) when ``timeout`` seconds pass first:
+    a hang guard, never a speed bound. The one wait of the tests; a module's own ``_until``
+    or ``wait_for`` only sets its defaults."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -70,6 +75,20 @@ def wait_until(
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(step)
+
+
+async def wait_until_async(
+    what: str, predicate: Callable[[], T | None], *, timeout: float, step: float = 0.05
+) -> T:
+    """:func:`wait_until` inside a running event loop: it sleeps on the loop, so the code under
+    test (a watch, a worker) runs between the calls of ``predicate``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(step)
 
 
 def kill_9(pid: int, *, timeout: float = 10.0) -> None:

@@ -64,7 +64,7 @@ def cluster(control_plane: TestCluster) -> Iterator[Cluster]:  # noqa: F811
     c.priority_class("nodeguard-test-high", 100000)
     c.install_katib_crds()
     yield c
-    c.api.close()
+    c.close()
 
 
 @pytest.fixture

@@ -26,10 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.agent import wait_until
 from tests.controlplane.cluster import TestCluster, _spawn, ensure_built, terminate
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, custom_json, given
 
 GROUP, VERSION = "kubeflow.org", "v1beta1"
 TRIAL_COUNT = "count/trials.kubeflow.org"
@@ -130,10 +132,13 @@ class Katib:
             for i in itertools.count():
                 name = f"probe-{i}"
                 core.create_namespaced_resource_quota(
-                    ns, {"metadata": {"name": name}, "spec": {"hard": {TRIAL_COUNT: "0"}}}
+                    ns,
+                    client.V1ResourceQuota.model_validate(
+                        {"metadata": {"name": name}, "spec": {"hard": {TRIAL_COUNT: "0"}}}
+                    ),
                 )
                 for _ in range(20):
-                    used = core.read_namespaced_resource_quota(name, ns).status.used or {}
+                    used = given(core.read_namespaced_resource_quota(name, ns).status).used or {}
                     if TRIAL_COUNT in used:
                         return
                     time.sleep(0.1)
@@ -158,9 +163,11 @@ class Katib:
         custom = self.cluster.custom
         while not self._stop.is_set():
             with contextlib.suppress(ApiException, OSError):
-                for s in custom.list_cluster_custom_object(GROUP, VERSION, "suggestions")["items"]:
+                suggestions = custom.list_cluster_custom_object(GROUP, VERSION, "suggestions")
+                for s in custom_json(suggestions)["items"]:
                     self._suggest(s)
-                for t in custom.list_cluster_custom_object(GROUP, VERSION, "trials")["items"]:
+                trials = custom.list_cluster_custom_object(GROUP, VERSION, "trials")
+                for t in custom_json(trials)["items"]:
                     self._trial(t)
             self._stop.wait(0.1)
 
@@ -215,13 +222,14 @@ class Katib:
 
     def trials(self, namespace: str, experiment: str) -> dict[str, dict[str, Any]]:
         """The experiment's Trials by name."""
-        items = self.cluster.custom.list_namespaced_custom_object(
+        listed = self.cluster.custom.list_namespaced_custom_object(
             GROUP,
             VERSION,
             namespace,
             "trials",
             label_selector=f"katib.kubeflow.org/experiment={experiment}",
-        )["items"]
+        )
+        items = custom_json(listed)["items"]
         return {t["metadata"]["name"]: t for t in items}
 
     def running(self, namespace: str, experiment: str) -> set[str]:
@@ -235,14 +243,10 @@ class Katib:
     def wait(self, what: str, check: Any, *, timeout: float = 30.0) -> Any:
         """Poll ``check()`` until truthy; its value. Raises ``AssertionError`` with the
         controller's log tail on timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = check()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}:\n{self.log()[-2500:]}")
-            time.sleep(0.1)
+        try:
+            return wait_until(what, check, timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}:\n{self.log()[-2500:]}") from None
 
     def finish(self, namespace: str, trial: str) -> None:
         """Mark a trial Succeeded, as its Trial controller would when its job completes."""

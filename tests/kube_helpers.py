@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import yaml
 from kubernetes import client, config
@@ -15,30 +15,89 @@ from kubernetes.client.exceptions import ApiException
 # Katib's CRDs and an example experiment, vendored (tests/fixtures/katib/README.md).
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "katib"
 
+T = TypeVar("T")
+
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def given(value: T | None) -> T:
+    """``value``, which the API server has set (the typed client marks every field optional:
+    ``metadata`` and ``spec`` of a read object, ``status`` once a controller wrote it);
+    AssertionError when it is absent."""
+    assert value is not None, "a field the API server sets is absent"
+    return value
+
+
+def custom_json(doc: object) -> dict[str, Any]:
+    """A custom object as CustomObjectsApi returns it (typed ``object``: its JSON, a dict)."""
+    assert isinstance(doc, dict), doc
+    return doc
+
+
+class Described(Protocol):
+    """Any object of the typed client with ``metadata`` (V1Node, V1Pod, V1Lease, ...)."""
+
+    @property
+    def metadata(self) -> client.V1ObjectMeta | None: ...
+
+
+def name_of(obj: Described) -> str:
+    """``metadata.name`` of an object read from the API server."""
+    return given(given(obj.metadata).name)
+
+
+def labels_of(obj: Described) -> dict[str, str]:
+    """``metadata.labels``; {} where the object has none (the API server omits an empty map)."""
+    return given(obj.metadata).labels or {}
+
+
+def annotations_of(obj: Described) -> dict[str, str]:
+    """``metadata.annotations``; {} where the object has none."""
+    return given(obj.metadata).annotations or {}
+
+
+def cordoned(node: client.V1Node) -> bool:
+    """``spec.unschedulable`` is true (absent means schedulable, core/v1 NodeSpec)."""
+    return bool(node.spec and node.spec.unschedulable)
+
+
+def taints_of(node: client.V1Node) -> list[client.V1Taint]:
+    """``spec.taints``; [] where the node has none."""
+    return (node.spec.taints if node.spec else None) or []
 
 
 class Cluster:
     """Admin-side helpers over the official client, for arranging test scenes."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        # kubernetes.config carries no annotations (the generated client does).
+        self.api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig)
+        )
         self.core = client.CoreV1Api(self.api)
         self.policy = client.PolicyV1Api(self.api)
         self.scheduling = client.SchedulingV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.ext = client.ApiextensionsV1Api(self.api)
 
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self.api.close()  # type: ignore[no-untyped-call]  # ApiClient.close: no annotations
+
     def namespace(self, prefix: str = "ns") -> str:
         name = unique(prefix)
-        self.core.create_namespace({"metadata": {"name": name}})
+        self.core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": name}}))
         return name
 
     def node(self, name: str | None = None, *, memory: str = "64Gi") -> str:
         name = name or unique("node")
-        self.core.create_node({"metadata": {"name": name, "labels": {"nodeguard-test": "1"}}})
+        self.core.create_node(
+            client.V1Node.model_validate(
+                {"metadata": {"name": name, "labels": {"nodeguard-test": "1"}}}
+            )
+        )
         self.core.patch_node_status(
             name,
             {
@@ -53,7 +112,9 @@ class Cluster:
     def priority_class(self, name: str, value: int) -> None:
         try:
             self.scheduling.create_priority_class(
-                {"metadata": {"name": name}, "value": value, "globalDefault": False}
+                client.V1PriorityClass.model_validate(
+                    {"metadata": {"name": name}, "value": value, "globalDefault": False}
+                )
             )
         except ApiException as exc:
             if exc.status != 409:
@@ -104,7 +165,9 @@ class Cluster:
         }
         if priority_class:
             spec["priorityClassName"] = priority_class
-        self.core.create_namespaced_pod(namespace, {"metadata": meta, "spec": spec})
+        self.core.create_namespaced_pod(
+            namespace, client.V1Pod.model_validate({"metadata": meta, "spec": spec})
+        )
         cid = uuid.uuid4().hex + uuid.uuid4().hex
         self.core.patch_namespaced_pod_status(
             name,
@@ -127,7 +190,13 @@ class Cluster:
                 }
             },
         )
-        return self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, namespace))
+        return self.as_json(self.core.read_namespaced_pod(name, namespace))
+
+    def as_json(self, obj: object) -> dict[str, Any]:
+        """An object of the typed client as the API server's JSON (camelCase keys)."""
+        # ApiClient.sanitize_for_serialization carries no annotations.
+        doc: dict[str, Any] = self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+        return doc
 
     def blocking_pdb(self, namespace: str, *, name: str, labels: dict[str, str]) -> None:
         """A PodDisruptionBudget (minAvailable 1) over ``labels`` whose status allows no
@@ -135,12 +204,15 @@ class Cluster:
         pod: the eviction API then answers 429 (policy/v1 PodDisruptionBudgetStatus)."""
         self.policy.create_namespaced_pod_disruption_budget(
             namespace,
-            {
-                "metadata": {"name": name},
-                "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
-            },
+            client.V1PodDisruptionBudget.model_validate(
+                {
+                    "metadata": {"name": name},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
+                }
+            ),
         )
-        gen = self.policy.read_namespaced_pod_disruption_budget(name, namespace).metadata.generation
+        pdb = self.policy.read_namespaced_pod_disruption_budget(name, namespace)
+        gen = given(pdb.metadata).generation
         self.policy.patch_namespaced_pod_disruption_budget_status(
             name,
             namespace,
@@ -198,7 +270,8 @@ class Cluster:
         if policy:
             spec["unhealthyPodEvictionPolicy"] = policy
         self.policy.create_namespaced_pod_disruption_budget(
-            namespace, {"metadata": {"name": name}, "spec": spec}
+            namespace,
+            client.V1PodDisruptionBudget.model_validate({"metadata": {"name": name}, "spec": spec}),
         )
         return self.synced_budget(namespace, name=name, healthy=healthy)
 
@@ -208,9 +281,7 @@ class Cluster:
         machine has been seen to take over 30 s)."""
         deadline = time.monotonic() + 120
         while True:
-            pdb: dict[str, Any] = self.api.sanitize_for_serialization(
-                self.policy.read_namespaced_pod_disruption_budget(name, namespace)
-            )
+            pdb = self.as_json(self.policy.read_namespaced_pod_disruption_budget(name, namespace))
             status = pdb.get("status") or {}
             if (
                 status.get("observedGeneration") == pdb["metadata"]["generation"]
@@ -223,9 +294,7 @@ class Cluster:
 
     def pod_json(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.api.sanitize_for_serialization(
-                self.core.read_namespaced_pod(name, namespace)
-            )
+            return self.as_json(self.core.read_namespaced_pod(name, namespace))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -262,10 +331,11 @@ class Cluster:
         doc["metadata"]["namespace"] = namespace
         for _ in range(50):
             try:
-                created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-                    "kubeflow.org", "v1beta1", namespace, "experiments", doc
+                return custom_json(
+                    self.custom.create_namespaced_custom_object(
+                        "kubeflow.org", "v1beta1", namespace, "experiments", doc
+                    )
                 )
-                return created
             except ApiException as exc:  # the CRD takes a moment to be served
                 if exc.status != 404:
                     raise

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 from nodeguard.logs import AUDIT, KINDS, RepeatFilter
@@ -198,17 +199,14 @@ def test_a_real_agent_logs_every_result_of_a_burst(tmp_path: Path) -> None:
         def results() -> int:
             return len(re.findall(r"action=record outcome=\w+", log_path.read_text()))
 
+        def reload_errors(count: int) -> bool:
+            return f"nodeguard_rules_reload_errors_total {count}.0" in get(f"{base}/metrics")[1]
+
         wait_until("30 results logged", lambda: results() >= 30, timeout=60)
         # Thirteen bad versions of the rule file, each a reload error of its own line.
         for i in range(1, 14):
             (rules / "am.yaml").write_text(_RULES + f"    - name: bad{i}\n      nope: {i}\n")
-            wait_until(
-                f"reload error {i}",
-                lambda i=i: (
-                    f"nodeguard_rules_reload_errors_total {i}.0" in get(f"{base}/metrics")[1]
-                ),
-                timeout=30,
-            )
+            wait_until(f"reload error {i}", partial(reload_errors, i), timeout=30)
     log = log_path.read_text()
     assert results() == 30
     assert log.count("rule reload failed") == 13, log[-3000:]

@@ -147,14 +147,14 @@ def test_v1_docker_nested() -> None:
     assert pods[UID_B].qos_class == "burstable"
 
 
-def test_no_kubepods_is_no_data(tmp_path) -> None:
+def test_no_kubepods_is_no_data(tmp_path: Path) -> None:
     (tmp_path / "fs/cgroup").mkdir(parents=True)
     (tmp_path / "fs/cgroup/cgroup.controllers").write_text("memory\n")
     with pytest.raises(NoDataError, match="no kubepods"):
         CgroupReader(paths=HostPaths(sysfs=tmp_path)).read(mem_total=None)
 
 
-def test_no_memory_controller_is_no_data(tmp_path) -> None:
+def test_no_memory_controller_is_no_data(tmp_path: Path) -> None:
     (tmp_path / "fs/cgroup").mkdir(parents=True)
     (tmp_path / "fs/cgroup/cgroup.controllers").write_text("cpu io\n")
     with pytest.raises(NoDataError, match="no cgroup memory controller"):
@@ -215,7 +215,7 @@ def test_one_pod_in_two_kubepods_roots_is_one_pod(tmp_path: Path, leftover_first
     assert kept.memory.path == "/" + str(pod.relative_to(memory))
 
 
-def test_memory_high_is_read_where_it_has_throttled(tmp_path) -> None:
+def test_memory_high_is_read_where_it_has_throttled(tmp_path: Path) -> None:
     """v2 ``memory.high`` (the MemoryQoS bound, KEP-2570), read only where ``memory.events``
     ``high`` counts: a cgroup never over it is never throttled there (cgroup-v2.rst,
     "memory.events": high is "the number of times processes of the cgroup are throttled")."""

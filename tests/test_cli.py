@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_run_rejects_bad_flags(argv: list[str], capsys: pytest.CaptureFixture[st
     assert "error:" in capsys.readouterr().err
 
 
-def test_port_in_use_is_a_clear_error(tmp_path) -> None:
+def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     import socket
 
     with socket.socket() as s:
@@ -356,7 +357,7 @@ def test_act_evict_and_a_rules_evict_take_the_same_defaults() -> None:
     assert by_hand.free is None and by_hand.max_priority == 999  # type: ignore[attr-defined]
 
 
-def test_without_a_kubeconfig_act_says_where_it_looked(tmp_path) -> None:
+def test_without_a_kubeconfig_act_says_where_it_looked(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "nodeguard", "act", "cordon", "--node", "n", "--dry-run"],
         capture_output=True,

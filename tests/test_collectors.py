@@ -29,7 +29,7 @@ class StandIn(Collector):
     """Reads after meminfo (the free memory it saw) and renders one labelled gauge."""
 
     name = "standin"
-    after = ("meminfo",)
+    after: ClassVar[tuple[str, ...]] = ("meminfo",)
 
     def read(self, parts: Parts) -> None:
         assert parts.meminfo is not None  # read first: it is named in `after`

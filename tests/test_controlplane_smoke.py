@@ -13,7 +13,9 @@ from tests.controlplane.fixtures import control_plane  # noqa: F401
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client, config  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+
+from tests.kube_helpers import given, name_of  # noqa: E402
 
 
 def _name(prefix: str) -> str:
@@ -22,13 +24,16 @@ def _name(prefix: str) -> str:
 
 @pytest.fixture
 def core(control_plane: TestCluster) -> Iterator[client.CoreV1Api]:  # noqa: F811
-    api_client = config.new_client_from_config(config_file=str(control_plane.kubeconfig_path))
+    # kubernetes.config carries no annotations (the generated client does).
+    api_client: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(control_plane.kubeconfig_path)
+    )
     with api_client:
         yield client.CoreV1Api(api_client)
 
 
 def test_default_namespace_and_version(control_plane: TestCluster, core: client.CoreV1Api) -> None:  # noqa: F811
-    assert core.read_namespace("default").status.phase == "Active"
+    assert given(core.read_namespace("default").status).phase == "Active"
     version = client.VersionApi(core.api_client).get_code()
     assert version.git_version.startswith("v1.")
     assert control_plane.server_url.startswith("https://127.0.0.1:")
@@ -52,7 +57,7 @@ def test_node_pod_and_status_subresource(core: client.CoreV1Api) -> None:
             }
         },
     )
-    conditions = core.read_node_status(node_name).status.conditions
+    conditions = given(given(core.read_node_status(node_name).status).conditions)
     assert [(c.type, c.status) for c in conditions] == [("MemoryPressure", "True")]
 
     pod_name = _name("pod")
@@ -64,19 +69,19 @@ def test_node_pod_and_status_subresource(core: client.CoreV1Api) -> None:
         ),
     )
     created = core.create_namespaced_pod("default", pod)
-    assert created.spec.node_name == node_name
-    assert created.status.phase == "Pending"
+    assert given(created.spec).node_name == node_name
+    assert given(created.status).phase == "Pending"
 
     core.patch_namespaced_pod_status(
         pod_name,
         "default",
         {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
     )
-    status = core.read_namespaced_pod_status(pod_name, "default").status
+    status = given(core.read_namespaced_pod_status(pod_name, "default").status)
     assert status.phase == "Running"
-    assert [(c.type, c.status) for c in status.conditions] == [("Ready", "True")]
+    assert [(c.type, c.status) for c in status.conditions or []] == [("Ready", "True")]
     assert [
-        p.metadata.name
+        name_of(p)
         for p in core.list_namespaced_pod(
             "default", field_selector=f"spec.nodeName={node_name}"
         ).items
@@ -98,7 +103,7 @@ def test_service_account_token_is_authenticated_but_forbidden(
             spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
         ),
     )
-    token = token_request.status.token
+    token = given(token_request.status).token
     assert token
 
     configuration = client.Configuration()
@@ -109,7 +114,7 @@ def test_service_account_token_is_authenticated_but_forbidden(
     with client.ApiClient(configuration) as sa_client, pytest.raises(ApiException) as raised:
         client.CoreV1Api(sa_client).list_node()
     assert raised.value.status == 403  # authenticated (not 401), then denied by RBAC
-    assert f"system:serviceaccount:default:{sa_name}" in raised.value.body
+    assert f"system:serviceaccount:default:{sa_name}" in str(raised.value.body)
 
 
 def test_apiserver_restart_keeps_data_and_port(

@@ -54,7 +54,7 @@ from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.remediation.actor import NodeActor
 from tests.acting import run_action
-from tests.agent import free_port
+from tests.agent import free_port, wait_until, wait_until_async
 from tests.conftest import HOSTS
 from tests.controlplane.cluster import TestCluster
 from tests.deploy import generate, kustomize
@@ -79,7 +79,7 @@ from tests.deploy.manifests import (
     write_projected,
 )
 from tests.fixtures.make_hosts import v2_cgroup
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, cordoned, custom_json, given, name_of
 
 GiB = 1 << 30
 COMPONENTS = (
@@ -168,14 +168,12 @@ def _cordon_config(objs: list[Obj], namespace: str) -> CordonConfig:
 def _clear_marks(cluster: Cluster) -> None:
     """Nodes other tests left cordoned by nodeguard would spend the budget."""
     for n in cluster.core.list_node(label_selector=f"{LABEL}=true").items:
-        cluster.core.patch_node(n.metadata.name, {"metadata": {"labels": {LABEL: None}}})
+        cluster.core.patch_node(name_of(n), {"metadata": {"labels": {LABEL: None}}})
 
 
 async def _wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
+    """:func:`tests.agent.wait_until_async` with this module's defaults."""
+    await wait_until_async("the condition", predicate, timeout=timeout)
 
 
 # -- the files ---------------------------------------------------------------------------------
@@ -476,13 +474,14 @@ async def test_action_suite_as_the_daemonset_service_account(
         for n in (node, other):
             (res,) = await run_action(env=env, node=n, action="cordon", rule="node-memory-low")
             assert res.outcome == "done", res.message
-            assert cluster.core.read_node(n).spec.unschedulable is True
+            assert cordoned(cluster.core.read_node(n))
             (res,) = await run_action(env=env, node=n, action="uncordon")
             assert res.outcome == "done", res.message
         lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(
             cfg.lease_name, cfg.lease_namespace
         )
-        assert lease.spec.holder_identity is None and lease.spec.lease_transitions >= 1
+        spec = given(lease.spec)
+        assert spec.holder_identity is None and (spec.lease_transitions or 0) >= 1
 
         # evict: a pod and a two-pod Katib trial (a gang: its members listed in the namespace,
         # checked with dry-run evictions, recorded on the node, then evicted), ranked from the
@@ -521,8 +520,10 @@ async def test_action_suite_as_the_daemonset_service_account(
         (resumed,) = await run_action(env=env, node=node, action="resume_katib")
         assert resumed.outcome == "done", resumed.message
         assert cluster.core.list_namespaced_resource_quota(ns).items == []
-        exp = cluster.custom.get_namespaced_custom_object(
-            "kubeflow.org", "v1beta1", ns, "experiments", "random"
+        exp = custom_json(
+            cluster.custom.get_namespaced_custom_object(
+                "kubeflow.org", "v1beta1", ns, "experiments", "random"
+            )
         )
         assert "nodeguard.io/paused-by" not in (exp["metadata"].get("annotations") or {})
 
@@ -628,8 +629,10 @@ def test_nothing_else_is_granted(
             },
         }
     }
-    out = client.AuthorizationV1Api(applier.api).create_subject_access_review(body)
-    assert out.status.allowed is False
+    out = client.AuthorizationV1Api(applier.api).create_subject_access_review(
+        client.V1SubjectAccessReview.model_validate(body)
+    )
+    assert given(out.status).allowed is False
 
 
 # One probe per permission: the nodeguard action (or the call it makes) that needs it. Each
@@ -778,10 +781,12 @@ async def _needs_lease(p: Probe) -> None:
         # A free Lease exists (an agent released it): taking it is an update.
         client.CoordinationV1Api(p.cluster.api).create_namespaced_lease(
             p.namespace,
-            {
-                "metadata": {"name": CordonConfig().lease_name},
-                "spec": {"leaseDurationSeconds": 15},
-            },
+            client.V1Lease.model_validate(
+                {
+                    "metadata": {"name": CordonConfig().lease_name},
+                    "spec": {"leaseDurationSeconds": 15},
+                }
+            ),
         )
     p.failed(await p.cordon())
 
@@ -936,10 +941,12 @@ def test_the_daemonset_arguments_run_the_agent(
         # The kubelet updates the ConfigMap's files in place: the rules reload, no restart.
         shipped["spec"]["rules"] = shipped["spec"]["rules"][:1]
         write_projected(rules_dir, {"default.yaml": yaml.safe_dump(shipped)})
-        deadline = time.monotonic() + 30
-        while metric(http(f"{url}/metrics")[1], "nodeguard_rules_loaded") != [1.0]:
-            assert time.monotonic() < deadline, "the rules were not reloaded"
-            time.sleep(0.5)
+        wait_until(
+            "the rules to be reloaded",
+            lambda: metric(http(f"{url}/metrics")[1], "nodeguard_rules_loaded") == [1.0],
+            timeout=30,
+            step=0.5,
+        )
         assert metric(http(f"{url}/metrics")[1], "nodeguard_rules_reloads_total") == [1.0]
     # Nothing written where the mounts are read-only (but the rules the test swapped); the
     # state (the kernel-log position) kept in the hostPath.

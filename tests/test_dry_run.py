@@ -18,7 +18,7 @@ from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.kube.client import KubeClient
 from tests.acting import env_for, run_action
 from tests.controlplane.cluster import TestCluster
-from tests.kube_helpers import Cluster, unique
+from tests.kube_helpers import Cluster, cordoned, name_of, unique
 
 GiB = 1 << 30
 
@@ -122,7 +122,7 @@ async def test_cordon_budget_dry_then_real_decides_the_same(
 ) -> None:
     lease = unique("budget")
     for n in cluster.core.list_node(label_selector=f"{LABEL}=true").items:
-        cluster.core.patch_node(n.metadata.name, {"metadata": {"labels": {LABEL: None}}})
+        cluster.core.patch_node(name_of(n), {"metadata": {"labels": {LABEL: None}}})
     first, second = cluster.node(), cluster.node()
     cfg = CordonConfig(budget_nodes=1, lease_name=lease, lease_namespace="default")
     for node, expected in ((first, "done"), (second, "refused")):
@@ -131,5 +131,5 @@ async def test_cordon_budget_dry_then_real_decides_the_same(
         (real,) = await run_action(env=env, node=node, action="cordon")
         assert (dry.outcome, real.outcome) == (expected, expected), (dry.message, real.message)
         assert dry.details == real.details
-    assert cluster.core.read_node(first).spec.unschedulable is True
-    assert not cluster.core.read_node(second).spec.unschedulable
+    assert cordoned(cluster.core.read_node(first))
+    assert not cordoned(cluster.core.read_node(second))

@@ -28,7 +28,7 @@ from nodeguard.kube.objects import pod_meta
 from nodeguard.snapshot import PodMeta
 from tests.acting import env_for, run_action
 from tests.controlplane.cluster import TestCluster
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, annotations_of, given
 
 GiB = 1024**3
 PYTORCH = {"training.kubeflow.org/job-name": "job-1", "app": "train"}
@@ -110,7 +110,7 @@ async def test_a_gang_its_budget_affords_one_of_is_refused_whole_dry_and_real(
         (event,) = [e for e in res.events if e.reason == "NodeguardEvictionBlocked"]
         assert event.message.startswith(f"{_verb(dry_run)} gang {unit}: budget {ns}/train")
         assert _alive(cluster, ns, "master") and _alive(cluster, ns, "worker")
-    assert GANGS_ANNOTATION not in (cluster.core.read_node(node).metadata.annotations or {})
+    assert GANGS_ANNOTATION not in annotations_of(cluster.core.read_node(node))
 
 
 async def test_a_gang_its_budget_affords_is_evicted_whole(
@@ -252,8 +252,8 @@ async def test_a_stale_budget_refuses_as_the_api_does(
             "train", ns, {"spec": {"minAvailable": 1}}
         )
         pdb = cluster.policy.read_namespaced_pod_disruption_budget("train", ns)
-        assert (pdb.metadata.generation, pdb.status.observed_generation) == (2, 1)
-        assert pdb.status.disruptions_allowed == 2
+        assert (given(pdb.metadata).generation, given(pdb.status).observed_generation) == (2, 1)
+        assert given(pdb.status).disruptions_allowed == 2
         for dry_run in (True, False):
             res = await _evict(kube, node, plan, dry_run=dry_run)
             assert res.outcome == "blocked", res.message

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent import Agent, get, running_agent
+from tests.agent import Agent, get, running_agent, wait_until
 from tests.conftest import HOSTS
 from tests.fixtures.make_hosts import CID, CID_PAUSE, UID_AGENT, UID_B, UID_BE, UID_G
 from tests.gpu.fixtures import StubFactory
@@ -93,10 +93,8 @@ def two_gpus() -> Scenario:
 
 
 def wait(predicate: Callable[[], Any], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+    """:func:`tests.agent.wait_until` with this module's defaults."""
+    wait_until("the condition", predicate, timeout=timeout, step=0.05)
 
 
 @contextlib.contextmanager

@@ -38,7 +38,8 @@ from tests.hostile import (
 )
 from tests.kernel_cgroup import writable_memory_controller
 from tests.kube_helpers import Cluster
-from tests.test_hostile_rules import CASES, GOOD_RULE
+from tests.test_hostile_rules import CASES
+from tests.test_rules_check import GOOD_RULE
 from tests.test_webhook import alert, payload
 
 pytestmark = pytest.mark.kernel
@@ -253,8 +254,8 @@ def test_hostile_webhook_deliveries(tmp_path: Path) -> None:
     with limited_agent(args=args, log_path=log_path) as (base, _), Watch(base) as w:
         before = rss_bytes(base.pid)
         for i in range(100):  # 900 KB fingerprints filled the dedupe: 87 MB for 100
-            body = json.dumps(payload(alert(status="resolved", fingerprint=f"{i}" * 900_000)))
-            assert _post(base, body.encode()[: 1 << 20]) in (400, 413)
+            huge = json.dumps(payload(alert(status="resolved", fingerprint=f"{i}" * 900_000)))
+            assert _post(base, huge.encode()[: 1 << 20]) in (400, 413)
         grown = rss_bytes(base.pid) - before
         assert grown < 32 << 20, f"RSS grew {grown} bytes"
         deep = b'{"version": "4", "alerts": ' + b"[" * 1000 + b"]" * 1000 + b"}"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from nodeguard.actions.katib import QUOTA_LABEL, census, quota_name
 from nodeguard.kube.client import KubeClient
@@ -20,7 +21,7 @@ from tests.acting import env_for, run_action
 from tests.agent import get, running_agent
 from tests.controlplane.cluster import TestCluster
 from tests.katib import GROUP, VERSION, Katib, running_katib
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, annotations_of, custom_json, given, labels_of, name_of
 from tests.test_restarts import _agent_args, _kill, _rules, _until
 
 
@@ -41,8 +42,8 @@ async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
 
 
 def _experiment(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
-    exp: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
-        GROUP, VERSION, ns, "experiments", name
+    exp = custom_json(
+        cluster.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "experiments", name)
     )
     return exp
 
@@ -137,9 +138,9 @@ async def test_pause_deletes_no_trial_and_starts_none_then_resume_starts_them(
         k: v for k, v in dry.details.items() if k not in known
     }
     quota = cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns)
-    assert quota.spec.hard == {"count/trials.kubeflow.org": "0"}
-    assert quota.metadata.labels[QUOTA_LABEL] == "true"
-    assert quota.metadata.annotations["nodeguard.io/paused-by"] == f"{node}/manual"
+    assert given(quota.spec).hard == {"count/trials.kubeflow.org": "0"}
+    assert labels_of(quota)[QUOTA_LABEL] == "true"
+    assert annotations_of(quota)["nodeguard.io/paused-by"] == f"{node}/manual"
     exp = _experiment(cluster, ns, "exp")
     assert exp["spec"] == spec_before  # parallelTrialCount and maxTrialCount untouched
     assert exp["metadata"]["annotations"]["nodeguard.io/paused-by"] == f"{node}/manual"
@@ -270,7 +271,7 @@ async def test_a_rules_resume_leaves_what_others_paused_and_says_the_namespace_s
     assert [(r.details["experiment"], r.outcome) for r in results] == [(f"{ns}/a", "done")]
     assert "until the pause(s) of b" in results[0].message
     assert results[0].details["trials_that_may_start"] == 0
-    names = {q.metadata.name for q in cluster.core.list_namespaced_resource_quota(ns).items}
+    names = {name_of(q) for q in cluster.core.list_namespaced_resource_quota(ns).items}
     assert names == {quota_name("b")}
 
 
@@ -283,14 +284,16 @@ async def test_a_pause_cut_short_is_completed_and_a_finished_experiment_is_left(
     katib.experiment(ns, "exp", parallel=1, max_trials=5)
     cluster.core.create_namespaced_resource_quota(
         ns,
-        {
-            "metadata": {
-                "name": quota_name("exp"),
-                "labels": {QUOTA_LABEL: "true", "katib.kubeflow.org/experiment": "exp"},
-                "annotations": {"nodeguard.io/paused-by": f"{node}/r"},
-            },
-            "spec": {"hard": {"count/trials.kubeflow.org": "0"}},
-        },
+        client.V1ResourceQuota.model_validate(
+            {
+                "metadata": {
+                    "name": quota_name("exp"),
+                    "labels": {QUOTA_LABEL: "true", "katib.kubeflow.org/experiment": "exp"},
+                    "annotations": {"nodeguard.io/paused-by": f"{node}/r"},
+                },
+                "spec": {"hard": {"count/trials.kubeflow.org": "0"}},
+            }
+        ),
     )
     env = env_for(kube, node)
     (res,) = await run_action(
@@ -419,7 +422,7 @@ async def test_a_pause_does_not_outlive_its_experiment(
     quota = cluster.core.read_namespaced_resource_quota(quota_name("a"), ns)
     exp_uid = _experiment(cluster, ns, "a")["metadata"]["uid"]
     # Owned by the experiment: the garbage collector deletes it with the experiment.
-    (owner,) = quota.metadata.owner_references
+    (owner,) = given(given(quota.metadata).owner_references)
     assert (owner.kind, owner.name, owner.uid) == ("Experiment", "a", exp_uid)
     cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "a")
     katib.finish(ns, trial_b)
@@ -473,7 +476,7 @@ def test_an_agent_killed_mid_pause_is_resumed_once_and_deletes_no_trial(
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [("pause_katib", "done")]
     assert "mark on the experiment completed" in full["actions"][0]["message"]
     (quota,) = cluster.core.list_namespaced_resource_quota(ns).items
-    assert quota.spec.hard == {"count/trials.kubeflow.org": "0"}
+    assert given(quota.spec).hard == {"count/trials.kubeflow.org": "0"}
     exp = _experiment(cluster, ns, "exp")
     assert exp["metadata"]["annotations"]["nodeguard.io/paused-by"].startswith(f"{node}/")
     assert exp["spec"]["parallelTrialCount"] == 2

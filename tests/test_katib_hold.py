@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from nodeguard.actions.katib import quota_name
 from nodeguard.actions.katib_hold import TRIAL_COUNT as TRIALS
@@ -23,7 +24,7 @@ from tests.acting import env_for, run_action
 from tests.agent import running_agent
 from tests.controlplane.cluster import TestCluster
 from tests.katib import GROUP, VERSION, Katib, running_katib
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, given, name_of
 from tests.test_katib import _experiment, _nodeguard, _quota_refusals, _started
 from tests.test_restarts import _agent_args, _kill
 
@@ -277,7 +278,10 @@ async def test_a_users_quota_of_the_pauses_name_is_not_taken_for_the_pause(
     env = env_for(kube, node)
     # No label: a user's own quota that happens to bear the name.
     cluster.core.create_namespaced_resource_quota(
-        ns, {"metadata": {"name": quota_name("exp")}, "spec": {"hard": {"pods": "50"}}}
+        ns,
+        client.V1ResourceQuota.model_validate(
+            {"metadata": {"name": quota_name("exp")}, "spec": {"hard": {"pods": "50"}}}
+        ),
     )
     (res,) = await run_action(
         env=env, node=node, action="pause_katib", args={"experiments": [f"{ns}/exp"]}
@@ -289,17 +293,19 @@ async def test_a_users_quota_of_the_pauses_name_is_not_taken_for_the_pause(
     # nodeguard's labels but other limits: not the pause either; a resume leaves it.
     cluster.core.create_namespaced_resource_quota(
         ns,
-        {
-            "metadata": {
-                "name": quota_name("other"),
-                "labels": {
-                    "nodeguard.io/katib-pause": "true",
-                    "katib.kubeflow.org/experiment": "other",
+        client.V1ResourceQuota.model_validate(
+            {
+                "metadata": {
+                    "name": quota_name("other"),
+                    "labels": {
+                        "nodeguard.io/katib-pause": "true",
+                        "katib.kubeflow.org/experiment": "other",
+                    },
+                    "annotations": {"nodeguard.io/paused-by": f"{node}/manual"},
                 },
-                "annotations": {"nodeguard.io/paused-by": f"{node}/manual"},
-            },
-            "spec": {"hard": {"count/trials.kubeflow.org": "3"}},
-        },
+                "spec": {"hard": {"count/trials.kubeflow.org": "3"}},
+            }
+        ),
     )
     (res2,) = await run_action(
         env=env, node=node, action="pause_katib", args={"experiments": [f"{ns}/other"]}
@@ -312,7 +318,7 @@ async def test_a_users_quota_of_the_pauses_name_is_not_taken_for_the_pause(
         kubeconfig=control_plane.kubeconfig_path,
     )
     assert code == 0 and "was not paused by nodeguard" in out, out
-    names = {q.metadata.name for q in cluster.core.list_namespaced_resource_quota(ns).items}
+    names = {name_of(q) for q in cluster.core.list_namespaced_resource_quota(ns).items}
     assert names == {quota_name("exp"), quota_name("other")}
 
 
@@ -342,7 +348,7 @@ async def test_every_pauser_is_recorded_and_the_last_resolve_ends_the_pause(
         env=env, node=node, action="resume_katib", rule="rule-a", source="local", kind="resolved"
     )
     assert first.outcome == "noop" and "stays paused for" in first.message, first.message
-    assert [q.metadata.name for q in cluster.core.list_namespaced_resource_quota(ns).items] == [
+    assert [name_of(q) for q in cluster.core.list_namespaced_resource_quota(ns).items] == [
         quota_name("exp")
     ]
     refused = _quota_refusals(katib, ns)
@@ -482,7 +488,7 @@ async def test_a_pause_after_a_resume_killed_before_its_delete_pauses_afresh(
     katib.experiment(ns, "exp", parallel=1, max_trials=5)
     _started(katib, ns, "exp", 1)
     await _pause(kube, node, f"{ns}/exp", rule="r1")
-    old_uid = cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns).metadata.uid
+    old_uid = given(cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns).metadata).uid
     delete = proxied.hold("DELETE", rf"/namespaces/{ns}/resourcequotas/")
     proc = await _spawn(
         "resume-katib", f"--node={node}", f"--experiment={ns}/exp", kubeconfig=proxied.kubeconfig
@@ -504,7 +510,7 @@ async def test_a_pause_after_a_resume_killed_before_its_delete_pauses_afresh(
     )
     assert res.outcome == "done" and res.details["pausers"] == [f"{node}/r2"], res.message
     quota = cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns)
-    assert quota.metadata.uid != old_uid
+    assert given(quota.metadata).uid != old_uid
     (r1,) = await run_action(
         env=env_for(kube, node),
         node=node,

@@ -23,7 +23,16 @@ from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
 from tests.acting import env_for, run_action
 from tests.controlplane.cluster import TestCluster
-from tests.kube_helpers import Cluster, unique
+from tests.kube_helpers import (
+    Cluster,
+    annotations_of,
+    cordoned,
+    given,
+    labels_of,
+    name_of,
+    taints_of,
+    unique,
+)
 
 GiB = 1 << 30
 
@@ -69,10 +78,10 @@ async def test_cordon_uncordon_round_trip(cluster: Cluster, kube: KubeClient) ->
     await audited(kube, node, res)
     assert res.outcome == "done", res.message
     n = cluster.core.read_node(node)
-    assert n.spec.unschedulable is True
-    assert n.metadata.labels[LABEL] == "true"
-    assert n.metadata.annotations["nodeguard.io/cordon-rule"] == "node-memory-low"
-    assert "MemAvailable 3%" in n.metadata.annotations["nodeguard.io/cordon-reason"]
+    assert cordoned(n)
+    assert labels_of(n)[LABEL] == "true"
+    assert annotations_of(n)["nodeguard.io/cordon-rule"] == "node-memory-low"
+    assert "MemAvailable 3%" in annotations_of(n)["nodeguard.io/cordon-reason"]
     assert cluster.events("default", name=node, reason="NodeguardCordoned")
 
     again = await cordon(kube=kube, node=node, rule="r", reason="x", identity=node, dry_run=False)
@@ -81,9 +90,9 @@ async def test_cordon_uncordon_round_trip(cluster: Cluster, kube: KubeClient) ->
     res = await uncordon(kube=kube, node=node, rule="node-memory-low", dry_run=False)
     assert res.outcome == "done", res.message
     n = cluster.core.read_node(node)
-    assert not n.spec.unschedulable
-    assert LABEL not in (n.metadata.labels or {})
-    assert not any(k.startswith("nodeguard.io/") for k in (n.metadata.annotations or {}))
+    assert not cordoned(n)
+    assert LABEL not in labels_of(n)
+    assert not any(k.startswith("nodeguard.io/") for k in annotations_of(n))
 
 
 async def test_only_uncordons_what_it_cordoned(cluster: Cluster, kube: KubeClient) -> None:
@@ -93,7 +102,7 @@ async def test_only_uncordons_what_it_cordoned(cluster: Cluster, kube: KubeClien
     assert res.outcome == "noop" and "someone else" in res.message
     res = await uncordon(kube=kube, node=node, rule="r", dry_run=False)
     assert res.outcome == "noop"
-    assert cluster.core.read_node(node).spec.unschedulable is True
+    assert cordoned(cluster.core.read_node(node))
 
 
 async def test_taint_mode(cluster: Cluster, kube: KubeClient) -> None:
@@ -111,12 +120,12 @@ async def test_taint_mode(cluster: Cluster, kube: KubeClient) -> None:
         )
     ).outcome == "done"
     # The API server's TaintNodesByCondition adds not-ready to a node without a kubelet.
-    taints = {(t.key, t.effect) for t in cluster.core.read_node(node).spec.taints}
+    taints = {(t.key, t.effect) for t in taints_of(cluster.core.read_node(node))}
     assert ("nodeguard.io/memory-pressure", "NoSchedule") in taints
     assert (
         await uncordon(kube=kube, node=node, rule="r", dry_run=False, config=cfg)
     ).outcome == "done"
-    after = {(t.key, t.effect) for t in cluster.core.read_node(node).spec.taints or []}
+    after = {(t.key, t.effect) for t in taints_of(cluster.core.read_node(node))}
     assert after == taints - {("nodeguard.io/memory-pressure", "NoSchedule")}
 
 
@@ -128,7 +137,7 @@ async def test_budget_of_one_two_agents_race(cluster: Cluster, control_plane: Te
     kb = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
     # Nodes that other tests left cordoned would spend the budget: clear nodeguard's label.
     for n in cluster.core.list_node(label_selector=f"{LABEL}=true").items:
-        cluster.core.patch_node(n.metadata.name, {"metadata": {"labels": {LABEL: None}}})
+        cluster.core.patch_node(name_of(n), {"metadata": {"labels": {LABEL: None}}})
     try:
         results = await asyncio.gather(
             cordon(
@@ -155,8 +164,8 @@ async def test_budget_of_one_two_agents_race(cluster: Cluster, control_plane: Te
         kb.close()
     outcomes = sorted(r.outcome for r in results)
     assert outcomes == ["done", "refused"], [r.message for r in results]
-    cordoned = [n for n in (a, b) if cluster.core.read_node(n).spec.unschedulable]
-    assert len(cordoned) == 1
+    held = [n for n in (a, b) if cordoned(cluster.core.read_node(n))]
+    assert len(held) == 1
     refused = next(r for r in results if r.outcome == "refused")
     assert "budget spent, 1 of 1" in refused.message
 
@@ -484,7 +493,7 @@ async def test_apiserver_stopped_mid_eviction(
 
 async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient) -> None:
     node = cluster.node()
-    before = cluster.core.read_node(node).metadata.resource_version
+    before = given(cluster.core.read_node(node).metadata).resource_version
     cfg = CordonConfig(budget_nodes=1000, lease_name=unique("budget"), lease_namespace="default")
     res = await cordon(
         kube=kube,
@@ -498,12 +507,12 @@ async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient
     await audited(kube, node, res)
     assert res.outcome == "done" and res.dry_run
     assert res.message.startswith(f"would cordon {node}")
-    assert cluster.core.read_node(node).metadata.resource_version == before
+    assert given(cluster.core.read_node(node).metadata).resource_version == before
     assert cluster.events("default", name=node, reason="NodeguardWouldCordon")
     assert not cluster.events("default", name=node, reason="NodeguardCordoned")
     # The budget's Lease was only read, never written.
     names = [
-        item.metadata.name
+        name_of(item)
         for item in client.CoordinationV1Api(cluster.api).list_namespaced_lease("default").items
     ]
     assert cfg.lease_name not in names
@@ -512,15 +521,17 @@ async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient
 def _lease(cluster: Cluster, name: str, holder: str, renew: dt.datetime) -> None:
     client.CoordinationV1Api(cluster.api).create_namespaced_lease(
         "default",
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "holderIdentity": holder,
-                "leaseDurationSeconds": 2,
-                "acquireTime": renew,
-                "renewTime": renew,
-            },
-        },
+        client.V1Lease.model_validate(
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "holderIdentity": holder,
+                    "leaseDurationSeconds": 2,
+                    "acquireTime": renew,
+                    "renewTime": renew,
+                },
+            }
+        ),
     )
 
 
@@ -589,7 +600,7 @@ async def test_a_cordon_made_while_waiting_is_left_alone(
     cluster.core.patch_node(node, {"spec": {"unschedulable": True}})  # the operator
     res = await task
     assert res.outcome == "noop" and "someone else" in res.message
-    assert LABEL not in (cluster.core.read_node(node).metadata.labels or {})
+    assert LABEL not in labels_of(cluster.core.read_node(node))
 
 
 async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) -> None:
@@ -609,8 +620,8 @@ async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) 
     # Uncordon with the default (unschedulable) settings still undoes the taint it made.
     assert (await uncordon(kube=kube, node=node, rule="r", dry_run=False)).outcome == "done"
     n = cluster.core.read_node(node)
-    assert not any(t.key == "nodeguard.io/memory-pressure" for t in n.spec.taints or [])
-    assert LABEL not in (n.metadata.labels or {})
+    assert not any(t.key == "nodeguard.io/memory-pressure" for t in taints_of(n))
+    assert LABEL not in labels_of(n)
 
     assert (
         await cordon(kube=kube, node=node, rule="r", reason="x", identity="me", dry_run=False)
@@ -618,11 +629,11 @@ async def test_stale_mark_and_recorded_mode(cluster: Cluster, kube: KubeClient) 
     cluster.core.patch_node(node, {"spec": {"unschedulable": None}})  # kubectl uncordon
     res = await cordon(kube=kube, node=node, rule="r", reason="again", identity="me", dry_run=False)
     assert res.outcome == "done"  # the stale mark did not make it a noop
-    assert cluster.core.read_node(node).spec.unschedulable is True
+    assert cordoned(cluster.core.read_node(node))
     cluster.core.patch_node(node, {"spec": {"unschedulable": None}})
     res = await uncordon(kube=kube, node=node, rule="r", dry_run=False)
     assert res.outcome == "noop" and "stale mark removed" in res.message
-    assert LABEL not in (cluster.core.read_node(node).metadata.labels or {})
+    assert LABEL not in labels_of(cluster.core.read_node(node))
 
 
 def _alive(cluster: Cluster, ns: str, name: str) -> bool:
@@ -653,10 +664,12 @@ async def test_a_gang_is_never_half_evicted_and_two_budgets_skip_the_unit(
     for name, labels in (("pdb-a", {"a": "1"}), ("pdb-b", {"b": "1"})):
         cluster.policy.create_namespaced_pod_disruption_budget(
             ns,
-            {
-                "metadata": {"name": name},
-                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
-            },
+            client.V1PodDisruptionBudget.model_validate(
+                {
+                    "metadata": {"name": name},
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+                }
+            ),
         )
     # A plain Job's pod: not a gang, evicted alone.
     batch = cluster.pod(
@@ -738,7 +751,7 @@ async def test_a_rules_undo_leaves_another_rules_cordon(cluster: Cluster, kube: 
         only_rule="node-memory-low",
     )
     assert res.outcome == "noop" and "cordoned by rule slab-unreclaimable-high" in res.message
-    assert cluster.core.read_node(node).spec.unschedulable is True
+    assert cordoned(cluster.core.read_node(node))
 
 
 async def test_a_gang_recorded_but_never_started_is_not_evicted_later(
@@ -784,11 +797,11 @@ async def test_a_gang_recorded_but_never_started_is_not_evicted_later(
     assert [u["pods"] for u in res.details["evicted"]] == [[f"{other_ns}/wanted"]]
     assert _alive(cluster, ns, "t2-0") and _alive(cluster, ns, "t2-1")
     # Outside --namespace: the record is left for a run that may touch it.
-    assert GANGS in (cluster.core.read_node(node).metadata.annotations or {})
+    assert GANGS in annotations_of(cluster.core.read_node(node))
     (res,) = await run_action(env=env, node=node, action="evict", args={"free": "0"})
     assert [u["pods"] for u in res.details["evicted"]] == [[f"{ns}/bystander"]]
     assert _alive(cluster, ns, "t2-0") and _alive(cluster, ns, "t2-1")  # never started: dropped
-    assert GANGS not in (cluster.core.read_node(node).metadata.annotations or {})
+    assert GANGS not in annotations_of(cluster.core.read_node(node))
 
 
 async def test_a_gangs_members_on_other_nodes_pass_the_same_filter(

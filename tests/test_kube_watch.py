@@ -9,7 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,11 @@ from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher, _Relist
 from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
+from tests.agent import wait_until_async
 from tests.conftest import HOSTS, exposition, synced_watcher
 from tests.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import kmsg, oom_records, v2_cgroup
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, given
 
 GiB = 1 << 30
 
@@ -41,11 +42,9 @@ def host_for(tmp_path: Path, pods: list[dict[str, Any]]) -> HostPaths:
     return HostPaths(procfs=tmp_path / "proc", sysfs=tmp_path / "sys", kmsg=tmp_path / "none")
 
 
-async def wait_for(predicate: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
+async def wait_for(predicate: Callable[[], object], timeout: float = 15.0) -> None:
+    """:func:`tests.agent.wait_until_async` with this module's defaults."""
+    await wait_until_async("the condition", predicate, timeout=timeout)
 
 
 async def test_watch_feeds_labels_and_overcommit(
@@ -201,7 +200,7 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
         in text
     )
     assert "No unreclaimable memory known" in text
-    assert cluster.pod_json(ns, "pandas-prep")["metadata"].get("deletionTimestamp") is None
+    assert given(cluster.pod_json(ns, "pandas-prep"))["metadata"].get("deletionTimestamp") is None
 
 
 async def test_cancelling_the_watch_does_not_hang(

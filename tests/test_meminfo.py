@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nodeguard.sources import NoDataError
@@ -140,7 +142,7 @@ def test_fixture_without_memavailable() -> None:
     assert "MemAvailable" not in mem.fields
 
 
-def test_missing_file_is_a_failure_not_no_data(tmp_path) -> None:
+def test_missing_file_is_a_failure_not_no_data(tmp_path: Path) -> None:
     # Every Linux procfs has meminfo: its absence is a wrong --path.procfs, to alert on.
     from nodeguard.collectors.base import Parts, run
     from nodeguard.collectors.meminfo import MeminfoCollector

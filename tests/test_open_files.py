@@ -115,12 +115,12 @@ def test_sweep_closes_what_the_sample_did_not_read(tmp_path: Path) -> None:
         paths.append(str(p))
     files = OpenFiles(max_open=10)
     before = _fds()
-    for p in paths:
-        files.read(p, _int, dir_ino=0)
+    for path in paths:
+        files.read(path, _int, dir_ino=0)
     assert files.sweep() == 0
     assert _fds() == before + 4
-    for p in paths[:2]:
-        files.read(p, _int, dir_ino=0)
+    for path in paths[:2]:
+        files.read(path, _int, dir_ino=0)
     assert files.sweep() == 2  # f2, f3 not read: their cgroups are gone
     assert files.open_count == 2 and _fds() == before + 2
     files.close()

@@ -97,7 +97,8 @@ def test_try_act_on_the_test_control_plane_as_the_readme_says(
         if step[0] == "export":
             continue  # KUBECONFIG: the test control plane's, given to each command below
         if step[:3] == ["kubectl", "apply", "-f"]:
-            utils.create_from_yaml(cluster.api, str(REPO / step[3]))
+            # kubernetes.utils carries no annotations.
+            utils.create_from_yaml(cluster.api, str(REPO / step[3]))  # type: ignore[no-untyped-call]
         elif step[0] == "kubectl" and "patch" in step:
             patch = json.loads(step[step.index("-p") + 1])
             assert "--subresource=status" in step and "--type=merge" in step, step

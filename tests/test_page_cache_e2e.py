@@ -154,7 +154,7 @@ def _incidents(base: str) -> list[dict[str, Any]]:
 
 def _nodeguard_events(cluster: Cluster, ns: str, name: str) -> list[str]:
     return [
-        e.reason
+        e.reason or ""
         for e in cluster.core.list_namespaced_event(ns).items
         if e.involved_object.name == name and (e.reason or "").startswith("Nodeguard")
     ]

@@ -11,6 +11,7 @@ import json
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory
 from nodeguard.sources.cgroups import CgroupReader
-from tests.agent import get, running_agent
+from tests.agent import get, running_agent, wait_until
 from tests.kernel_cgroup import (
     READER,
     KubeletCgroup,
@@ -78,14 +79,9 @@ def _container(reader: CgroupReader, cg: KubeletCgroup) -> CgroupMemory | None:
     return None
 
 
-def _wait(what: str, fn: Any, *, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+def _wait(what: str, fn: Callable[[], Any], *, timeout: float = 30.0) -> Any:
+    """:func:`tests.agent.wait_until` with this module's default timeout."""
+    return wait_until(what, fn, timeout=timeout)
 
 
 def test_page_cache_tmpfs_and_anon_on_the_kernel(require_kernel: None, tmp_path: Path) -> None:
@@ -125,11 +121,12 @@ def test_page_cache_tmpfs_and_anon_on_the_kernel(require_kernel: None, tmp_path:
             # back; the kernel counts the refaults (6.18's v1 memory.stat has the line).
             first = _container(reader, thrash_cg)
             assert first is not None and first.refault_file_bytes is not None
+            floor = first.refault_file_bytes + 32 * MiB
             again = _wait(
                 "refaults",
                 lambda: (
                     (m := _container(reader, thrash_cg))
-                    and (m.refault_file_bytes or 0) >= first.refault_file_bytes + 32 * MiB
+                    and (m.refault_file_bytes or 0) >= floor
                     and m
                 ),
             )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from nodeguard.actions.ranking import EvictFilter, plan_eviction
@@ -56,7 +57,10 @@ def stored(
     ns, node = scene
     name = unique("pod")
     cluster.core.create_namespaced_pod(
-        ns, {"metadata": {"name": name}, "spec": {"nodeName": node, **spec}}
+        ns,
+        client.V1Pod.model_validate(
+            {"metadata": {"name": name}, "spec": {"nodeName": node, **spec}}
+        ),
     )
     if status is not None:
         cluster.core.patch_namespaced_pod_status(name, ns, {"status": status})
@@ -173,11 +177,13 @@ def runtime_class(cluster: Cluster) -> str:
     name = unique("sandboxed")
     try:
         client.NodeV1Api(cluster.api).create_runtime_class(
-            {
-                "metadata": {"name": name},
-                "handler": "kata",
-                "overhead": {"podFixed": {"memory": "256Mi", "cpu": "250m"}},
-            }
+            client.V1RuntimeClass.model_validate(
+                {
+                    "metadata": {"name": name},
+                    "handler": "kata",
+                    "overhead": {"podFixed": {"memory": "256Mi", "cpu": "250m"}},
+                }
+            )
         )
     except ApiException as exc:  # pragma: no cover - a failure to arrange the scene
         pytest.fail(f"cannot create a RuntimeClass: {exc}")

@@ -23,7 +23,7 @@ from tests.agent import get, running_agent, wait_until
 from tests.conftest import HOSTS, host_flags
 from tests.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import CID, UID_B
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, cordoned
 from tests.promstack import (
     alertmanager,
     kubernetes_meta,
@@ -155,8 +155,8 @@ def test_alert_to_action_and_back(
             )
             assert fired[0]["dry_run"] is dry_run
             assert fired[0]["actions"][0] == "cordon:done"
-            cordoned = cluster.core.read_node(node).spec.unschedulable
-            assert bool(cordoned) is (not dry_run)
+            held = cordoned(cluster.core.read_node(node))
+            assert held is (not dry_run)
             reason = "NodeguardWouldCordon" if dry_run else "NodeguardCordoned"
             assert cluster.events("default", name=node, reason=reason)
 
@@ -183,7 +183,7 @@ def test_alert_to_action_and_back(
                 lambda: [i for i in incidents() if i["kind"] == "resolved"],
             )
             assert resolved[0]["actions"] == ["uncordon:" + ("noop" if dry_run else "done")]
-            assert not cluster.core.read_node(node).spec.unschedulable
+            assert not cordoned(cluster.core.read_node(node))
             metrics = get(f"{agent}/metrics")[1]
             assert re.search(
                 r'nodeguard_webhook_alerts_total\{outcome="queued",'
@@ -302,7 +302,9 @@ def test_no_series_takes_the_agents_pod_for_its_own(
         job = _shipped_jobs(tmp_path, agent)[how]
         with prometheus(workdir=tmp_path / "prom", scrape_configs=[job]) as prom:
             _wait("a scrape", lambda: query(prom, 'nodeguard_gpu_memory_total_bytes{gpu="1"}'))
-            series = [r["metric"] for r in query(prom, '{__name__=~"nodeguard_.+"}')]
+            series: list[dict[str, str]] = [
+                r["metric"] for r in query(prom, '{__name__=~"nodeguard_.+"}')
+            ]
 
     def only(name: str, **want: str) -> dict[str, str]:
         found = [s for s in series if s["__name__"] == name and want.items() <= s.items()]

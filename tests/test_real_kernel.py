@@ -18,7 +18,7 @@ from nodeguard.rules.signals import SIGNALS, History, targets
 from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import PodMemory
 from nodeguard.sources.cgroups import CgroupReader
-from tests.agent import get, running_agent
+from tests.agent import get, running_agent, wait_until
 from tests.kernel_cgroup import hog_in, kubelet_cgroup, writable_memory_controller
 from tests.pod_list import PodList, status
 
@@ -32,7 +32,8 @@ def _container(snapshot: dict[str, Any], cid: str) -> dict[str, Any] | None:
     for pod in snapshot["pods"]:
         for c in pod["containers"]:
             if c["container_id"] == cid:
-                return c
+                found: dict[str, Any] = c
+                return found
     return None
 
 
@@ -189,10 +190,11 @@ def test_an_oom_kill_stays_the_containers_after_the_kubelet_replaces_it(
                 )
                 key = f"{uid}/{second.container_id}"
                 # The kernel log's record may come a moment after the victim's death.
-                deadline = time.monotonic() + 10
-                while kills("container_oom_kills_10m", key) != 1 and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                assert kills("container_oom_kills_10m", key) == 1
+                wait_until(
+                    "the kill in the kernel log",
+                    lambda: kills("container_oom_kills_10m", key) == 1,
+                    timeout=10,
+                )
                 assert kills("pod_oom_kills_10m", uid) == 1
                 assert kills("container_oom_kills_10m", f"{uid}/{sidecar.container_id}") == 0
     finally:

@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 import signal
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import NodeSnapshot, PodMeta
 from nodeguard.statefile import StateFile
 from tests.acting import env_for
-from tests.agent import get, running_agent
+from tests.agent import get, running_agent, wait_until, wait_until_async
 from tests.conftest import host_flags, host_paths, state_at
 from tests.fullfs import PAGE, can_mount, fill, small_tmpfs
 
@@ -88,11 +88,9 @@ async def test_slow_actions_never_block_submit_and_a_full_queue_refuses(tmp_path
     assert rem.journal == {}  # every runbook done: nothing left under way
 
 
-async def _until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+async def _until(predicate: Callable[[], object], timeout: float = 5.0) -> None:
+    """:func:`tests.agent.wait_until_async` with this module's defaults."""
+    await wait_until_async("the condition", predicate, timeout=timeout, step=0.01)
 
 
 async def test_without_a_cluster_actions_say_so_and_evidence_is_recorded(tmp_path: Path) -> None:
@@ -322,11 +320,9 @@ def _metric(body: str, name: str) -> float:
     return float(line.split()[-1])
 
 
-def _wait(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+def _wait(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    """:func:`tests.agent.wait_until` with this module's defaults."""
+    wait_until("the condition", predicate, timeout=timeout, step=0.05)
 
 
 def test_agent_acts_on_rules_and_reload_keeps_the_last_good(tmp_path: Path) -> None:

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from nodeguard.actions.evict import GANGS_ANNOTATION
-from tests.agent import get, running_agent
+from tests.agent import get, running_agent, wait_until
 from tests.conftest import HOSTS, host_flags
 from tests.controlplane.cluster import TestCluster
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, annotations_of, cordoned, given
 
 RULES = """\
 apiVersion: nodeguard.io/v1alpha1
@@ -76,13 +76,8 @@ def _evicted(cluster: Cluster, ns: str, names: list[str]) -> list[str]:
 
 
 def _until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    """:func:`tests.agent.wait_until` with this module's defaults."""
+    return wait_until(what, check, timeout=timeout, step=0.05)
 
 
 def _kill(pid: int) -> None:
@@ -149,7 +144,7 @@ def test_killed_right_after_the_cordon_the_eviction_still_runs_once(
     held = proxied.hold("POST", r"/pods/[^/]+/eviction")
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
         held.wait_hit()  # the cordon is done, the eviction is on the wire
-        assert cluster.core.read_node(node).spec.unschedulable is True
+        assert cordoned(cluster.core.read_node(node))
         _kill(base.pid)
     proxied.clear()  # the eviction reaches the API server after the agent died
     _until("the in-flight eviction", lambda: len(_evicted(cluster, ns, names)) == 1)
@@ -164,7 +159,7 @@ def test_killed_right_after_the_cordon_the_eviction_still_runs_once(
     # The unit under way was completed, not a second one chosen: one pod evicted, and cordoned.
     assert len(_evicted(cluster, ns, names)) == 1
     assert "completed" in full["actions"][1]["details"]["evicted"][0]["why"]
-    assert cluster.core.read_node(node).spec.unschedulable is True
+    assert cordoned(cluster.core.read_node(node))
 
 
 def test_killed_while_the_cordon_waits_on_the_api_the_runbook_resumes(
@@ -180,7 +175,7 @@ def test_killed_while_the_cordon_waits_on_the_api_the_runbook_resumes(
         _kill(base.pid)
     held.drop()  # that PATCH is lost with the agent
     time.sleep(0.5)
-    assert not cluster.core.read_node(node).spec.unschedulable
+    assert not cordoned(cluster.core.read_node(node))
     proxied.clear()
     with running_agent(args=args, log_path=tmp_path / "agent-2.log", ready_timeout=40) as base:
         (incident,) = _until(
@@ -192,7 +187,7 @@ def test_killed_while_the_cordon_waits_on_the_api_the_runbook_resumes(
         ("cordon", "done"),
         ("evict", "done"),
     ]
-    assert cluster.core.read_node(node).spec.unschedulable is True
+    assert cordoned(cluster.core.read_node(node))
     assert len(_evicted(cluster, ns, names)) == 1
 
 
@@ -237,7 +232,7 @@ def test_a_gang_cut_short_by_the_api_server_is_finished_and_every_pod_recorded(
         held.wait_hit()
         (first,) = _evicted(cluster, ns, names)
         assert first in ("t1-master", "t1-worker")
-        annotations = cluster.core.read_node(node).metadata.annotations
+        annotations = annotations_of(cluster.core.read_node(node))
         assert "t1-worker" in annotations[GANGS_ANNOTATION]  # the gang, written ahead
         control_plane.stop_apiserver()
         held.release()  # the held request now finds no API server: 502
@@ -251,7 +246,7 @@ def test_a_gang_cut_short_by_the_api_server_is_finished_and_every_pod_recorded(
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["retried"] and full["actions"][0]["outcome"] == "done"
     assert _evicted(cluster, ns, names) == ["t1-master", "t1-worker"]  # not the bystander
-    assert GANGS_ANNOTATION not in (cluster.core.read_node(node).metadata.annotations or {})
+    assert GANGS_ANNOTATION not in annotations_of(cluster.core.read_node(node))
     for name in ("t1-master", "t1-worker"):  # every pod evicted has its Event, once
         assert len(cluster.events(ns, name=name, reason="NodeguardEvicted")) == 1, name
 
@@ -277,16 +272,16 @@ def test_killed_mid_gang_within_its_budget_the_next_agent_finishes_it(
     held.drop()  # the second eviction is lost with the agent
     proxied.clear()
     assert _evicted(cluster, ns, names) == [first]  # half-evicted, and recorded on the node
-    assert "t1-worker" in cluster.core.read_node(node).metadata.annotations[GANGS_ANNOTATION]
+    assert "t1-worker" in annotations_of(cluster.core.read_node(node))[GANGS_ANNOTATION]
     pdb = cluster.policy.read_namespaced_pod_disruption_budget("trial", ns)
-    assert pdb.status.disruptions_allowed == 1  # the first eviction spent one of the two
+    assert given(pdb.status).disruptions_allowed == 1  # the first eviction spent one of the two
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         (incident,) = _until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["actions"][0]["outcome"] == "done", full["actions"][0]
     # The gang is whole again in one way only: both members gone, the bystander left.
     assert _evicted(cluster, ns, names) == ["t1-master", "t1-worker"]
-    assert GANGS_ANNOTATION not in (cluster.core.read_node(node).metadata.annotations or {})
+    assert GANGS_ANNOTATION not in annotations_of(cluster.core.read_node(node))
 
 
 def test_act_evict_rerun_finishes_a_half_evicted_gang(
@@ -484,7 +479,7 @@ def test_an_undo_owed_before_kill_9_still_runs(
         "--cordon.lease-namespace=default",
     ]
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
-        _until("the cordon", lambda: cluster.core.read_node(node).spec.unschedulable)
+        _until("the cordon", lambda: cordoned(cluster.core.read_node(node)))
         _until("its runbook to end", lambda: json.loads(get(f"{base}/incidents")[1]))
         _kill(base.pid)
     meminfo = host / "proc" / "meminfo"
@@ -494,7 +489,7 @@ def test_an_undo_owed_before_kill_9_still_runs(
     if state == "corrupted":
         state_file.write_bytes(b"\x00" * 64)
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        _until("the uncordon", lambda: not cluster.core.read_node(node).spec.unschedulable)
+        _until("the uncordon", lambda: not cordoned(cluster.core.read_node(node)))
     log = (tmp_path / "agent-2.log").read_text()
     if state == "corrupted":
         assert "not used (corrupt" in log and "undos owed by rule(s) slab-high" in log
@@ -691,7 +686,7 @@ def test_an_eviction_whose_pod_list_never_comes_is_abandoned_and_its_rule_fires_
             lambda: _metric(base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing"),
         )
         assert _evicted(cluster, ns, ["hog", "idle"]) == []
-        assert cluster.core.read_node(node).spec.unschedulable is True
+        assert cordoned(cluster.core.read_node(node))
         listing.release()  # the pod list at last: the firing under way evicts the right pod
         _until("the eviction", lambda: _evicted(cluster, ns, ["hog", "idle"]) == ["hog"])
 
@@ -708,7 +703,7 @@ def test_the_first_firing_after_a_start_waits_for_the_pod_list_too(
     listing = proxied.hold("GET", _pod_list(node), times=2)
     with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
         listing.wait_hit()
-        _until("the cordon", lambda: cluster.core.read_node(node).spec.unschedulable)
+        _until("the cordon", lambda: cordoned(cluster.core.read_node(node)))
         time.sleep(2)
         assert json.loads(get(f"{base}/incidents")[1]) == []  # its eviction waits
         listing.release()

@@ -15,7 +15,7 @@ import yaml
 
 from tests.agent import get, running_agent, wait_until
 from tests.controlplane.cluster import TestCluster
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, cordoned
 from tests.test_restarts import _agent_args, _rules, _zombie
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,4 +60,4 @@ def test_sigterm_with_the_api_black_holed_stops_within_the_grace_period(
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["resumed"] == 1, full
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [("cordon", "done")]
-    assert cluster.core.read_node(node).spec.unschedulable is True
+    assert cordoned(cluster.core.read_node(node))

@@ -198,7 +198,8 @@ def test_a_wall_clock_step_forward_while_down_skips_no_cooldown(tmp_path: Path) 
         )
         _kill(base.pid)
     path.write_text(json.dumps(_shift(json.loads(path.read_text()), -7200.0)))
-    started = time.monotonic()
+    # Down for seconds (the waits' guards below are 20 s), well inside the rule's 1 h cooldown:
+    # holding back is the right answer however slow the machine.
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         wait_until(
             "the restarted agent to hold back",
@@ -208,7 +209,6 @@ def test_a_wall_clock_step_forward_while_down_skips_no_cooldown(tmp_path: Path) 
             timeout=20,
         )
         assert _incidents(base, "slab-high") == 1
-    assert time.monotonic() - started < 60  # down seconds, not the two hours
 
 
 FLOOD_RULES = """\

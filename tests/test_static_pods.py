@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kubernetes import client
+
 from nodeguard.actions.ranking import EvictFilter, never_evicted, plan_eviction
 from nodeguard.kube.objects import pod_meta
 from nodeguard.sampler import Sampler, SamplerConfig
@@ -29,28 +31,30 @@ def mirror_pod(cluster: Cluster, *, namespace: str, node: str) -> dict[str, obje
     name = f"kube-apiserver-{node}"
     cluster.core.create_namespaced_pod(
         namespace,
-        {
-            "metadata": {
-                "name": name,
-                "annotations": {
-                    "kubernetes.io/config.hash": UID_STATIC,
-                    "kubernetes.io/config.mirror": UID_STATIC,
-                    "kubernetes.io/config.source": "file",
-                    "kubernetes.io/config.seen": "2026-11-30T06:00:00.000000000Z",
+        client.V1Pod.model_validate(
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {
+                        "kubernetes.io/config.hash": UID_STATIC,
+                        "kubernetes.io/config.mirror": UID_STATIC,
+                        "kubernetes.io/config.source": "file",
+                        "kubernetes.io/config.seen": "2026-11-30T06:00:00.000000000Z",
+                    },
                 },
-            },
-            "spec": {
-                "nodeName": node,
-                "priorityClassName": "system-node-critical",
-                "containers": [
-                    {
-                        "name": "kube-apiserver",
-                        "image": "registry.k8s.io/kube-apiserver:v1.35.0",
-                        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
-                    }
-                ],
-            },
-        },
+                "spec": {
+                    "nodeName": node,
+                    "priorityClassName": "system-node-critical",
+                    "containers": [
+                        {
+                            "name": "kube-apiserver",
+                            "image": "registry.k8s.io/kube-apiserver:v1.35.0",
+                            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+                        }
+                    ],
+                },
+            }
+        ),
     )
     cluster.core.patch_namespaced_pod_status(
         name,

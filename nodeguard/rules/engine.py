@@ -333,8 +333,19 @@ class RuleEngine:
             st.pending_since = now
             self._write(now=False)
         since = now if st.pending_since is None else st.pending_since
-        if now - since < rule.for_:
+        if now - since < rule.for_ or self._suppressed(rule, target, st, now):
             return None
+        st.firing, st.busy, st.last_acted = True, True, now
+        self._cap_logged.discard(rule.name)
+        self._fired.setdefault(rule.name, []).append(now)
+        self._save()
+        self._count(rule.name, "firings")
+        return make("firing")
+
+    def _suppressed(self, rule: Rule, target: Target, st: _State, now: float) -> bool:
+        """Whether a rule whose conditions have held long enough stays quiet on ``target``:
+        busy, in its cooldown (its own, or one held over from before a restart), or at its
+        ``maxFirings`` cap (logged once per capped spell). Counts the suppression."""
         if st.last_acted is not None and st.last_acted > now:
             st.last_acted = now  # the clock stepped back: a cooldown from the future never ends
         held = self._held_until.get(rule.name)
@@ -346,11 +357,11 @@ class RuleEngine:
             or (held is not None and now < held)
         ):
             self._count(rule.name, "suppressed_cooldown")
-            return None
+            return True
         if self._capped(rule, now):
             self._count(rule.name, "suppressed_cap")
             if rule.name in self._cap_logged:
-                return None
+                return True
             self._cap_logged.add(rule.name)  # once per capped spell, not every sample
             log.warning(
                 "rule %s reached maxFirings (%d per %.0fs); not firing on %s",
@@ -360,13 +371,8 @@ class RuleEngine:
                 target.key,
                 extra=AUDIT,
             )
-            return None
-        st.firing, st.busy, st.last_acted = True, True, now
-        self._cap_logged.discard(rule.name)
-        self._fired.setdefault(rule.name, []).append(now)
-        self._save()
-        self._count(rule.name, "firings")
-        return make("firing")
+            return True
+        return False
 
     def finished(self, firing: Firing, *, at: float, applied: bool = True) -> None:
         """Feed back that the firing's steps are done (or abandoned): the cooldown counts from

@@ -34,11 +34,14 @@ def applier(control_plane: TestCluster) -> Iterator[Applier]:
     api = client.ApiClient(admin_config(control_plane))
     install_crds(api)
     yield Applier(api, discovery_cache=control_plane.work_dir / "discovery.json")
-    api.close()
+    api.close()  # type: ignore[no-untyped-call]  # ApiClient.close carries no annotations
 
 
 def admin_config(cp: TestCluster) -> client.Configuration:
     """The client configuration of the test control plane's admin kubeconfig."""
     cfg = client.Configuration()
-    config.load_kube_config(config_file=str(cp.kubeconfig_path), client_configuration=cfg)
+    # kubernetes.config carries no annotations (the generated client does).
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(cp.kubeconfig_path), client_configuration=cfg
+    )
     return cfg

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from tests.deploy import kustomize
+from tests.kube_helpers import given
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONSET = REPO / "daemonset"
@@ -83,7 +84,8 @@ def container(objs: Iterable[Obj]) -> Obj:
     """The nodeguard container of the DaemonSet."""
     spec = find(objs, "DaemonSet")["spec"]["template"]["spec"]
     (c,) = [c for c in spec["containers"] if c["name"] == "nodeguard"]
-    return c
+    found: Obj = c
+    return found
 
 
 # -- applying ----------------------------------------------------------------------------------
@@ -96,7 +98,10 @@ class Applier:
         self.api = api
         # The discovery cache goes where the caller says (the client's default is a file in
         # /tmp per API server, left behind).
-        self.dynamic = DynamicClient(api, cache_file=str(discovery_cache))
+        # kubernetes.dynamic carries no annotations.
+        self.dynamic = DynamicClient(  # type: ignore[no-untyped-call]
+            api, cache_file=str(discovery_cache)
+        )
 
     def path(self, obj: Obj) -> str:
         res = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
@@ -124,7 +129,7 @@ class Applier:
             auth_settings=["BearerToken"],
         )
         resp = self.api.call_api(*request)
-        data = resp.read()
+        data: bytes = resp.read()  # type: ignore[no-untyped-call]  # RESTResponse.read: unannotated
         if not 200 <= resp.status <= 299:
             exc = ApiException(status=resp.status, reason=resp.reason)
             exc.body = data.decode()
@@ -153,7 +158,7 @@ def install_crds(api: client.ApiClient) -> None:
     for name in names:
         while True:
             crd = ext.read_custom_resource_definition(name)
-            conditions = {c.type: c.status for c in crd.status.conditions or []}
+            conditions = {c.type: c.status for c in given(crd.status).conditions or []}
             if conditions.get("Established") == "True":
                 break
             if time.monotonic() > deadline:
@@ -226,9 +231,11 @@ def rbac_objects(
 def service_account_token(api: client.ApiClient, *, name: str, namespace: str) -> str:
     """A TokenRequest token of the ServiceAccount (what the kubelet mounts into the pod)."""
     req = client.CoreV1Api(api).create_namespaced_service_account_token(
-        name, namespace, {"spec": {"expirationSeconds": 3600}}
+        name,
+        namespace,
+        client.AuthenticationV1TokenRequest.model_validate({"spec": {"expirationSeconds": 3600}}),
     )
-    return str(req.status.token)
+    return str(given(req.status).token)
 
 
 def token_kubeconfig(path: Path, *, server: str, ca: Path, token: str) -> Path:
@@ -271,8 +278,10 @@ def review(api: client.ApiClient, *, sa: str, namespace: str, triple: Triple, wh
             "resourceAttributes": attrs,
         },
     }
-    out = client.AuthorizationV1Api(api).create_subject_access_review(body)
-    return bool(out.status.allowed)
+    out = client.AuthorizationV1Api(api).create_subject_access_review(
+        client.V1SubjectAccessReview.model_validate(body)
+    )
+    return bool(given(out.status).allowed)
 
 
 # -- the container on disk ---------------------------------------------------------------------
