@@ -12,7 +12,8 @@ import pytest
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory, ContainerMemory, PodMemory
 from nodeguard.sources import NoDataError
-from nodeguard.sources.cgroups import CgroupReader, _PodKillTally, normalise_limit
+from nodeguard.sources.cgroups import CgroupReader, normalise_limit
+from nodeguard.sources.pod_kills import PodKillTally as _PodKillTally
 from tests.conftest import cgroup_memory, host_paths
 from tests.fixtures.make_hosts import (
     CID,

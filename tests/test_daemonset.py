@@ -570,6 +570,10 @@ async def test_the_node_lease_as_the_daemonset_service_account(
     cfg = _cordon_config(manifests, daemonset_sa.namespace)
     kube = _sa_client(control_plane, daemonset_sa)
     clocks = [1000.0, 1000.0]
+
+    def clock_of(i: int) -> Callable[[], float]:
+        return lambda: clocks[i]
+
     try:
         node = cluster.node()
         a, b = (
@@ -582,7 +586,7 @@ async def test_the_node_lease_as_the_daemonset_service_account(
                 dry_run=False,
                 state_id=who,
                 mirror=dict,
-                clock=lambda i=i: clocks[i],
+                clock=clock_of(i),
             )
             for i, who in enumerate(("a", "b"))
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from nodeguard.kube.client import KubeClient, translate_error
@@ -63,10 +64,12 @@ async def test_a_pod_under_two_budgets_is_multiple_budgets(
     for name, labels in (("pdb-a", {"a": "1"}), ("pdb-b", {"b": "1"})):
         cluster.policy.create_namespaced_pod_disruption_budget(
             ns,
-            {
-                "metadata": {"name": name},
-                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
-            },
+            client.V1PodDisruptionBudget.model_validate(
+                {
+                    "metadata": {"name": name},
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+                }
+            ),
         )
     with pytest.raises(EvictionRefused) as refused:
         await kube.evict_pod(name="twice", namespace=ns, dry_run=True)

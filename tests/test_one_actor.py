@@ -20,7 +20,7 @@ from kubernetes import client
 from nodeguard.remediation.actor import lease_name
 from tests.agent import get, running_agent
 from tests.controlplane.cluster import TestCluster
-from tests.kube_helpers import Cluster
+from tests.kube_helpers import Cluster, given
 from tests.test_restarts import (
     ALERT_RULES,
     _agent_args,
@@ -99,7 +99,7 @@ def test_two_agents_for_one_node_evict_once_and_the_second_says_it_observes(
     assert f"observer: node {node}'s actions are held by " in log
     assert log.count("observer: node") == 1  # said once, not every sample
     lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(lease_name(node), "default")
-    assert lease.spec.lease_duration_seconds == LEASE
+    assert given(lease.spec).lease_duration_seconds == LEASE
 
 
 def test_the_actor_killed_with_its_eviction_on_the_wire_the_observer_finishes_it_once(
@@ -144,9 +144,10 @@ def _lapsed(cluster: Cluster, node: str) -> bool:
         api = client.CoordinationV1Api(cluster.api)
         lease = api.read_namespaced_lease(lease_name(node), "default")
     except client.ApiException as exc:
-        return exc.status == 404
-    renewed = lease.spec.renew_time
-    return bool(dt.datetime.now(dt.UTC) > renewed + dt.timedelta(seconds=3 * LEASE))
+        return bool(exc.status == 404)
+    renewed = given(given(lease.spec).renew_time)
+    assert isinstance(renewed, dt.datetime)
+    return dt.datetime.now(dt.UTC) > renewed + dt.timedelta(seconds=3 * LEASE)
 
 
 def _sent(base: str, delivery: bytes, token: str) -> bool:

@@ -88,7 +88,7 @@ TOY_ACTION = Action(
     args=ToyArgs,
     run=_run_toy,
     needs_api=False,
-    reasons=dict.fromkeys(("done", "noop", "refused", "blocked", "failed"), "NodeguardToyDone"),  # type: ignore[arg-type]
+    reasons=dict.fromkeys(("done", "noop", "refused", "blocked", "failed"), "NodeguardToyDone"),
     dry_reasons={"done": "NodeguardWouldToy"},
     settings=Settings(group="toy", title="toy", model=ToySettings, make=lambda s: s.loudness),
     cli_flags=(
