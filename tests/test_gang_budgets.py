@@ -11,7 +11,6 @@ desiredHealthy``, an integer ``minAvailable`` is ``desiredHealthy``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -34,13 +33,6 @@ GiB = 1024**3
 PYTORCH = {"training.kubeflow.org/job-name": "job-1", "app": "train"}
 TRIAL = {"katib.kubeflow.org/experiment": "e", "katib.kubeflow.org/trial": "e-t1", "app": "train"}
 INDEX = "batch.kubernetes.io/job-completion-index"
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 def _alive(cluster: Cluster, ns: str, name: str) -> bool:

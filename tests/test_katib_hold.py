@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +21,12 @@ from nodeguard.kube.client import KubeClient
 from tests.acting import env_for, run_action
 from tests.agent import running_agent
 from tests.controlplane.cluster import TestCluster
-from tests.katib import GROUP, VERSION, Katib, running_katib
+from tests.katib import GROUP, VERSION, Katib
 from tests.kube_helpers import Cluster
 from tests.test_katib import _experiment, _nodeguard, _quota_refusals, _started
 from tests.test_restarts import _agent_args, _kill
 
 HELD = "nodeguard.io/katib-held"
-
-
-@pytest.fixture(scope="module")
-def katib(
-    cluster: Cluster, control_plane: TestCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Katib]:
-    log = tmp_path_factory.mktemp("katib") / "katib-experiment-controller.log"
-    with running_katib(control_plane=control_plane, cluster=cluster, log_path=log) as k:
-        yield k
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 async def _act(*flags: str, kubeconfig: Path) -> tuple[int, str]:

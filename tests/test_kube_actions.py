@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,13 +25,6 @@ from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster, unique
 
 GiB = 1 << 30
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 def auditor_for(kube: KubeClient, node: str) -> Auditor:
