@@ -75,6 +75,15 @@ def sysfs_pools(root: Path, pools: dict[int, tuple[int, int]]) -> Path:
     return root
 
 
+def pool_host(tmp_path: Path, *, meminfo: str, pools: dict[int, tuple[int, int]]) -> HostPaths:
+    """``<tmp_path>/proc/meminfo`` of ``meminfo`` and the sysfs ``pools`` of
+    :func:`sysfs_pools` under ``<tmp_path>/sys``."""
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "meminfo").write_text(meminfo)
+    return HostPaths(procfs=proc, sysfs=sysfs_pools(tmp_path / "sys", pools))
+
+
 # -- the meminfo forms -----------------------------------------------------------------------
 def test_no_huge_pages_at_all_usable_is_total() -> None:
     # CONFIG_HUGETLB_PAGE off: no huge page line at all.
@@ -140,21 +149,13 @@ def test_before_4_16_only_the_default_size_lines() -> None:
 def test_before_4_16_the_other_sizes_come_from_sysfs(tmp_path: Path) -> None:
     # 4.15 with hugepagesz=1G hugepages=16 beside 512 default 2 MiB pages: meminfo shows only the
     # 2 MiB pool; /sys/kernel/mm/hugepages has both (the default size read from meminfo).
-    proc = tmp_path / "proc"
-    proc.mkdir()
-    (proc / "meminfo").write_text(
-        meminfo_text(
-            MemTotal=64 * MiB,
-            MemAvailable=20 * MiB,
-            **hugepages(total=512, free=512),
-        )
-    )
-    sys = sysfs_pools(tmp_path / "sys", {2048: (512, 0), 1048576: (16, 0)})
-    m = read_meminfo(paths=HostPaths(procfs=proc, sysfs=sys))
+    text = meminfo_text(MemTotal=64 * MiB, MemAvailable=20 * MiB, **hugepages(total=512, free=512))
+    paths = pool_host(tmp_path, meminfo=text, pools={2048: (512, 0), 1048576: (16, 0)})
+    m = read_meminfo(paths=paths)
     assert m.hugetlb_bytes == 1 * GiB + 16 * GiB
     assert m.usable_bytes == 64 * GiB - 17 * GiB
     # Without a readable sysfs only the default size is known.
-    m = read_meminfo(paths=HostPaths(procfs=proc, sysfs=tmp_path / "nowhere"))
+    m = read_meminfo(paths=HostPaths(procfs=paths.procfs, sysfs=tmp_path / "nowhere"))
     assert m.hugetlb_bytes == 1 * GiB
 
 
@@ -162,17 +163,10 @@ def test_4_16_another_sizes_surplus_comes_from_sysfs(tmp_path: Path) -> None:
     # default_hugepagesz=1G (4 pages) and 2 MiB pages overcommitted: 256 persistent + 256
     # surplus. Hugetlb: counts all 4 GiB + 1 GiB; meminfo's HugePages_Surp is the 1 GiB size's
     # (0); the 2 MiB size's 256 surplus pages are only in sysfs.
-    proc = tmp_path / "proc"
-    proc.mkdir()
-    (proc / "meminfo").write_text(
-        meminfo_text(
-            MemTotal=64 * MiB,
-            MemAvailable=20 * MiB,
-            **hugepages(total=4, free=0, size_kb=1048576, hugetlb_kb=5 * MiB),
-        )
-    )
-    sys = sysfs_pools(tmp_path / "sys", {2048: (512, 256), 1048576: (4, 0)})
-    m = read_meminfo(paths=HostPaths(procfs=proc, sysfs=sys))
+    pool = hugepages(total=4, free=0, size_kb=1048576, hugetlb_kb=5 * MiB)
+    text = meminfo_text(MemTotal=64 * MiB, MemAvailable=20 * MiB, **pool)
+    paths = pool_host(tmp_path, meminfo=text, pools={2048: (512, 256), 1048576: (4, 0)})
+    m = read_meminfo(paths=paths)
     assert m.hugetlb_bytes == 4 * GiB + 256 * 2 * MiB
     assert m.usable_bytes == 64 * GiB - 4 * GiB - 512 * MiB
 
