@@ -31,7 +31,7 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def meminfo_text(fields: dict[str, int] | None = None, **kb: int) -> str:
+def meminfo_text(fields: dict[str, int] | None = None, /, **kb: int) -> str:
     """Meminfo lines in the kernel's format: ``kB`` fields by name (``Hugetlb=...``); page
     counts (``HugePages_Total`` ...) for the names that start with ``HugePages_``."""
     lines = []
