@@ -11,6 +11,9 @@ from nodeguard.actions import registry
 from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.context import Call, Env
+from nodeguard.actions.evict import evict
+from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
+from nodeguard.actions.ranking import EvictionPlan
 from nodeguard.firing import Firing, Source, Step
 from nodeguard.kube.client import KubeClient
 from nodeguard.snapshot import NodeSnapshot
@@ -55,3 +58,29 @@ async def run_action(
     )
     call = Call(env=env, firing=firing, dry_run=dry_run, note=f"test ({rule})")
     return await registry.dispatch(call, step)
+
+
+async def evict_plan(
+    kube: KubeClient,
+    node: str,
+    plan: EvictionPlan,
+    *,
+    target: int = 0,
+    dry_run: bool = False,
+    rule: str = "r",
+    limiter: EvictionLimiter | None = None,
+    backoff: EvictionBackoff | None = None,
+) -> ActionResult:
+    """:func:`nodeguard.actions.evict.evict` of ``plan`` on ``node`` until ``target`` bytes are
+    freed (0: the first unit only), straight, not through the registry: fresh limits and
+    backoff unless given (a test that tries again passes the same ones)."""
+    return await evict(
+        kube=kube,
+        node=node,
+        plan=plan,
+        target_bytes=target,
+        rule=rule,
+        dry_run=dry_run,
+        limiter=EvictionLimiter() if limiter is None else limiter,
+        backoff=EvictionBackoff() if backoff is None else backoff,
+    )

@@ -19,6 +19,7 @@ from tests.controlplane.cluster import TestCluster
 from tests.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
 from tests.deploy.fixtures import applier, kustomize_bin, manifests  # noqa: F401  (fixtures)
 from tests.gpu.fixtures import make_stub, stub_libs  # noqa: F401  (fixtures)
+from tests.katib import Katib, running_katib
 from tests.kube_helpers import Cluster
 
 HOSTS = Path(__file__).parent / "fixtures" / "hosts"
@@ -65,6 +66,27 @@ def cluster(control_plane: TestCluster) -> Iterator[Cluster]:  # noqa: F811
     c.install_katib_crds()
     yield c
     c.close()
+
+
+@pytest.fixture
+async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:  # noqa: F811
+    """nodeguard's client of the test control plane, closed after the test."""
+    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    yield k
+    k.close()
+
+
+@pytest.fixture(scope="module")
+def katib(
+    cluster: Cluster,
+    control_plane: TestCluster,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Katib]:
+    """Katib's real Experiment controller on the test control plane, one a test module
+    (tests/katib.py), its log in a temporary directory."""
+    log = tmp_path_factory.mktemp("katib") / "katib-experiment-controller.log"
+    with running_katib(control_plane=control_plane, cluster=cluster, log_path=log) as k:
+        yield k
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ the fence before a destructive write, and a claimant's liveness."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,17 +13,9 @@ import pytest
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Fenced
 from nodeguard.remediation.actor import NodeActor, claimant_alive, lease_name
-from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster, unique
 
 DURATION = 15
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 class Clock:

@@ -7,27 +7,16 @@ said "would evict 3" where the real run evicted 1 and refused."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.cordon import LABEL, CordonConfig
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.kube.client import KubeClient
 from tests.acting import env_for, run_action
-from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster, cordoned, name_of, unique
 
 GiB = 1 << 30
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 def _decisions(result: ActionResult) -> dict[str, Any]:

@@ -11,22 +11,21 @@ desiredHealthy``, an integer ``minAvailable`` is ``desiredHealthy``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from nodeguard.actions.budgets import check_budgets
-from nodeguard.actions.evict import GANGS_ANNOTATION, evict
+from nodeguard.actions.evict import GANGS_ANNOTATION
 from nodeguard.actions.katib import experiments_on_node
-from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
+from nodeguard.actions.limits import EvictionBackoff
 from nodeguard.actions.ranking import EvictFilter, EvictionPlan, plan_eviction
 from nodeguard.kube.budgets import budget_of
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import TooManyRequests
 from nodeguard.kube.objects import pod_meta
 from nodeguard.snapshot import PodMeta
-from tests.acting import env_for, run_action
+from tests.acting import env_for, evict_plan, run_action
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster, annotations_of, given
 
@@ -34,13 +33,6 @@ GiB = 1024**3
 PYTORCH = {"training.kubeflow.org/job-name": "job-1", "app": "train"}
 TRIAL = {"katib.kubeflow.org/experiment": "e", "katib.kubeflow.org/trial": "e-t1", "app": "train"}
 INDEX = "batch.kubernetes.io/job-completion-index"
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 def _alive(cluster: Cluster, ns: str, name: str) -> bool:
@@ -54,21 +46,6 @@ def _plan(pods: list[dict[str, Any]], usage: list[int]) -> EvictionPlan:
         pods={m.uid: m for m in metas},
         usage={m.uid: u for m, u in zip(metas, usage, strict=True)},
         flt=EvictFilter(),
-    )
-
-
-async def _evict(
-    kube: KubeClient, node: str, plan: EvictionPlan, *, dry_run: bool, target: int = 0
-) -> Any:
-    return await evict(
-        kube=kube,
-        node=node,
-        plan=plan,
-        target_bytes=target,
-        rule="r",
-        dry_run=dry_run,
-        limiter=EvictionLimiter(),
-        backoff=EvictionBackoff(),
     )
 
 
@@ -101,7 +78,7 @@ async def test_a_gang_its_budget_affords_one_of_is_refused_whole_dry_and_real(
     plan = _plan([master], [4 * GiB])
     unit = key.format(ns=ns)
     for dry_run in (True, False):
-        res = await _evict(kube, node, plan, dry_run=dry_run)
+        res = await evict_plan(kube, node, plan, dry_run=dry_run)
         assert res.outcome == "blocked", res.message
         assert f"{_verb(dry_run)} gang {unit}: budget {ns}/train allows 1 of 2" in res.message
         (blocked,) = res.details["blocked"]
@@ -123,8 +100,8 @@ async def test_a_gang_its_budget_affords_is_evicted_whole(
     cluster.pod(namespace=ns, node=other, name="spare", request="1Gi", labels={"app": "train"})
     cluster.budget(ns, name="train", labels={"app": "train"}, min_available=1, healthy=3)
     plan = _plan([master], [4 * GiB])
-    dry = await _evict(kube, node, plan, dry_run=True)
-    real = await _evict(kube, node, plan, dry_run=False)
+    dry = await evict_plan(kube, node, plan, dry_run=True)
+    real = await evict_plan(kube, node, plan, dry_run=False)
     for res in (dry, real):
         assert res.outcome == "done", res.message
         assert sorted(res.details["evicted"][0]["pods"]) == [f"{ns}/master", f"{ns}/worker"]
@@ -149,7 +126,7 @@ async def test_two_gangs_sharing_a_budget_dry_run_decides_as_the_real_run(
     plan = _plan(here, [8 * GiB, 4 * GiB])  # gang a first
     decided = []
     for dry_run in (True, False):
-        res = await _evict(kube, node, plan, dry_run=dry_run, target=100 * GiB)
+        res = await evict_plan(kube, node, plan, dry_run=dry_run, target=100 * GiB)
         assert res.outcome == "done", res.message
         assert [u["unit"] for u in res.details["evicted"]] == [f"katib-trial/{ns}/t-a"]
         (blocked,) = res.details["blocked"]
@@ -173,11 +150,11 @@ async def test_lone_pods_against_their_budget(cluster: Cluster, kube: KubeClient
     cluster.budget(ns, name="web", labels={"app": "web"}, min_available=1, healthy=2)
     plan = _plan([p1, p2], [8 * GiB, 4 * GiB])
     for dry_run in (True, False):
-        res = await _evict(kube, node, plan, dry_run=dry_run, target=100 * GiB)
+        res = await evict_plan(kube, node, plan, dry_run=dry_run, target=100 * GiB)
         assert [u["unit"] for u in res.details["evicted"]] == [f"pod/{ns}/p1"], res.message
         assert f"{_verb(dry_run)} pod/{ns}/p2: budget {ns}/web allows 0 of 1" in res.message
     assert not _alive(cluster, ns, "p1") and _alive(cluster, ns, "p2")
-    again = await _evict(kube, node, _plan([p2], [4 * GiB]), dry_run=False)
+    again = await evict_plan(kube, node, _plan([p2], [4 * GiB]), dry_run=False)
     assert again.outcome == "blocked"
     assert again.details["blocked"][0]["reason"].startswith(f"budget {ns}/web allows 0 of 1")
     assert _alive(cluster, ns, "p2")
@@ -196,7 +173,7 @@ async def test_two_budgets_each_over_part_of_the_gang(cluster: Cluster, kube: Ku
     cluster.budget(ns, name="b", labels={"part": "b"}, min_available=1, healthy=2)
     plan = _plan([m0], [4 * GiB])
     for dry_run in (True, False):
-        res = await _evict(kube, node, plan, dry_run=dry_run)
+        res = await evict_plan(kube, node, plan, dry_run=dry_run)
         assert res.outcome == "blocked", res.message
         assert f"{_verb(dry_run)} gang training-job/{ns}/job-1: budget {ns}/a allows 1 of 2" in (
             res.message
@@ -216,16 +193,7 @@ async def test_a_member_under_two_budgets_refuses_the_gang_and_is_backed_off(
     plan = _plan([m0], [4 * GiB])
     backoff = EvictionBackoff()
     for attempt in range(2):
-        res = await evict(
-            kube=kube,
-            node=node,
-            plan=plan,
-            target_bytes=0,
-            rule="r",
-            dry_run=False,
-            limiter=EvictionLimiter(),
-            backoff=backoff,
-        )
+        res = await evict_plan(kube, node, plan, backoff=backoff)
         (blocked,) = res.details["blocked"]
         if attempt == 0:
             assert blocked["reason"].startswith(
@@ -255,7 +223,7 @@ async def test_a_stale_budget_refuses_as_the_api_does(
         assert (given(pdb.metadata).generation, given(pdb.status).observed_generation) == (2, 1)
         assert given(pdb.status).disruptions_allowed == 2
         for dry_run in (True, False):
-            res = await _evict(kube, node, plan, dry_run=dry_run)
+            res = await evict_plan(kube, node, plan, dry_run=dry_run)
             assert res.outcome == "blocked", res.message
             (blocked,) = res.details["blocked"]
             assert blocked["reason"].startswith(
@@ -292,7 +260,7 @@ async def test_an_unready_member_counts_as_the_unhealthy_pod_eviction_policy_say
     )
     plan = _plan([m0], [4 * GiB])
     for dry_run in (True, False):
-        res = await _evict(kube, node, plan, dry_run=dry_run)
+        res = await evict_plan(kube, node, plan, dry_run=dry_run)
         if evicted:
             assert res.outcome == "done", res.message
         else:
@@ -390,7 +358,7 @@ async def test_an_indexed_job_with_finished_members_is_evicted_by_its_running_on
     assert [(e.pod.name, e.reason) for e in plan.excluded] == [
         ("train-0", "phase Succeeded: finished")
     ]
-    res = await _evict(kube, node, plan, dry_run=False)
+    res = await evict_plan(kube, node, plan, dry_run=False)
     assert res.outcome == "done", res.message
     assert sorted(res.details["evicted"][0]["pods"]) == [f"{ns}/train-1", f"{ns}/train-2"]
     # The finished ones are left as they are (an eviction would delete them, and their logs).

@@ -31,7 +31,7 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def meminfo_text(fields: dict[str, int] | None = None, **kb: int) -> str:
+def meminfo_text(fields: dict[str, int] | None = None, /, **kb: int) -> str:
     """Meminfo lines in the kernel's format: ``kB`` fields by name (``Hugetlb=...``); page
     counts (``HugePages_Total`` ...) for the names that start with ``HugePages_``."""
     lines = []
@@ -41,6 +41,22 @@ def meminfo_text(fields: dict[str, int] | None = None, **kb: int) -> str:
         else:
             lines.append(f"{name + ':':<16}{value:>8} kB")
     return "\n".join(lines) + "\n"
+
+
+def hugepages(
+    *, total: int, free: int, surp: int = 0, size_kb: int = 2048, hugetlb_kb: int | None = None
+) -> dict[str, int]:
+    """The default size's pool as meminfo writes it (``hugetlb_report_meminfo``): the
+    ``HugePages_*`` page counts (none reserved), ``Hugepagesize`` and, where given (4.16 and
+    later), the ``Hugetlb:`` sum over every size, in kB; for :func:`meminfo_text`."""
+    lines = {
+        "HugePages_Total": total,
+        "HugePages_Free": free,
+        "HugePages_Rsvd": 0,
+        "HugePages_Surp": surp,
+        "Hugepagesize": size_kb,
+    }
+    return lines if hugetlb_kb is None else {**lines, "Hugetlb": hugetlb_kb}
 
 
 def mem(text: str) -> MemInfo:
@@ -59,6 +75,15 @@ def sysfs_pools(root: Path, pools: dict[int, tuple[int, int]]) -> Path:
     return root
 
 
+def pool_host(tmp_path: Path, *, meminfo: str, pools: dict[int, tuple[int, int]]) -> HostPaths:
+    """``<tmp_path>/proc/meminfo`` of ``meminfo`` and the sysfs ``pools`` of
+    :func:`sysfs_pools` under ``<tmp_path>/sys``."""
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "meminfo").write_text(meminfo)
+    return HostPaths(procfs=proc, sysfs=sysfs_pools(tmp_path / "sys", pools))
+
+
 # -- the meminfo forms -----------------------------------------------------------------------
 def test_no_huge_pages_at_all_usable_is_total() -> None:
     # CONFIG_HUGETLB_PAGE off: no huge page line at all.
@@ -71,12 +96,7 @@ def test_no_huge_pages_at_all_usable_is_total() -> None:
     empty = meminfo_text(
         MemTotal=16 * MiB,
         MemAvailable=8 * MiB,
-        HugePages_Total=0,
-        HugePages_Free=0,
-        HugePages_Rsvd=0,
-        HugePages_Surp=0,
-        Hugepagesize=2048,
-        Hugetlb=0,
+        **hugepages(total=0, free=0, hugetlb_kb=0),
     )
     assert mem(empty).usable_bytes == 16 * GiB
 
@@ -89,12 +109,7 @@ def test_linux_4_16_hugetlb_line_sums_a_1gi_and_a_2mi_pool() -> None:
             MemTotal=256 * MiB,
             MemFree=100 * MiB,
             MemAvailable=120 * MiB,
-            HugePages_Total=1024,
-            HugePages_Free=1024,
-            HugePages_Rsvd=0,
-            HugePages_Surp=0,
-            Hugepagesize=2048,
-            Hugetlb=10 * MiB,
+            **hugepages(total=1024, free=1024, hugetlb_kb=10 * MiB),
         )
     )
     assert m.hugetlb_bytes == 10 * GiB
@@ -110,12 +125,7 @@ def test_surplus_pages_are_regular_memory_in_use_not_the_pool() -> None:
         meminfo_text(
             MemTotal=64 * MiB,
             MemAvailable=20 * MiB,
-            HugePages_Total=612,
-            HugePages_Free=0,
-            HugePages_Rsvd=0,
-            HugePages_Surp=100,
-            Hugepagesize=2048,
-            Hugetlb=612 * 2048,
+            **hugepages(total=612, free=0, surp=100, hugetlb_kb=612 * 2048),
         )
     )
     assert m.hugetlb_bytes == 1 * GiB
@@ -128,11 +138,7 @@ def test_before_4_16_only_the_default_size_lines() -> None:
     text = meminfo_text(
         MemTotal=64 * MiB,
         MemAvailable=20 * MiB,
-        HugePages_Total=520,
-        HugePages_Free=8,
-        HugePages_Rsvd=0,
-        HugePages_Surp=8,
-        Hugepagesize=2048,
+        **hugepages(total=520, free=8, surp=8),
     )
     assert "Hugetlb" not in parse_meminfo(text)[0]
     m = mem(text)
@@ -143,25 +149,13 @@ def test_before_4_16_only_the_default_size_lines() -> None:
 def test_before_4_16_the_other_sizes_come_from_sysfs(tmp_path: Path) -> None:
     # 4.15 with hugepagesz=1G hugepages=16 beside 512 default 2 MiB pages: meminfo shows only the
     # 2 MiB pool; /sys/kernel/mm/hugepages has both (the default size read from meminfo).
-    proc = tmp_path / "proc"
-    proc.mkdir()
-    (proc / "meminfo").write_text(
-        meminfo_text(
-            MemTotal=64 * MiB,
-            MemAvailable=20 * MiB,
-            HugePages_Total=512,
-            HugePages_Free=512,
-            HugePages_Rsvd=0,
-            HugePages_Surp=0,
-            Hugepagesize=2048,
-        )
-    )
-    sys = sysfs_pools(tmp_path / "sys", {2048: (512, 0), 1048576: (16, 0)})
-    m = read_meminfo(paths=HostPaths(procfs=proc, sysfs=sys))
+    text = meminfo_text(MemTotal=64 * MiB, MemAvailable=20 * MiB, **hugepages(total=512, free=512))
+    paths = pool_host(tmp_path, meminfo=text, pools={2048: (512, 0), 1048576: (16, 0)})
+    m = read_meminfo(paths=paths)
     assert m.hugetlb_bytes == 1 * GiB + 16 * GiB
     assert m.usable_bytes == 64 * GiB - 17 * GiB
     # Without a readable sysfs only the default size is known.
-    m = read_meminfo(paths=HostPaths(procfs=proc, sysfs=tmp_path / "nowhere"))
+    m = read_meminfo(paths=HostPaths(procfs=paths.procfs, sysfs=tmp_path / "nowhere"))
     assert m.hugetlb_bytes == 1 * GiB
 
 
@@ -169,22 +163,10 @@ def test_4_16_another_sizes_surplus_comes_from_sysfs(tmp_path: Path) -> None:
     # default_hugepagesz=1G (4 pages) and 2 MiB pages overcommitted: 256 persistent + 256
     # surplus. Hugetlb: counts all 4 GiB + 1 GiB; meminfo's HugePages_Surp is the 1 GiB size's
     # (0); the 2 MiB size's 256 surplus pages are only in sysfs.
-    proc = tmp_path / "proc"
-    proc.mkdir()
-    (proc / "meminfo").write_text(
-        meminfo_text(
-            MemTotal=64 * MiB,
-            MemAvailable=20 * MiB,
-            HugePages_Total=4,
-            HugePages_Free=0,
-            HugePages_Rsvd=0,
-            HugePages_Surp=0,
-            Hugepagesize=1048576,
-            Hugetlb=5 * MiB,
-        )
-    )
-    sys = sysfs_pools(tmp_path / "sys", {2048: (512, 256), 1048576: (4, 0)})
-    m = read_meminfo(paths=HostPaths(procfs=proc, sysfs=sys))
+    pool = hugepages(total=4, free=0, size_kb=1048576, hugetlb_kb=5 * MiB)
+    text = meminfo_text(MemTotal=64 * MiB, MemAvailable=20 * MiB, **pool)
+    paths = pool_host(tmp_path, meminfo=text, pools={2048: (512, 256), 1048576: (4, 0)})
+    m = read_meminfo(paths=paths)
     assert m.hugetlb_bytes == 4 * GiB + 256 * 2 * MiB
     assert m.usable_bytes == 64 * GiB - 4 * GiB - 512 * MiB
 
@@ -197,12 +179,7 @@ def test_hardware_corrupted_pages_never_come_back() -> None:
             MemTotal=32 * MiB,
             MemAvailable=16 * MiB,
             HardwareCorrupted=8 * KiB,
-            HugePages_Total=0,
-            HugePages_Free=0,
-            HugePages_Rsvd=0,
-            HugePages_Surp=0,
-            Hugepagesize=2048,
-            Hugetlb=0,
+            **hugepages(total=0, free=0, hugetlb_kb=0),
         )
     )
     assert m.hardware_corrupted_bytes == 8 * MiB
@@ -218,11 +195,7 @@ def test_estimated_available_is_capped_at_usable() -> None:
             MemFree=3 * MiB,
             Buffers=0,
             Cached=2 * MiB,
-            HugePages_Total=6,
-            HugePages_Free=6,
-            HugePages_Rsvd=0,
-            HugePages_Surp=0,
-            Hugepagesize=1048576,
+            **hugepages(total=6, free=6, size_kb=1048576),
         )
     )
     assert m.available_estimated and m.available_bytes == 5 * GiB
@@ -281,12 +254,7 @@ HUGE_NODE = {
     "SReclaimable": 512 * KiB,
     "SUnreclaim": 1 * MiB,
     # 288 x 1 GiB pages, all backing VMs (KubeVirt with GPU passthrough).
-    "HugePages_Total": 288,
-    "HugePages_Free": 0,
-    "HugePages_Rsvd": 0,
-    "HugePages_Surp": 0,
-    "Hugepagesize": 1048576,
-    "Hugetlb": 288 * MiB,
+    **hugepages(total=288, free=0, size_kb=1048576, hugetlb_kb=288 * MiB),
 }
 
 

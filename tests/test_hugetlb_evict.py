@@ -6,10 +6,6 @@ plane. A node that is 90 % huge pages: 320 GiB MemTotal, 288 GiB of 1 GiB pages,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
@@ -17,7 +13,6 @@ from nodeguard.snapshot import NodeSnapshot, PodMemory
 from nodeguard.sources.meminfo import derive_meminfo, parse_meminfo
 from tests.acting import env_for, run_action
 from tests.conftest import cgroup_memory
-from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster
 from tests.test_hugetlb import HUGE_NODE, meminfo_text
 
@@ -25,13 +20,6 @@ GiB = 1 << 30
 MiB = 1 << 20
 USABLE = 32 * GiB
 LOW = "nodeguard-test-low"
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 def huge_pages_node(cluster: Cluster) -> str:

@@ -8,11 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from nodeguard.actions.katib import QUOTA_LABEL, census, quota_name
@@ -20,25 +18,9 @@ from nodeguard.kube.client import KubeClient
 from tests.acting import env_for, run_action
 from tests.agent import get, running_agent
 from tests.controlplane.cluster import TestCluster
-from tests.katib import GROUP, VERSION, Katib, running_katib
+from tests.katib import GROUP, VERSION, Katib
 from tests.kube_helpers import Cluster, annotations_of, custom_json, given, labels_of, name_of
 from tests.test_restarts import _agent_args, _kill, _rules, _until
-
-
-@pytest.fixture(scope="module")
-def katib(
-    cluster: Cluster, control_plane: TestCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Katib]:
-    log = tmp_path_factory.mktemp("katib") / "katib-experiment-controller.log"
-    with running_katib(control_plane=control_plane, cluster=cluster, log_path=log) as k:
-        yield k
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 def _experiment(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +22,12 @@ from nodeguard.kube.client import KubeClient
 from tests.acting import env_for, run_action
 from tests.agent import running_agent
 from tests.controlplane.cluster import TestCluster
-from tests.katib import GROUP, VERSION, Katib, running_katib
+from tests.katib import GROUP, VERSION, Katib
 from tests.kube_helpers import Cluster, given, name_of
 from tests.test_katib import _experiment, _nodeguard, _quota_refusals, _started
 from tests.test_restarts import _agent_args, _kill
 
 HELD = "nodeguard.io/katib-held"
-
-
-@pytest.fixture(scope="module")
-def katib(
-    cluster: Cluster, control_plane: TestCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Katib]:
-    log = tmp_path_factory.mktemp("katib") / "katib-experiment-controller.log"
-    with running_katib(control_plane=control_plane, cluster=cluster, log_path=log) as k:
-        yield k
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 async def _act(*flags: str, kubeconfig: Path) -> tuple[int, str]:
@@ -89,6 +72,31 @@ async def _all_trials_end(katib: Katib, ns: str, names: tuple[str, ...]) -> None
     await _wait(katib, "no running trial", lambda: not any(katib.running(ns, n) for n in names))
 
 
+async def _paused_when_idle(
+    katib: Katib,
+    kube: KubeClient,
+    *,
+    ns: str,
+    node: str,
+    names: tuple[str, ...],
+    paused: tuple[str, ...],
+) -> None:
+    """Each of ``names`` an experiment in ``ns`` with one trial running (five at most), those
+    of ``paused`` paused by ``node``, then every trial ended: only a kick starts one again."""
+    for name in names:
+        katib.experiment(ns, name, parallel=1, max_trials=5)
+        _started(katib, ns, name, 1)
+    await _pause(kube, node, *(f"{ns}/{name}" for name in paused))
+    await _all_trials_end(katib, ns, names)
+
+
+async def _each_starts_a_trial(katib: Katib, ns: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        await _wait(
+            katib, f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1
+        )
+
+
 async def test_a_resume_killed_between_its_kicks_is_completed_by_the_rerun(
     katib: Katib, cluster: Cluster, kube: KubeClient, control_plane: TestCluster, proxied: Any
 ) -> None:
@@ -96,11 +104,7 @@ async def test_a_resume_killed_between_its_kicks_is_completed_by_the_rerun(
     # on the wire: before, the rerun found nothing paused ("noop") and n2 never started again.
     ns, node = cluster.namespace("katib-killkick"), cluster.node()
     names = ("a", "n1", "n2")
-    for name in names:
-        katib.experiment(ns, name, parallel=1, max_trials=5)
-        _started(katib, ns, name, 1)
-    await _pause(kube, node, f"{ns}/a")
-    await _all_trials_end(katib, ns, names)
+    await _paused_when_idle(katib, kube, ns=ns, node=node, names=names, paused=("a",))
     delete = proxied.hold("DELETE", rf"/namespaces/{ns}/resourcequotas/{quota_name('a')}")
     proc = await _spawn(
         "resume-katib", f"--node={node}", f"--experiment={ns}/a", kubeconfig=proxied.kubeconfig
@@ -125,10 +129,7 @@ async def test_a_resume_killed_between_its_kicks_is_completed_by_the_rerun(
     )
     assert code == 0, out
     assert "restarted Katib experiment(s) n2" in out, out
-    for name in names:
-        await _wait(
-            katib, f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1
-        )
+    await _each_starts_a_trial(katib, ns, names)
     assert not any(
         HELD in (_experiment(cluster, ns, n)["metadata"].get("labels") or {}) for n in names
     )
@@ -142,11 +143,7 @@ async def test_two_resumes_at_once_in_one_namespace_wake_every_experiment(
     # bystander stayed stopped and both said the namespace was still held.
     ns, node = cluster.namespace("katib-twoat"), cluster.node()
     names = ("a", "b", "bystander")
-    for name in names:
-        katib.experiment(ns, name, parallel=1, max_trials=5)
-        _started(katib, ns, name, 1)
-    await _pause(kube, node, f"{ns}/a", f"{ns}/b")
-    await _all_trials_end(katib, ns, names)
+    await _paused_when_idle(katib, kube, ns=ns, node=node, names=names, paused=("a", "b"))
     deletes = proxied.hold("DELETE", rf"/namespaces/{ns}/resourcequotas/", times=2)
     procs = [
         await _spawn(
@@ -165,10 +162,7 @@ async def test_two_resumes_at_once_in_one_namespace_wake_every_experiment(
     # At most one may say the other still held the namespace; one woke them all.
     assert sum("until the pause(s) of" in o for o in outs) <= 1, outs
     assert any("reconcile too" in o for o in outs), outs
-    for name in names:
-        await _wait(
-            katib, f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1
-        )
+    await _each_starts_a_trial(katib, ns, names)
 
 
 async def test_a_paused_experiment_deleted_under_the_garbage_collector_wakes_its_neighbour(

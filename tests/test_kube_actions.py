@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,12 +15,11 @@ from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.cordon import LABEL, CordonConfig, cordon, uncordon
 from nodeguard.actions.evict import GANGS_ANNOTATION as GANGS
-from nodeguard.actions.evict import evict
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.actions.ranking import EvictFilter, plan_eviction, usage_measure
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import pod_meta
-from tests.acting import env_for, run_action
+from tests.acting import env_for, evict_plan, run_action
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import (
     Cluster,
@@ -35,13 +33,6 @@ from tests.kube_helpers import (
 )
 
 GiB = 1 << 30
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 def auditor_for(kube: KubeClient, node: str) -> Auditor:
@@ -318,15 +309,8 @@ async def test_evict_until_target_freed_and_dry_run_is_the_same_plan(
     }
 
     async def run(dry: bool) -> Any:
-        res = await evict(
-            kube=kube,
-            node=node,
-            plan=plan,
-            target_bytes=30 * GiB,
-            rule="node-memory-low",
-            dry_run=dry,
-            limiter=EvictionLimiter(),
-            backoff=EvictionBackoff(),
+        res = await evict_plan(
+            kube, node, plan, target=30 * GiB, dry_run=dry, rule="node-memory-low"
         )
         return await audited(kube, node, res)
 
@@ -362,16 +346,7 @@ async def test_gang_is_evicted_together(cluster: Cluster, kube: KubeClient) -> N
     cluster.pod(namespace=ns, node=other, name="t1-worker", request="1Gi", labels=trial)
     metas = {here["metadata"]["uid"]: pod_meta(here)}
     plan = plan_eviction(pods=metas, usage={here["metadata"]["uid"]: 2 * GiB}, flt=EvictFilter())
-    res = await evict(
-        kube=kube,
-        node=node,
-        plan=plan,
-        target_bytes=1,
-        rule="r",
-        dry_run=False,
-        limiter=EvictionLimiter(),
-        backoff=EvictionBackoff(),
-    )
+    res = await evict_plan(kube, node, plan, target=1)
     assert res.outcome == "done"
     assert sorted(res.details["evicted"][0]["pods"]) == [f"{ns}/t1-master", f"{ns}/t1-worker"]
     for name in ("t1-master", "t1-worker"):
@@ -393,16 +368,7 @@ async def test_pdb_blocks_then_backs_off(cluster: Cluster, kube: KubeClient) -> 
     limiter = EvictionLimiter(clock=clock)
 
     async def attempt() -> Any:
-        res = await evict(
-            kube=kube,
-            node=node,
-            plan=plan,
-            target_bytes=1 * GiB,
-            rule="r",
-            dry_run=False,
-            limiter=limiter,
-            backoff=backoff,
-        )
+        res = await evict_plan(kube, node, plan, target=1 * GiB, limiter=limiter, backoff=backoff)
         return await audited(kube, node, res)
 
     first = await attempt()
@@ -455,15 +421,8 @@ async def test_apiserver_stopped_mid_eviction(
     limiter, backoff = EvictionLimiter(), EvictionBackoff()
     kube.evict_pod = evict_then_stop  # type: ignore[method-assign]
     try:
-        res = await evict(
-            kube=kube,
-            node=node,
-            plan=plan_now(),
-            target_bytes=10 * GiB,
-            rule="r",
-            dry_run=False,
-            limiter=limiter,
-            backoff=backoff,
+        res = await evict_plan(
+            kube, node, plan_now(), target=10 * GiB, limiter=limiter, backoff=backoff
         )
         assert res.outcome == "failed" and res.retry
         assert "ServerError" in res.message and "unreachable" in res.message
@@ -474,15 +433,8 @@ async def test_apiserver_stopped_mid_eviction(
         await asyncio.to_thread(control_plane.start_apiserver)
     await audited(kube, node, res)
     # The retry plans again from the API: batch-0 is terminating, so only batch-1 is evicted.
-    retry = await evict(
-        kube=kube,
-        node=node,
-        plan=plan_now(),
-        target_bytes=10 * GiB,
-        rule="r",
-        dry_run=False,
-        limiter=limiter,
-        backoff=backoff,
+    retry = await evict_plan(
+        kube, node, plan_now(), target=10 * GiB, limiter=limiter, backoff=backoff
     )
     await audited(kube, node, retry)
     assert retry.outcome == "done"
@@ -685,16 +637,7 @@ async def test_a_gang_is_never_half_evicted_and_two_budgets_skip_the_unit(
     }
     plan = plan_eviction(pods=metas, usage=usage, flt=EvictFilter())
     assert [u.kind for u, _ in plan.ranked] == ["podgroup", "pod", "pod"]
-    res = await evict(
-        kube=kube,
-        node=node,
-        plan=plan,
-        target_bytes=1 * GiB,
-        rule="r",
-        dry_run=False,
-        limiter=EvictionLimiter(),
-        backoff=EvictionBackoff(),
-    )
+    res = await evict_plan(kube, node, plan, target=1 * GiB)
     assert res.outcome == "done", res.details
     assert [u["pods"] for u in res.details["evicted"]] == [[f"{ns}/batch-0"]]
     reasons = {b["unit"]: b["reason"] for b in res.details["blocked"]}
@@ -717,16 +660,7 @@ async def test_a_podgroup_is_evicted_across_nodes(cluster: Cluster, kube: KubeCl
         usage={here["metadata"]["uid"]: 2 * GiB},
         flt=EvictFilter(),
     )
-    res = await evict(
-        kube=kube,
-        node=node,
-        plan=plan,
-        target_bytes=0,
-        rule="r",
-        dry_run=False,
-        limiter=EvictionLimiter(),
-        backoff=EvictionBackoff(),
-    )
+    res = await evict_plan(kube, node, plan)
     assert sorted(res.details["evicted"][0]["pods"]) == [f"{ns}/pg-2-0", f"{ns}/pg-2-1"]
     assert not _alive(cluster, ns, "pg-2-1") and _alive(cluster, ns, "bystander")
 

@@ -12,8 +12,6 @@ subresource does not support."; a missing pod is a plain 404.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -27,15 +25,7 @@ from nodeguard.kube.errors import (
     ServerError,
     TooManyRequests,
 )
-from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster
-
-
-@pytest.fixture
-async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
-    k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
-    yield k
-    k.close()
 
 
 async def test_a_budget_that_allows_none_is_a_budget_exhausted(

@@ -113,6 +113,33 @@ class Host:
         self.kmsg.write_text(kmsg(list(self._records)))
 
 
+def one_container_pod(
+    host: Host,
+    cluster: Cluster,
+    *,
+    uid: str = UID,
+    cid: str = CID[3],
+    name: str = "trainer",
+    oom_kill: int | None = 0,
+) -> None:
+    """A pod ``uid`` with one container ``app`` (``cid``): its cgroups (``oom_kill`` the
+    counters' value) on the host and its Pod in the API."""
+    host.pod(uid, oom_kill=oom_kill)
+    host.container(uid, cid, oom_kill=oom_kill)
+    cluster.set(uid=uid, name=name, statuses=[status("app", cid)])
+
+
+def kubelet_restarts(
+    host: Host, cluster: Cluster, *, dead: str, new: str, oom_kill: int | None = 0
+) -> None:
+    """The kubelet replaces the container ``dead`` of :func:`one_container_pod` by ``new``:
+    the dead cgroup goes, the new one's counters read ``oom_kill``, and the status names the
+    dead ID in ``lastState``."""
+    host.remove(host.container_path(UID, dead))
+    host.container(UID, new, oom_kill=oom_kill)
+    cluster.set(uid=UID, name="trainer", statuses=[status("app", new, last=dead)])
+
+
 @pytest.fixture
 def make_host(tmp_path: Path) -> Any:
     def make(*, version: Literal[1, 2], runtime: Runtime = "containerd") -> Host:
@@ -225,16 +252,12 @@ def test_v2_a_container_restarted_twice_in_the_window_counts_two_kills(
     the agent still knows its name from the earlier status, so both kills are the container's.
     A container born and killed between two samples (its first reading already 1) counts too."""
     host, cluster = make_host(version=2), Cluster()
-    host.pod(UID)
-    host.container(UID, CID[3])
-    cluster.set(uid=UID, name="trainer", statuses=[status("app", CID[3])])
+    one_container_pod(host, cluster)
     agent = agent_on(host, cluster)
     agent.sample()
     host.pod(UID, oom_kill=1)
     host.kernel_kill(UID, CID[3], pid=4100)
-    host.remove(host.container_path(UID, CID[3]))
-    host.container(UID, CID[4])
-    cluster.set(uid=UID, name="trainer", statuses=[status("app", CID[4], last=CID[3])])
+    kubelet_restarts(host, cluster, dead=CID[3], new=CID[4])
     agent.sample()
     assert agent.container(UID, CID[4]) == 1
     # Killed again before any sample read it at 0, and not yet replaced.
@@ -243,9 +266,7 @@ def test_v2_a_container_restarted_twice_in_the_window_counts_two_kills(
     host.kernel_kill(UID, CID[4], pid=4200)
     agent.sample()
     assert (agent.container(UID, CID[4]), agent.pod(UID)) == (2, 2)
-    host.remove(host.container_path(UID, CID[4]))
-    host.container(UID, CID[5])
-    cluster.set(uid=UID, name="trainer", statuses=[status("app", CID[5], last=CID[4])])
+    kubelet_restarts(host, cluster, dead=CID[4], new=CID[5])
     agent.sample()
     assert (agent.container(UID, CID[5]), agent.pod(UID)) == (2, 2)
 
@@ -257,9 +278,7 @@ def test_v2_without_the_kernel_log_a_new_cgroup_born_killed_counts(
     first appears with oom_kill 1 was born since the last sample at 0, so its kill counts."""
     host, cluster = make_host(version=2), Cluster()
     host.kmsg.unlink()
-    host.pod(UID)
-    host.container(UID, CID[3])
-    cluster.set(uid=UID, name="trainer", statuses=[status("app", CID[3])])
+    one_container_pod(host, cluster)
     agent = agent_on(host, cluster)
     assert agent.sample().oom is None
     host.pod(UID, oom_kill=1)
@@ -278,16 +297,12 @@ def test_v1_the_pod_counts_the_kernel_logs_kills(
     since 4.13); the container replaced before a sample read its 1, the pod's count is the
     kernel log's. Before 4.13 there is no counter at all: the kernel log is the only count."""
     host, cluster = make_host(version=1), Cluster()
-    host.pod(UID, oom_kill=oom_kill)
-    host.container(UID, CID[3], oom_kill=oom_kill)
-    cluster.set(uid=UID, name="trainer", statuses=[status("app", CID[3])])
+    one_container_pod(host, cluster, oom_kill=oom_kill)
     agent = agent_on(host, cluster)
     agent.sample()
     assert agent.pod(UID) == (None if oom_kill is None else 0)
     host.kernel_kill(UID, CID[3], pid=4100)
-    host.remove(host.container_path(UID, CID[3]))
-    host.container(UID, CID[4], oom_kill=oom_kill)
-    cluster.set(uid=UID, name="trainer", statuses=[status("app", CID[4], last=CID[3])])
+    kubelet_restarts(host, cluster, dead=CID[3], new=CID[4], oom_kill=oom_kill)
     agent.sample()
     assert agent.pod(UID) == 1
     assert agent.container(UID, CID[4]) == 1
@@ -298,9 +313,7 @@ def test_v2_a_group_kill_is_one_kill_a_victim(make_host: Any, agent_on: Any) -> 
     memory.events oom_kill counts 3. Each signal counts 2 victims; the repeat stays visible in
     the snapshot's ``oom.repeats_by_container`` (README, "Kernel log formats understood")."""
     host, cluster = make_host(version=2), Cluster()
-    host.pod(UID)
-    host.container(UID, CID[3])
-    cluster.set(uid=UID, name="trainer", statuses=[status("app", CID[3])])
+    one_container_pod(host, cluster)
     agent = agent_on(host, cluster)
     agent.sample()
     host.pod(UID, oom_kill=3)
@@ -312,9 +325,7 @@ def test_v2_a_group_kill_is_one_kill_a_victim(make_host: Any, agent_on: Any) -> 
     assert snap.oom.repeats_by_container == {f"{UID}/{CID[3]}": 1}
     assert (agent.container(UID, CID[3]), agent.pod(UID)) == (2, 2)
     # Then the kubelet replaces it: still 2.
-    host.remove(host.container_path(UID, CID[3]))
-    host.container(UID, CID[4])
-    cluster.set(uid=UID, name="trainer", statuses=[status("app", CID[4], last=CID[3])])
+    kubelet_restarts(host, cluster, dead=CID[3], new=CID[4])
     agent.sample()
     assert (agent.container(UID, CID[4]), agent.pod(UID)) == (2, 2)
 
@@ -325,9 +336,7 @@ def test_a_pod_recreated_under_the_same_name_has_a_history_of_its_own(
     """A pod deleted and recreated (a StatefulSet's ``trainer-0``) has a new UID: the old one's
     kill is not the new one's, though namespace, pod and container names are the same."""
     host, cluster = make_host(version=2), Cluster()
-    host.pod(UID)
-    host.container(UID, CID[3])
-    cluster.set(uid=UID, name="trainer-0", statuses=[status("app", CID[3])])
+    one_container_pod(host, cluster, name="trainer-0")
     agent = agent_on(host, cluster)
     agent.sample()
     host.pod(UID, oom_kill=1)
@@ -337,9 +346,7 @@ def test_a_pod_recreated_under_the_same_name_has_a_history_of_its_own(
     assert (agent.container(UID, CID[3]), agent.pod(UID)) == (1, 1)
     host.remove(host.pod_path(UID))
     del cluster.objects[UID]
-    host.pod(UID_NEW)
-    host.container(UID_NEW, CID[4])
-    cluster.set(uid=UID_NEW, name="trainer-0", statuses=[status("app", CID[4])])
+    one_container_pod(host, cluster, uid=UID_NEW, cid=CID[4], name="trainer-0")
     agent.sample()
     assert (agent.container(UID_NEW, CID[4]), agent.pod(UID_NEW)) == (0, 0)
 

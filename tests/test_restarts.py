@@ -595,12 +595,17 @@ def _host_args(host: Path, tmp_path: Path, *, node: str, kubeconfig: Path) -> li
 
 
 def _killed_between_cordon_and_evict(
-    *, host: Path, args: list[str], node: str, proxied: Any, log_path: Path, state: Path
-) -> None:
-    """Run the agent until its pods are known, make slab-high hold, and SIGKILL it when its
-    runbook's cordon is done and journalled and its eviction's first API call (the read of the
-    Node's gang record) is on the wire: the journal's next step is the eviction, unplanned."""
-    with running_agent(args=args, log_path=log_path) as base:
+    *, cluster: Cluster, ns: str, node: str, tmp_path: Path, proxied: Any
+) -> list[str]:
+    """Run the agent on :func:`_starved_host` behind ``proxied`` until its pods are known, make
+    slab-high hold, and SIGKILL it when its runbook's cordon is done and journalled and its
+    eviction's first API call (the read of the Node's gang record) is on the wire: the
+    journal's next step is the eviction, unplanned. Returns the agent's arguments, for the
+    agent that resumes it."""
+    host = _starved_host(tmp_path, cluster, ns, node)
+    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
+    state = tmp_path / "state" / "remediation-state.json"
+    with running_agent(args=args, log_path=tmp_path / "a1.log") as base:
         _until("the pod list", lambda: _metric(base, "nodeguard_pod_info", pod="hog") == 1)
         # The cordon reads the Node twice (before and under its Lease); the third read is the
         # eviction's. The pod watch read it with its list, already done.
@@ -613,6 +618,7 @@ def _killed_between_cordon_and_evict(
     (entry,) = json.loads(state.read_text())["sections"]["journal"].values()
     assert entry["next"] == 1 and not entry["progress"].get("1")  # nothing of it done
     assert [(r["action"], r["outcome"]) for r in entry["results"]] == [("cordon", "done")]
+    return args
 
 
 def _pod_list(node: str) -> str:
@@ -626,11 +632,8 @@ def test_an_eviction_resumed_before_the_pod_list_waits_for_it_and_evicts_the_rig
     # The fault: resumed on the first snapshot, before the pod list, the eviction found no
     # working set, evicted nothing ("refused") and the rule waited its 5 m cooldown.
     ns, node = cluster.namespace("resume-pods"), cluster.node()
-    host = _starved_host(tmp_path, cluster, ns, node)
-    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
-    state = tmp_path / "state" / "remediation-state.json"
-    _killed_between_cordon_and_evict(
-        host=host, args=args, node=node, proxied=proxied, log_path=tmp_path / "a1.log", state=state
+    args = _killed_between_cordon_and_evict(
+        cluster=cluster, ns=ns, node=node, tmp_path=tmp_path, proxied=proxied
     )
     listing = proxied.hold("GET", _pod_list(node), times=2)
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
@@ -659,11 +662,8 @@ def test_an_eviction_whose_pod_list_never_comes_is_abandoned_and_its_rule_fires_
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node = cluster.namespace("resume-starved"), cluster.node()
-    host = _starved_host(tmp_path, cluster, ns, node)
-    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
-    state = tmp_path / "state" / "remediation-state.json"
-    _killed_between_cordon_and_evict(
-        host=host, args=args, node=node, proxied=proxied, log_path=tmp_path / "a1.log", state=state
+    args = _killed_between_cordon_and_evict(
+        cluster=cluster, ns=ns, node=node, tmp_path=tmp_path, proxied=proxied
     )
     listing = proxied.hold("GET", _pod_list(node), times=100)  # every LIST, retries included
     wait = [*args, "--remediation.pod-list-wait=2s"]

@@ -557,158 +557,101 @@ def _refault_rate(_s: NodeSnapshot, h: History, t: Target) -> float | None:
     return counter_rate(h.refaults(t.key), window=REFAULT_WINDOW)
 
 
-# The same functions for a pod (its pod-level cgroup) and for each of its containers.
-register(
-    "pod_working_set_bytes",
-    scope="pod",
+def _register_pod_and_container(
+    *, pod: str, container: str, unit: str, valid: Range, help: str, fn: SignalFn
+) -> None:
+    """Register one function as a pod signal (its pod-level cgroup) and as a container signal
+    (each of its containers): ``help`` names the scope where ``{scope}`` stands. Raises
+    ``ValueError`` as :func:`register` does."""
+    register(pod, scope="pod", unit=unit, valid=valid, help=help.format(scope="pod"), fn=fn)
+    register(
+        container,
+        scope="container",
+        unit=unit,
+        valid=valid,
+        help=help.format(scope="container"),
+        fn=fn,
+    )
+
+
+_register_pod_and_container(
+    pod="pod_working_set_bytes",
+    container="container_working_set_bytes",
     unit="bytes",
     valid=ABOVE_ZERO,
-    help="pod working set (usage - inactive_file)",
+    help="{scope} working set (usage - inactive_file)",
     fn=_working_set,
 )
-register(
-    "container_working_set_bytes",
-    scope="container",
-    unit="bytes",
-    valid=ABOVE_ZERO,
-    help="container working set (usage - inactive_file)",
-    fn=_working_set,
-)
-register(
-    "pod_working_set_limit_ratio",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_working_set_limit_ratio",
+    container="container_working_set_limit_ratio",
     unit="ratio",
     valid=SHARE,
-    help="pod working set / effective memory limit",
+    help="{scope} working set / effective memory limit",
     fn=_ws_limit,
 )
-register(
-    "container_working_set_limit_ratio",
-    scope="container",
-    unit="ratio",
-    valid=SHARE,
-    help="container working set / effective memory limit",
-    fn=_ws_limit,
-)
-register(
-    "pod_working_set_request_ratio",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_working_set_request_ratio",
+    container="container_working_set_request_ratio",
     unit="ratio",
     valid=ABOVE_ZERO,
-    help="pod working set / memory request (from the pod spec)",
+    help="{scope} working set / memory request (from the pod spec)",
     fn=_ws_request,
 )
-register(
-    "container_working_set_request_ratio",
-    scope="container",
-    unit="ratio",
-    valid=ABOVE_ZERO,
-    help="container working set / memory request (from the pod spec)",
-    fn=_ws_request,
-)
-register(
-    "pod_seconds_to_limit",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_seconds_to_limit",
+    container="container_seconds_to_limit",
     unit="seconds",
     valid=ABOVE_ZERO,
-    help="pod: seconds until the working set reaches the limit at its recent growth",
+    help="{scope}: seconds until the working set reaches the limit at its recent growth",
     fn=_eta,
 )
-register(
-    "container_seconds_to_limit",
-    scope="container",
-    unit="seconds",
-    valid=ABOVE_ZERO,
-    help="container: seconds until the working set reaches the limit at its recent growth",
-    fn=_eta,
-)
-register(
-    "pod_unreclaimable_bytes",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_unreclaimable_bytes",
+    container="container_unreclaimable_bytes",
     unit="bytes",
     valid=ABOVE_ZERO,
-    help="pod memory the kernel cannot reclaim without killing: anon, shmem/tmpfs, unevictable, "
-    "kernel memory but reclaimable slab (v2), less what fits in swap; page cache left out",
-    fn=_unreclaimable,
-)
-register(
-    "container_unreclaimable_bytes",
-    scope="container",
-    unit="bytes",
-    valid=ABOVE_ZERO,
-    help="container memory the kernel cannot reclaim without killing: anon, shmem/tmpfs, "
+    help="{scope} memory the kernel cannot reclaim without killing: anon, shmem/tmpfs, "
     "unevictable, kernel memory but reclaimable slab (v2), less what fits in swap; page cache "
     "left out",
     fn=_unreclaimable,
 )
-register(
-    "pod_unreclaimable_limit_ratio",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_unreclaimable_limit_ratio",
+    container="container_unreclaimable_limit_ratio",
     unit="ratio",
     valid=SHARE,
-    help="pod unreclaimable memory / effective memory limit (the kernel OOM-kills at 1)",
+    help="{scope} unreclaimable memory / effective memory limit (the kernel OOM-kills at 1)",
     fn=_un_limit,
 )
-register(
-    "container_unreclaimable_limit_ratio",
-    scope="container",
-    unit="ratio",
-    valid=SHARE,
-    help="container unreclaimable memory / effective memory limit (the kernel OOM-kills at 1)",
-    fn=_un_limit,
-)
-register(
-    "pod_unreclaimable_request_ratio",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_unreclaimable_request_ratio",
+    container="container_unreclaimable_request_ratio",
     unit="ratio",
     valid=ABOVE_ZERO,
-    help="pod unreclaimable memory / memory request (from the pod spec): how far above its "
-    "request a pod is by what does not free itself (page cache left out)",
+    help="{scope} unreclaimable memory / memory request (from the pod spec): how far above "
+    "its request a {scope} is by what does not free itself (page cache left out)",
     fn=_un_request,
 )
-register(
-    "container_unreclaimable_request_ratio",
-    scope="container",
-    unit="ratio",
-    valid=ABOVE_ZERO,
-    help="container unreclaimable memory / memory request (from the pod spec): how far above "
-    "its request a container is by what does not free itself (page cache left out)",
-    fn=_un_request,
-)
-register(
-    "pod_unreclaimable_seconds_to_limit",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_unreclaimable_seconds_to_limit",
+    container="container_unreclaimable_seconds_to_limit",
     unit="seconds",
     valid=ABOVE_ZERO,
-    help="pod: seconds until unreclaimable memory reaches the limit at its recent growth",
+    help="{scope}: seconds until unreclaimable memory reaches the limit at its recent growth",
     fn=_un_eta,
 )
-register(
-    "container_unreclaimable_seconds_to_limit",
-    scope="container",
-    unit="seconds",
-    valid=ABOVE_ZERO,
-    help="container: seconds until unreclaimable memory reaches the limit at its recent growth",
-    fn=_un_eta,
-)
-register(
-    "pod_refault_bytes_per_second",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_refault_bytes_per_second",
+    container="container_refault_bytes_per_second",
     unit="bytes",
     valid=ABOVE_ZERO,
-    help="pod page cache read back after reclaim dropped it (workingset_refault_file), bytes "
-    "per second over the last 10 s: reclaim taking what the workload still reads",
-    fn=_refault_rate,
-)
-register(
-    "container_refault_bytes_per_second",
-    scope="container",
-    unit="bytes",
-    valid=ABOVE_ZERO,
-    help="container page cache read back after reclaim dropped it (workingset_refault_file), "
+    help="{scope} page cache read back after reclaim dropped it (workingset_refault_file), "
     "bytes per second over the last 10 s: reclaim taking what the workload still reads",
     fn=_refault_rate,
 )
+# One function, but the two count differently (a pod's kills include its containers'
+# restarts; a container's sum its IDs by name), so each says so in its own words.
 register(
     "pod_oom_kills_10m",
     scope="pod",
@@ -745,54 +688,29 @@ def _usage_limit(_s: NodeSnapshot, _h: History, t: Target) -> float | None:
     return min(1.0, m.usage_bytes / m.effective_limit_bytes)
 
 
-register(
-    "pod_psi_full_avg10",
-    scope="pod",
+_register_pod_and_container(
+    pod="pod_psi_full_avg10",
+    container="container_psi_full_avg10",
     unit="ratio",
     valid=SHARE,
-    help="pod cgroup memory PSI full avg10 (v2 memory.pressure; no data on v1)",
+    help="{scope} cgroup memory PSI full avg10 (v2 memory.pressure; no data on v1)",
     fn=_cgroup_psi("full"),
 )
-register(
-    "container_psi_full_avg10",
-    scope="container",
+_register_pod_and_container(
+    pod="pod_psi_some_avg10",
+    container="container_psi_some_avg10",
     unit="ratio",
     valid=SHARE,
-    help="container cgroup memory PSI full avg10 (v2 memory.pressure; no data on v1)",
-    fn=_cgroup_psi("full"),
-)
-register(
-    "pod_psi_some_avg10",
-    scope="pod",
-    unit="ratio",
-    valid=SHARE,
-    help="pod cgroup memory PSI some avg10 (v2 memory.pressure; no data on v1)",
+    help="{scope} cgroup memory PSI some avg10 (v2 memory.pressure; no data on v1)",
     fn=_cgroup_psi("some"),
 )
-register(
-    "container_psi_some_avg10",
-    scope="container",
+_register_pod_and_container(
+    pod="pod_usage_limit_ratio",
+    container="container_usage_limit_ratio",
     unit="ratio",
     valid=SHARE,
-    help="container cgroup memory PSI some avg10 (v2 memory.pressure; no data on v1)",
-    fn=_cgroup_psi("some"),
-)
-register(
-    "pod_usage_limit_ratio",
-    scope="pod",
-    unit="ratio",
-    valid=SHARE,
-    help="pod usage (page cache included) / effective memory limit: 0.98 and more is at "
+    help="{scope} usage (page cache included) / effective memory limit: 0.98 and more is at "
     "the limit, where the kernel reclaims inside the cgroup",
-    fn=_usage_limit,
-)
-register(
-    "container_usage_limit_ratio",
-    scope="container",
-    unit="ratio",
-    valid=SHARE,
-    help="container usage (page cache included) / effective memory limit: 0.98 and more is "
-    "at the limit, where the kernel reclaims inside the cgroup",
     fn=_usage_limit,
 )
 
