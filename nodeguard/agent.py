@@ -205,7 +205,13 @@ async def run_agent(cfg: AgentConfig) -> int:
     kube = cluster[0] if cluster else None
     sampler = Sampler(config=cfg.sampler, cluster=cluster[1] if cluster else None)
     registry = CollectorRegistry(auto_describe=True)
-    auditor = Auditor(kube=kube, node_name=node, metrics=ActionMetrics(registry=registry))
+    auditor = Auditor(
+        kube=kube,
+        node_name=node,
+        metrics=ActionMetrics(registry=registry),
+        store=state.section("events"),
+        changed=state.save,
+    )
     incidents = IncidentStore(directory=cfg.incidents_dir, keep=cfg.incidents_keep)
     # Durations on the state's clock: a step of the wall clock moves no cooldown or window.
     engine = RuleEngine(rules=source.current.rules if source else (), state=state, clock=state.now)
@@ -317,6 +323,9 @@ async def run_agent(cfg: AgentConfig) -> int:
         claim=receiver.claimer(claims) if claims is not None else None,
         acting=holder if actor is not None else None,
         claim_done=claim_done,
+        claim_release=(
+            (lambda f: claims.release(node=f.node, key=f.key)) if claims is not None else None
+        ),
     )
     remediator.restore()
     for rule, target in engine.busy_targets():

@@ -14,6 +14,14 @@ own reports is reported by the next record of any kind after its window ends, an
 :func:`report_dropped` (the agent calls it when it stops), as one line naming the count and the
 line dropped: nothing is dropped without a note.
 
+Memory is bounded: at most :data:`KINDS` kinds are remembered, oldest window first. A kind whose
+window has ended is forgotten for room (its next record would open a new window anyway), its
+drops said first. When all of them are inside their window (a node whose 1,100 containers each
+log one line a sample), a kind not remembered is never let in by forgetting one that is (it
+would be forgotten in turn just before it comes round, and nothing would be limited): it is
+counted in its logger and level's *overflow*, limited as one kind (:data:`BURST` per window),
+whose drops are said as "N line(s) of M kind(s)".
+
 Audit lines (every action result, firing, refusal and rule-reload error: the log is the audit
 trail) are written with ``extra=AUDIT`` and never dropped.
 
@@ -28,6 +36,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from aiohttp.http_exceptions import HttpProcessingError
@@ -35,6 +44,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 __all__ = [
     "AUDIT",
     "BURST",
+    "KINDS",
     "WINDOW",
     "ClientErrorFilter",
     "RepeatFilter",
@@ -52,9 +62,27 @@ AUDIT: Mapping[str, object] = MappingProxyType({"audit": True})
 _SWEEP = 1.0
 # The filters install_log_filters made, for report_dropped.
 _INSTALLED: list[RepeatFilter] = []
-# Kinds remembered at once, least recently seen forgotten first: a caller that formats its own
-# message (an f-string) makes a kind per message, and the filter must not grow with them.
-_KINDS = 1024
+#: Kinds remembered at once (see the module docstring): a caller that formats its own message
+#: (an f-string) makes a kind per message, and the filter must not grow with them.
+KINDS = 1024
+# Overflows kept apart (one a logger and level); more loggers than this share one a level.
+_OVERFLOWS = 64
+
+
+@dataclass
+class _Overflow:
+    """The kinds of one logger and level that found no room, limited as one kind."""
+
+    start: float
+    passed: int = 0
+    dropped: int = 0
+    # Hashes of the kinds dropped (at most KINDS: M is then "at least"), and one of them.
+    kinds: set[int] = field(default_factory=set)
+    sample: str = ""
+
+    def said(self) -> str:
+        many = "+" if len(self.kinds) >= KINDS else ""
+        return f"{self.dropped} line(s) of {len(self.kinds)}{many} kind(s)"
 
 
 class RepeatFilter(logging.Filter):
@@ -70,8 +98,10 @@ class RepeatFilter(logging.Filter):
     ) -> None:
         super().__init__()
         self._burst, self._window, self._clock = burst, window, clock
-        # kind -> [window start, records let through in it, records dropped in it]
+        # kind -> [window start, records let through in it, records dropped in it], in the
+        # order the windows started (a kind's new window moves it to the end).
         self._kinds: OrderedDict[tuple[str, int, str], list[float]] = OrderedDict()
+        self._overflow: dict[tuple[str, int], _Overflow] = {}
         self.suppressed = 0
         self._swept = clock()
         self._noting = False
@@ -90,21 +120,15 @@ class RepeatFilter(logging.Filter):
         kind = (record.name, record.levelno, _rendered(record))
         state = self._kinds.get(kind)
         if state is None:
+            if not self._room(now=now):
+                return self._overflowed(record, kind, now=now)
             state = self._kinds[kind] = [now, 0, 0]
-            if len(self._kinds) > _KINDS:
-                self._forget()
-        else:
-            self._kinds.move_to_end(kind)
         start, passed, dropped = state
         if now - start >= self._window:
             state[:] = [now, 1, 0]
+            self._kinds.move_to_end(kind)
             if dropped:
-                # getMessage() applies the arguments once; the record then carries plain text.
-                record.msg = (
-                    f"{record.getMessage()} [{int(dropped)} more like this dropped in the "
-                    f"last {self._window:.0f}s]"
-                )
-                record.args = None
+                self._annotate(record, f"{int(dropped)} more like this")
             return True
         if passed < self._burst:
             state[1] = passed + 1
@@ -113,35 +137,92 @@ class RepeatFilter(logging.Filter):
         self.suppressed += 1
         return False
 
+    def _room(self, *, now: float) -> bool:
+        """Whether a kind may be remembered: kinds whose window has ended (the oldest come
+        first) are forgotten for it, their drops said; a kind inside its window never is."""
+        while len(self._kinds) >= KINDS:
+            kind, (start, _passed, dropped) = next(iter(self._kinds.items()))
+            if now - start < self._window:
+                return False
+            del self._kinds[kind]
+            if dropped:
+                self._say(kind, int(dropped))
+        return True
+
+    def _overflowed(
+        self, record: logging.LogRecord, kind: tuple[str, int, str], *, now: float
+    ) -> bool:
+        key = (record.name, record.levelno)
+        if key not in self._overflow and len(self._overflow) >= _OVERFLOWS:
+            key = ("", record.levelno)
+        over = self._overflow.get(key)
+        if over is None:
+            over = self._overflow[key] = _Overflow(start=now)
+        if now - over.start >= self._window:
+            if over.dropped:
+                self._annotate(record, f"{over.said()} not remembered")
+            self._overflow[key] = _Overflow(start=now, passed=1)
+            return True
+        if over.passed < self._burst:
+            over.passed += 1
+            return True
+        over.dropped += 1
+        if len(over.kinds) < KINDS:
+            over.kinds.add(hash(kind))
+        over.sample = over.sample or kind[2]
+        self.suppressed += 1
+        return False
+
+    def _annotate(self, record: logging.LogRecord, what: str) -> None:
+        # getMessage() applies the arguments once; the record then carries plain text.
+        record.msg = f"{record.getMessage()} [{what} dropped in the last {self._window:.0f}s]"
+        record.args = None
+
     def report_dropped(self) -> None:
         """Log one line for every kind with drops not yet reported, whatever its window."""
         self._note(ended_before=None)
 
-    def _forget(self) -> None:
-        # The least recently seen kind goes; its drops are said before they are forgotten.
-        kind, (_start, _passed, dropped) = self._kinds.popitem(last=False)
-        if dropped:
-            self._say(kind, int(dropped))
-
     def _note(self, *, ended_before: float | None) -> None:
         for kind, state in list(self._kinds.items()):
-            if state[2] and (ended_before is None or state[0] <= ended_before):
+            ended = ended_before is not None and state[0] <= ended_before
+            if state[2] and (ended or ended_before is None):
                 self._say(kind, int(state[2]))
                 del self._kinds[kind]
+            elif ended:
+                del self._kinds[kind]  # its next record opens a new window anyway
+        for key, over in list(self._overflow.items()):
+            if ended_before is None or over.start <= ended_before:
+                if over.dropped:
+                    self._say_overflow(key, over)
+                del self._overflow[key]
 
     def _say(self, kind: tuple[str, int, str], dropped: int) -> None:
         name, level, message = kind
+        self._log(
+            level,
+            "%d more line(s) like this dropped (logger %s) in a %.0fs window: %s",
+            dropped,
+            name,
+            self._window,
+            message,
+        )
+
+    def _say_overflow(self, key: tuple[str, int], over: _Overflow) -> None:
+        name, level = key
+        self._log(
+            level,
+            "%s dropped (logger %s) in a %.0fs window, over the %d kinds remembered; one: %s",
+            over.said(),
+            name or "(many)",
+            self._window,
+            KINDS,
+            over.sample,
+        )
+
+    def _log(self, level: int, msg: str, *args: object) -> None:
         self._noting = True  # the note itself goes through this filter: let it pass
         try:
-            logging.getLogger(__name__).log(
-                level,
-                "%d more line(s) like this dropped (logger %s) in a %.0fs window: %s",
-                dropped,
-                name,
-                self._window,
-                message,
-                extra=AUDIT,
-            )
+            logging.getLogger(__name__).log(level, msg, *args, extra=AUDIT)
         finally:
             self._noting = False
 

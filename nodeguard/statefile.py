@@ -317,6 +317,10 @@ class StateFile:
         target = self._asked
         if self._writer is None or self._writer.done():
             self.save()  # asked for without a loop, then a loop: start the writer
+        elif self._wake is not None:
+            # A generation asked for without a wake (whatever the path) is never waited on
+            # for ever: the idle writer takes it now.
+            self._wake.set()
         waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiters.append((target, waiter))
         return await waiter
@@ -328,9 +332,15 @@ class StateFile:
         if self.path is None:
             return
         self._asked += 1
-        if not self._write_and_account(self._body(), self._asked, durable=False):
-            raise StateNotPersisted(f"cannot write the remediation state {self.path}")
-        self.save()  # and fsynced soon
+        if self._write_and_account(self._body(), self._asked, durable=False):
+            self.save()  # and fsynced soon
+            return
+        with contextlib.suppress(RuntimeError):  # no loop: the caller's next save() retries
+            asyncio.get_running_loop()
+            # The writer's fsynced write is the retry (every retry_seconds until the disk has
+            # room); it also answers persist(), which would otherwise wait for ever.
+            self.save()
+        raise StateNotPersisted(f"cannot write the remediation state {self.path}")
 
     def _body(self) -> bytes:
         return json.dumps(

@@ -9,7 +9,7 @@ import re
 import urllib.request
 from pathlib import Path
 
-from nodeguard.logs import AUDIT, RepeatFilter
+from nodeguard.logs import AUDIT, KINDS, RepeatFilter
 from tests.agent import get, running_agent, wait_until
 
 _LINE = "action=%s outcome=%s dry_run=%s node=%s objects=%s message=%r"
@@ -87,16 +87,61 @@ def test_drops_are_said_even_when_the_line_never_comes_back() -> None:
         logger.setLevel(logging.NOTSET)
 
 
-def test_a_kind_forgotten_for_room_says_its_drops() -> None:
-    repeat = RepeatFilter(burst=1, window=60.0, clock=lambda: 0.0)
+def test_a_kind_is_forgotten_for_room_only_once_its_window_ended() -> None:
+    # Every kind remembered is inside its window: "first" keeps its count and the kinds that
+    # find no room are limited together (their logger and level's overflow).
+    now = [0.0]
+    repeat = RepeatFilter(burst=1, window=60.0, clock=lambda: now[0])
     handler, logger = _notes()
     try:
         repeat.filter(_record("first"))
         repeat.filter(_record("first"))
-        for i in range(1100):  # pushes "first" out of the 1024 kinds remembered
-            repeat.filter(_record("line %d", i))
+        passed = [repeat.filter(_record("line %d", i)) for i in range(1100)]
+        # "first" and lines 0-1022 fill the 1024 kinds; of the 77 more, one (the burst) passes.
+        assert passed.count(True) == 1023 + 1
+        assert not repeat.filter(_record("first"))  # still remembered, still limited
+        assert handler.lines == []  # every window still open: nothing to say yet
+        now[0] = 61.0
+        # "first"'s window has ended: forgotten for the new kind's room, its drops said first;
+        # then the sweep says the overflow's.
+        assert repeat.filter(_record("new"))
         assert handler.lines == [
-            "1 more line(s) like this dropped (logger nodeguard.test) in a 60s window: first"
+            "2 more line(s) like this dropped (logger nodeguard.test) in a 60s window: first",
+            "76 line(s) of 76 kind(s) dropped (logger nodeguard.test) in a 60s window, over the "
+            "1024 kinds remembered; one: line 1024",
+        ]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+
+
+def test_more_repeating_kinds_than_remembered_are_still_rate_limited() -> None:
+    # Issue 22 review: 1,100 containers each logging one line a sample (a cgroup file that
+    # cannot be read) are 1,100 kinds that repeat. Forgetting the least recently seen kind for
+    # room forgot each one just before it came round: all 11,000 lines passed.
+    repeat = RepeatFilter(burst=5, window=60.0, clock=lambda: 0.0)
+    kinds, rounds = 1100, 10
+    passed = 0
+    for _ in range(rounds):
+        for i in range(kinds):
+            passed += repeat.filter(_record("cannot read %s: %s", f"/sys/fs/cgroup/c{i}", "EIO"))
+    # 5 of each kind remembered, 5 of the overflow's 76 kinds together.
+    assert passed == 5 * KINDS + 5
+    assert len(repeat._kinds) == KINDS
+
+
+def test_an_overflow_counts_its_lines_and_its_kinds() -> None:
+    repeat = RepeatFilter(burst=1, window=60.0, clock=lambda: 0.0)
+    handler, logger = _notes()
+    try:
+        for i in range(KINDS):
+            repeat.filter(_record("kept %d", i))
+        overflow = ["over 0", "over 1", "over 1", "over 2", "over 1"]
+        assert [repeat.filter(_record(line)) for line in overflow] == [True] + [False] * 4
+        repeat.report_dropped()  # the agent stops: said at once
+        assert handler.lines == [
+            "4 line(s) of 2 kind(s) dropped (logger nodeguard.test) in a 60s window, over the "
+            "1024 kinds remembered; one: over 1"
         ]
     finally:
         logger.removeHandler(handler)

@@ -192,6 +192,7 @@ async def test_a_step_under_way_is_finished_though_its_condition_is_gone(tmp_pat
     entry["results"] = [{"action": "test_count", "outcome": "done"}]
     entry["progress"] = {"1": {"inflight": {"unit": "pod/ns/hog"}}}
     first.state.save()
+    assert await first.state.persist()  # on disk before the "restart" reads it
     done: list[tuple[str, bool]] = []
     second = remediator(tmp_path, on_done=lambda f, _r, applied: done.append((f.rule, applied)))
     second.restore()

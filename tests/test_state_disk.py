@@ -8,6 +8,7 @@ below holds), takes Alertmanager deliveries on its webhook, and keeps its state 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from nodeguard.statefile import StateFile, StateNotPersisted
 from tests.agent import get, running_agent, wait_until
 from tests.conftest import host_flags
 from tests.fullfs import PAGE, can_mount, can_slow_a_disk, fill, slow_disk, small_tmpfs
@@ -304,3 +306,34 @@ def test_probes_answer_through_a_flood_on_a_slow_disk(tmp_path: Path) -> None:
         f"{w.slowest:.2f}s; scrapes {scrapes}, slowest {slowest_scrape:.2f}s"
     )
     assert "Traceback" not in log_path.read_text()
+
+
+@pytest.mark.skipif(not can_mount(), reason="mounting a tmpfs needs root")
+async def test_a_failed_checkpoint_is_written_once_the_disk_has_room(tmp_path: Path) -> None:
+    # Issue 22 review: a write-ahead checkpoint that failed on a full disk never woke the
+    # writer: persist() waited for ever, persisted stayed False and the agent refused every
+    # firing and delivery (state_not_persisted) until restarted. The writer retries every
+    # retry_seconds (statefile.py's promise).
+    with small_tmpfs(tmp_path / "fs", size=16 * PAGE) as fs:
+        state = StateFile(path=fs / "state.json", node="node-a", retry_seconds=0.05)
+        journal = state.section("journal")
+        journal["e"] = {"next": 0, "progress": {}}
+        state.save()
+        assert await state.persist()  # the writer task has run and waits for the next request
+        filler = fill(fs)
+        journal["e"]["progress"]["0"] = {"inflight": {"done": ["ns/pod"]}}
+        with pytest.raises(StateNotPersisted):
+            state.checkpoint()  # an eviction's note, just after the eviction
+        assert not state.persisted
+        filler.unlink()  # room again
+        try:
+            ok = await asyncio.wait_for(state.persist(), timeout=5)  # a hang guard, not a timing
+        except TimeoutError:
+            ok = None
+        state.release()
+        assert ok is True, "persist() never returned: no write was tried after the disk freed"
+        assert state.persisted
+        assert json.loads((fs / "state.json").read_text())["sections"]["journal"]["e"] == {
+            "next": 0,
+            "progress": {"0": {"inflight": {"done": ["ns/pod"]}}},
+        }

@@ -12,7 +12,10 @@ Events are core/v1 Events with ``source.component=nodeguard``; their reasons are
 leaves the same trail under a name nobody mistakes for the real thing (each action's entry
 names its ``Would`` forms: :func:`nodeguard.actions.registry.dry_reason`). An Event that cannot be
 written (the API server down) is kept, at most :data:`PENDING_EVENTS` of them, and written again
-with the next result or :meth:`Auditor.flush`; it never fails the action.
+with the next result or :meth:`Auditor.flush`; it never fails the action. With a ``store`` (the
+agent's state file) the kept Events outlive the process: one whose call timed out while the
+agent stopped (an API server that does not answer within ``--shutdown.timeout``) is written by
+the next start (the remediator flushes when it starts), never lost with the process.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import deque
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -54,15 +59,31 @@ def _now() -> str:
 
 
 class Auditor:
-    """Writes the audit trail of actions taken from ``node_name``."""
+    """Writes the audit trail of actions taken from ``node_name``. ``store``: where the Events
+    kept for a later try are mirrored (``pending``: ``[namespace, body]`` pairs; a state-file
+    section), ``changed`` called after each change; without it they live in memory only."""
 
     def __init__(
-        self, *, kube: KubeClient | None, node_name: str, metrics: ActionMetrics | None
+        self,
+        *,
+        kube: KubeClient | None,
+        node_name: str,
+        metrics: ActionMetrics | None,
+        store: MutableMapping[str, Any] | None = None,
+        changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._kube = kube
         self._node = node_name
         self._metrics = metrics
-        self._pending: deque[tuple[str, JSON]] = deque(maxlen=PENDING_EVENTS)
+        self._store, self._changed = store, changed
+        self._pending: deque[tuple[str, JSON]] = deque(
+            (
+                (str(e[0]), e[1])
+                for e in (store or {}).get("pending", [])
+                if isinstance(e, list) and len(e) == 2 and isinstance(e[1], dict)
+            ),
+            maxlen=PENDING_EVENTS,
+        )
         self.events_written = 0
         #: Every reason written (dry-run forms included), for tests and the README check.
         self.reasons_seen: set[str] = set()
@@ -132,6 +153,13 @@ class Auditor:
         }
         if not await self._write(namespace, body):
             self._pending.append((namespace, body))
+            self._kept()
+
+    def _kept(self) -> None:
+        """Mirror the kept Events into the store (a kill loses none the state file got)."""
+        if self._store is not None:
+            self._store["pending"] = [[ns, body] for ns, body in self._pending]
+            self._changed()
 
     async def _write(self, namespace: str, body: JSON) -> bool:
         assert self._kube is not None
@@ -157,6 +185,7 @@ class Auditor:
             if not await self._write(namespace, body):
                 return
             self._pending.popleft()
+            self._kept()
 
     @property
     def pending(self) -> int:

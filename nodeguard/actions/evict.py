@@ -388,9 +388,11 @@ class _Walk:
         self.checkpoint()
 
     async def _evict(self, members: list[_Member], *, why: str) -> list[str]:
-        """Evict members for real (or dry run), noting each one done in the written-ahead
-        ``inflight`` record (saved at once), so a retry never reports it twice, and writing
-        its Event at once (``announce``)."""
+        """Evict members for real (or dry run), noting each one evicted (``done``) in the
+        written-ahead ``inflight`` record (saved at once), then writing its Event at once
+        (``announce``) and noting that (``announced``): a run cut short between the two
+        (SIGKILL, a stop, a full disk) leaves the Event owed, and the resumed step writes it
+        (:meth:`_Finish.inflight`), never twice."""
 
         async def each(m: _Member) -> None:
             if self.dry_run:
@@ -399,12 +401,28 @@ class _Walk:
             if inflight is not None:
                 inflight["done"] = [*inflight.get("done", []), m.ref]
                 self.checkpoint()
-            if self.announce is not None:
-                message = f"evicted {m.ref} from {self.node} for rule {self.rule}"
-                await self.announce(m.ref, m.uid, f"{message} ({self.note}): {why}")
-                self.announced.add(m.ref)
+            await self._announce_one(inflight, m, why=why)
 
         return await _evict_all(self.kube, members, dry_run=self.dry_run, each=each)
+
+    async def _announce_one(self, inflight: Any, m: _Member, *, why: str) -> None:
+        if self.announce is None:
+            return
+        message = f"evicted {m.ref} from {self.node} for rule {self.rule}"
+        await self.announce(m.ref, m.uid, f"{message} ({self.note}): {why}")
+        self.announced.add(m.ref)
+        if inflight is not None:
+            inflight["announced"] = [*inflight.get("announced", []), m.ref]
+            self.checkpoint()
+
+    async def _announce_owed(self, inflight: Any, members: list[_Member], *, why: str) -> None:
+        """Write the Events an earlier run owes: pods in ``done`` not in ``announced``."""
+        said = {str(ref) for ref in inflight.get("announced", [])}
+        self.announced |= said  # written by the earlier run: not again from this result
+        done = {str(ref) for ref in inflight.get("done", [])}
+        for m in members:
+            if m.ref in done and m.ref not in said:
+                await self._announce_one(inflight, m, why=why)
 
     async def members(self, unit: Unit) -> list[PodMeta]:
         """Every live pod of the unit, cluster-wide for a gang: the namespace's pods (by label
@@ -501,10 +519,15 @@ class _Finish:
             evicted = await self.walk._evict(live, why=str(inflight.get("why", "")))
         except _Refused as refused:  # a budget changed its mind meanwhile: "later"
             evicted = refused.evicted
-        # Reported now: what this run evicted, and what an earlier one evicted but did not
-        # live to report (its request went through; it died before the answer).
-        reported = set(inflight.get("done", []))
-        gone = [m.ref for m in members if m not in live and m.ref not in reported]
+        # Reported now: what an earlier run evicted (``done``: its result was never recorded),
+        # what it evicted but did not live to note (its request went through; it died before
+        # the answer), and what this run evicted. An earlier eviction whose Event was not
+        # written (``done`` but not ``announced``: killed, stopped or the disk full between the
+        # two) gets it now, once.
+        why = str(inflight.get("why", ""))
+        done = [str(ref) for ref in inflight.get("done", [])]
+        await self.walk._announce_owed(inflight, members, why=why)
+        gone = [m.ref for m in members if m not in live and m.ref not in done]
         self.walk.limiter.record(self.walk.node)
         if len(members) > 1 and not self.walk.dry_run:
             await _write_gangs(
@@ -513,7 +536,7 @@ class _Finish:
         self.walk._done(
             Evicted(
                 unit=str(inflight["unit"]),
-                pods=tuple(gone + evicted),
+                pods=tuple(dict.fromkeys(done + gone + evicted)),
                 counted=int(inflight.get("counted", 0)),
                 why=f"{inflight.get('why', '')} (under way when it was cut short; completed)",
             )

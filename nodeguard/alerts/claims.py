@@ -230,3 +230,44 @@ class AlertClaims:
         except (ValueError, TypeError, AttributeError):
             return empty
         return {"claimants": claimants, "seen": seen, "resolved": resolved}
+
+    async def release(self, *, node: str, key: str) -> bool:
+        """Give back our claim of one delivery on ``node`` (a runbook abandoned before it
+        planned anything: no pod list in time), so that the copy Alertmanager re-sends every
+        ``repeat_interval`` acts on whichever agent it reaches instead of being dropped there as
+        a ``duplicate`` for the claim's whole ``ttl``. A claim held by another agent is left.
+        True when no claim of ours is left; False when the Node could not be read or written
+        (logged: the claim then lives out its ``ttl``)."""
+        digest = _digest(key)
+        for attempt in range(self._attempts):
+            try:
+                current = await self._kube.get_node(name=node)
+            except KubeError as exc:
+                log.warning("cannot read node %s to release an alert claim: %s", node, exc)
+                return False
+            meta = current.get("metadata", {})
+            data = self._decode((meta.get("annotations") or {}).get(ANNOTATION))
+            claimants: list[str] = data["claimants"]
+            mine = claimants.index(self._claimant) if self._claimant in claimants else None
+            kept = [e for e in data["seen"] if not (e[0] == digest and e[2] == mine)]
+            if mine is None or len(kept) == len(data["seen"]):
+                return True  # not ours (or gone already): nothing to give back
+            data["seen"] = kept
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta.get("resourceVersion"),
+                    "annotations": {ANNOTATION: json.dumps(data, separators=(",", ":"))},
+                }
+            }
+            try:
+                await self._kube.patch_node(name=node, patch=patch, dry_run=False)
+            except Conflict:
+                await self._sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
+                continue
+            except KubeError as exc:
+                log.warning("cannot release an alert claim on node %s: %s", node, exc)
+                return False
+            log.info("alert delivery claim on node %s released: nothing acted on it", node)
+            return True
+        log.warning("node %s kept changing while releasing an alert claim", node)
+        return False

@@ -92,6 +92,9 @@ ClaimFn = Callable[[Firing], Awaitable[str]]
 #: ``acting()`` -> ``None`` while this agent acts for its node, else who does
 #: (:mod:`nodeguard.remediation.actor`): no step runs until it acts again.
 Acting = Callable[[], str | None]
+#: ``await claim_release(firing)``: give back the claim of an alert's delivery that nothing
+#: acted on (abandoned before planning), so its re-sent copy acts on whichever agent it reaches.
+ReleaseFn = Callable[[Firing], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +133,7 @@ class Remediator:
         retry_base: float = 5.0,
         retry_cap: float = 60.0,
         claim: ClaimFn | None = None,
+        claim_release: ReleaseFn | None = None,
         pods_wait: float = 30.0,
         pods_poll: float = 0.1,
         on_unplanned: Unplanned | None = None,
@@ -140,6 +144,7 @@ class Remediator:
     ) -> None:
         self.env = env
         self._claim, self._acting, self._claim_done = claim, acting, claim_done
+        self._release = claim_release
         self.incidents = incidents
         self.global_dry_run = global_dry_run
         self.state = state if state is not None else StateFile(path=None, node=env.node)
@@ -156,6 +161,10 @@ class Remediator:
         self._firings: dict[str, Firing] = {}
         self._restored: dict[str, Firing] = {}
         self._waiting: set[asyncio.Task[None]] = set()
+        # Set by run(): once set, no step starts (the one under way may finish).
+        self._stop: asyncio.Event | None = None
+        # The entry each busy worker handles (for the audit line of a step cut short).
+        self._handling: dict[asyncio.Task[Any], str] = {}
         self.in_flight = 0
         self.abandoned_total = 0
         self.resumed_total = 0
@@ -188,6 +197,7 @@ class Remediator:
                 firing.kind,
                 firing.rule,
                 firing.target,
+                extra=AUDIT,
             )
             return False
         if self.full():
@@ -345,7 +355,11 @@ class Remediator:
         note = f"incident {key}: {firing.summary}"
         if self._held(key, entry):
             return None
-        if entry["next"] == 0 and not entry.get("attempts"):
+        if entry["next"] == 0 and not entry.get("attempts") and not entry.get("audited"):
+            # Once per firing: a firing that waits (for its pods, for the state, for its node's
+            # Lease) comes here again with nothing tried; the flag is saved with the entry's
+            # next save.
+            entry["audited"] = True
             log.warning(
                 "%s %s%s",
                 "resolving" if firing.kind == "resolved" else "acting on",
@@ -380,6 +394,8 @@ class Remediator:
         )
         while entry["next"] < len(firing.steps):
             index = entry["next"]
+            if self.stopping:
+                return None  # the agent stops: no new step; the journal keeps the rest
             if self._held(key, entry):
                 return None  # lost the node mid-runbook: this step waits, journaled
             if get(firing.steps[index].action).needs_pods:
@@ -491,8 +507,17 @@ class Remediator:
         results = [*entry["results"], result.to_record()]
         left = [s.action for s in firing.steps[index:]]
         log.warning(
-            "abandoning %s (%s): %s; steps not run: %s", key, firing.rule, why, ", ".join(left)
+            "abandoning %s (%s): %s; steps not run: %s",
+            key,
+            firing.rule,
+            why,
+            ", ".join(left),
+            extra=AUDIT,
         )
+        if entry.get("claimed") and self._release is not None:
+            # Nothing acted on the delivery: the claim that names this agent would make its
+            # re-sent copy a "duplicate" on every other agent for the claim's whole life.
+            await self._release(firing)
         self.journal.pop(key, None)
         self._firings.pop(key, None)
         extra: dict[str, Any] = {"abandoned": why, "steps_not_run": left}
@@ -572,13 +597,27 @@ class Remediator:
         self._waiting.add(task)
         task.add_done_callback(self._waiting.discard)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`run` was told to stop: no step starts any more."""
+        return self._stop is not None and self._stop.is_set()
+
     async def _worker(self) -> None:
-        while True:
+        while not self.stopping:
             key = await self._queue.get()
+            if self.stopping:
+                self._queue.task_done()  # taken as the stop came: the journal keeps it
+                return
             self.in_flight += 1
+            task = asyncio.current_task()
+            assert task is not None
+            self._handling[task] = key
             try:
                 if key in self.journal and key in self._firings:
                     await self.handle(key)
+            except asyncio.CancelledError:
+                self._cut_short(key)
+                raise
             except Exception:
                 # A bug in an action: record the entry as failed rather than retry it forever.
                 log.exception("remediation %s failed", key)
@@ -601,20 +640,55 @@ class Remediator:
                     self.state.save()
                     self._finish(firing, results)
             finally:
+                self._handling.pop(task, None)
                 self.in_flight -= 1
                 self._queue.task_done()
 
-    async def run(self, *, stop: asyncio.Event) -> None:
-        """Run the workers until ``stop`` is set. What is queued or under way then stays in
-        the journal, for the next start."""
+    def _cut_short(self, key: str) -> None:
+        """The audit line of a step cancelled under way (the stop's grace is over, or the
+        process is going down): its journal entry stays, for the next start."""
+        entry, firing = self.journal.get(key), self._firings.get(key)
+        if entry is None or firing is None:
+            return
+        index = min(int(entry.get("next", 0)), len(firing.steps) - 1)
+        log.warning(
+            "%s (%s): step %d (%s) cut short by the stop; it stays in the journal and is "
+            "finished at the next start",
+            key,
+            firing.rule,
+            index + 1,
+            firing.steps[index].action,
+            extra=AUDIT,
+        )
+
+    async def run(self, *, stop: asyncio.Event, grace: float | None = None) -> None:
+        """Run the workers until ``stop`` is set. Then nothing new starts: idle workers and
+        waiting firings end at once, and a step under way may finish (its API calls answered,
+        its Events written) for ``grace`` seconds (``None``: until this task is cancelled, as
+        the agent does after ``--shutdown.timeout``); what is still under way then is
+        cancelled, with an audit line. What is queued or under way stays in the journal, for
+        the next start."""
+        self._stop = stop
+        # Events an earlier process kept for a later try (its last calls timed out): now,
+        # beside the workers (an API server that is away does not hold them up).
+        flush = asyncio.create_task(self.env.auditor.flush(), name="events-flush")
+        self._waiting.add(flush)
+        flush.add_done_callback(self._waiting.discard)
         workers = [
             asyncio.create_task(self._worker(), name=f"remediator-{i}")
             for i in range(self.concurrency)
         ]
-        await stop.wait()
-        for w in [*workers, *self._waiting]:
-            w.cancel()
-        for w in [*workers, *self._waiting]:
-            with contextlib.suppress(asyncio.CancelledError):
-                await w
-        self.state.save()
+        try:
+            await stop.wait()
+            busy = set(self._handling)
+            for w in [*self._waiting, *(w for w in workers if w not in busy)]:
+                w.cancel()
+            if busy:
+                await asyncio.wait(busy, timeout=grace)
+        finally:
+            for w in [*workers, *self._waiting]:
+                w.cancel()
+            for w in [*workers, *self._waiting]:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await w
+            self.state.save()
