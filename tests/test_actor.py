@@ -5,7 +5,6 @@ the fence before a destructive write, and a claimant's liveness."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -153,9 +152,7 @@ async def test_a_claimant_is_alive_while_it_holds_its_node(kube: KubeClient) -> 
     assert await claimant_alive(kube=kube, namespace="default", claimant=claimant, watch=watch)
     # Not renewed for two leases, as this agent's clock says: dead.
     seen.now += 2 * DURATION
-    assert not await claimant_alive(
-        kube=kube, namespace="default", claimant=claimant, watch=watch
-    )
+    assert not await claimant_alive(kube=kube, namespace="default", claimant=claimant, watch=watch)
     # Replaced (the Lease now names another process): dead, whatever the clocks say.
     assert not await claimant_alive(kube=kube, namespace="default", claimant=f"{node}/pod-a-0")
     # Its node has no Lease at all (deleted, another namespace): that proves nothing, alive;

@@ -189,8 +189,10 @@ def test_a_delivery_whose_claimant_died_is_taken_over(
         # two leases on its own clock; Alertmanager's re-sent copies then take it over.
         _until(
             "y to take the delivery over",
-            lambda: _sent(ay, delivery, token)
-            and _metric(ay, "nodeguard_webhook_claims_total", outcome="taken_over") == 1,
+            lambda: (
+                _sent(ay, delivery, token)
+                and _metric(ay, "nodeguard_webhook_claims_total", outcome="taken_over") == 1
+            ),
             timeout=60,
         )
         _until("y's eviction", lambda: _evicted(cluster, ns, names))

@@ -1,9 +1,10 @@
-"""Review of issue 22 point 3 (one agent acts for a node): reproducers that FAIL on the merged
-code (nodeguard/remediation/actor.py), against the test kube-apiserver and the fault-injecting
-proxy (tests/apiproxy.py), on a fake monotonic clock as tests/test_actor.py does.
+"""Faults of one agent acting for a node (issue 22 point 3: nodeguard/remediation/actor.py),
+against the test kube-apiserver and the fault-injecting proxy (tests/apiproxy.py), on a fake
+monotonic clock as tests/test_actor.py does.
 
-Each test is one finding; its docstring says what happened and what should happen, with the
-rule relied on (client-go ``tools/leaderelection/leaderelection.go``; the module's own)."""
+Each test is one fault found in review; its docstring says what happened before the fix and
+what happens now, with the rule relied on (client-go ``tools/leaderelection/leaderelection.go``;
+the module's own)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ async def test_a_fence_answered_after_its_renew_deadline_does_not_let_the_write_
     congested API server, a SIGSTOPped or GC-paused agent that reads it on resuming). Meanwhile
     the observer saw that renewal stay unchanged for a whole lease and took the node over.
 
-    Today ``fence()`` returns as soon as the write succeeded, without looking at the clock: the
+    Before, ``fence()`` returns as soon as the write succeeded, without looking at the clock: the
     eviction or Node patch goes out while the other agent holds the node (two actors). Should:
     a renewal answered after ``sent + duration * 2/3`` (this module's own renew deadline; in
     client-go the renew runs under a context of ``RenewDeadline`` and a late success is a
@@ -112,7 +113,7 @@ async def test_a_delivery_of_a_live_agent_whose_lease_was_deleted_is_not_taken_o
     changed in a rollout, so the new agents look for it elsewhere). a is alive: its next renew
     answers 409 and the one after creates the Lease again (``attempt``), and it goes on.
 
-    Today ``claimant_alive`` takes a missing Lease for a dead claimant: a copy of the alert
+    Before, ``claimant_alive`` takes a missing Lease for a dead claimant: a copy of the alert
     that reaches agent y in that window is ``taken_over`` and acted on a second time. A
     missing Lease proves nothing about its holder (it is not removed with the agent, nor with
     the Node); dead is what this module defines for a taker: the same record seen unrenewed
@@ -183,7 +184,7 @@ async def test_a_live_claimant_whose_clock_is_behind_keeps_its_delivery(
     claims a delivery and works on it, renewing its Lease every ``duration / 3``. Alertmanager
     re-sends the alert to agent y.
 
-    Today ``claimant_alive`` compares x's ``renewTime`` (x's clock) with y's clock, allowing
+    Before, ``claimant_alive`` compares x's ``renewTime`` (x's clock) with y's clock, allowing
     ``2 * leaseDurationSeconds``: x is taken for dead and y takes the delivery over while x
     acts on it (two actions for one delivery). The module's own rule is "never by comparing
     another node's timestamps with this clock" (client-go: ``observedTime`` is the local time
@@ -229,7 +230,7 @@ async def test_the_mirrored_journal_keeps_the_runbook_under_way_when_it_is_cut(
     one being worked on: here its eviction is on the wire (``progress``), and 63 queued
     deliveries (the default queue of 64) come after it, each ~2 KiB of alert annotations.
 
-    Today ``_mirrored`` cuts the journal to 96 KiB by dropping "the oldest runbooks" first, in
+    Before, ``_mirrored`` cuts the journal to 96 KiB by dropping "the oldest runbooks" first, in
     insertion order: the one under way goes, silently, and the agent that takes over never
     finishes its eviction (it plans a fresh unit of its own: the on-the-wire eviction plus a
     second one). Should: the cut drops entries nothing has started (no ``progress``, a queued

@@ -1,6 +1,5 @@
-"""Review of issue 22 point 3 (one agent acts for a node) with real agent processes against the
-test kube-apiserver: reproducers that FAIL on the merged code (see
-tests/test_review_lease_actor.py for the ones on the Lease itself)."""
+"""Faults of one agent acting for a node (issue 22 point 3), with real agent processes against
+the test kube-apiserver (tests/test_actor_faults.py has the ones on the Lease itself)."""
 
 from __future__ import annotations
 
@@ -54,7 +53,7 @@ def test_an_actor_paused_in_its_fence_and_resumed_after_the_takeover_sends_nothi
     cgroup). b sees that renewal stay unchanged for a whole lease and takes the node over, and
     finishes a's unit from the mirrored journal. a is resumed (SIGCONT) and reads the answer.
 
-    Today a's fence returns (the write succeeded; the renew deadline is not looked at after
+    Before, a's fence returns (the write succeeded; the renew deadline is not looked at after
     it), and a sends its eviction and records it: a second NodeguardEvicted Event and a second
     incident for one unit, from an agent that no longer holds the node. Should: a's fence
     raises Fenced (its answer came after ``sent + 2/3 lease``), a sends and records nothing."""
