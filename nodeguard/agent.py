@@ -47,7 +47,12 @@ from nodeguard.kube.client import REQUEST_TIMEOUT_SECONDS, KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.logs import AUDIT, report_dropped
 from nodeguard.metric_filter import MetricFilter
-from nodeguard.remediation.actor import ActorCollector, NodeActor, claimant_alive
+from nodeguard.remediation.actor import (
+    ActorCollector,
+    ClaimantWatch,
+    NodeActor,
+    claimant_alive,
+)
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector, StateCollector
 from nodeguard.remediation.recovery import adopt_from_cluster, resume_check
@@ -296,9 +301,13 @@ async def run_agent(cfg: AgentConfig) -> int:
             return actor.holder
         return "no one confirmed: this agent's Lease is not renewed (the API server is silent)"
 
+    watch = ClaimantWatch()
+
     async def alive(claimant: str) -> bool:
         assert kube is not None
-        return await claimant_alive(kube=kube, namespace=cfg.actor_namespace, claimant=claimant)
+        return await claimant_alive(
+            kube=kube, namespace=cfg.actor_namespace, claimant=claimant, watch=watch
+        )
 
     claims = (
         AlertClaims(kube=kube, claimant=f"{node}/{env.identity}", alive=alive)

@@ -52,6 +52,8 @@ class Rule:
     status: int = 503
     times: int = 1
     skip: int = 0
+    #: Hold the answer instead: the request reaches the API server at once, its answer waits.
+    after: bool = False
     hit: threading.Event = field(default_factory=threading.Event)
     matched: int = 0
     _released: asyncio.Event | None = None
@@ -101,10 +103,13 @@ class ApiProxy:
         self._session: aiohttp.ClientSession | None = None
 
     # -- rules ---------------------------------------------------------------------------------
-    def hold(self, method: str, path: str, *, times: int = 1, skip: int = 0) -> Rule:
+    def hold(
+        self, method: str, path: str, *, times: int = 1, skip: int = 0, after: bool = False
+    ) -> Rule:
         """Hold the next ``times`` matching requests (after letting ``skip`` through) until
-        :meth:`Rule.release`."""
-        rule = Rule(method=method, path=path, times=times, skip=skip)
+        :meth:`Rule.release`; ``after``: forward them at once and hold their answers (a
+        write done at the API server whose answer is slow to come back)."""
+        rule = Rule(method=method, path=path, times=times, skip=skip, after=after)
         rule._loop = self._loop
         rule._released = asyncio.Event()
         self.rules.append(rule)
@@ -131,6 +136,7 @@ class ApiProxy:
         # The whole request first: held and then released after its client died, it still
         # reaches the API server, as a request already on the wire does.
         body = await request.read()
+        late: Rule | None = None
         for rule in self.rules:
             if rule.matches(method, path):
                 rule.matched += 1
@@ -141,6 +147,9 @@ class ApiProxy:
                         status=rule.status,
                     )
                 assert rule._released is not None
+                if rule.after:
+                    late = rule
+                    break
                 await rule._released.wait()
                 if not rule.hold:  # dropped while held
                     return web.json_response(
@@ -163,6 +172,16 @@ class ApiProxy:
             )
         except aiohttp.ClientError as exc:  # the API server is down: as a dead endpoint would
             raise web.HTTPBadGateway(text=str(exc)) from exc
+        if late is not None:
+            answer = await upstream.read()  # done at the API server; the answer waits
+            assert late._released is not None
+            await late._released.wait()
+            held = web.Response(status=upstream.status, body=answer)
+            for k, v in upstream.headers.items():
+                if k.lower() not in _HOP:
+                    held.headers[k] = v
+            upstream.release()
+            return held
         response = web.StreamResponse(status=upstream.status)
         for k, v in upstream.headers.items():
             if k.lower() not in _HOP:

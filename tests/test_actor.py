@@ -5,14 +5,13 @@ the fence before a destructive write, and a claimant's liveness."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 import pytest
 
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Fenced
-from nodeguard.remediation.actor import NodeActor, claimant_alive, lease_name
+from nodeguard.remediation.actor import ClaimantWatch, NodeActor, claimant_alive, lease_name
 from tests.kube_helpers import Cluster, unique
 
 DURATION = 15
@@ -128,20 +127,26 @@ async def test_the_fence_stops_an_eviction_once_another_agent_wrote_the_lease(
 
 
 async def test_a_claimant_is_alive_while_it_holds_its_node(kube: KubeClient) -> None:
-    node, ca = unique("node"), Clock()
+    node, ca, seen = unique("node"), Clock(), Clock()
     a = _actor(kube, node, "pod-a-1", ca)
     await a.attempt()
-    now = dt.datetime.now(dt.UTC).timestamp()
-    assert await claimant_alive(kube=kube, namespace="default", claimant=f"{node}/pod-a-1")
-    # Not renewed for two leases, as this node's clock says: dead.
-    assert not await claimant_alive(
-        kube=kube,
-        namespace="default",
-        claimant=f"{node}/pod-a-1",
-        clock=lambda: now + 2 * DURATION + 1,
-    )
+    watch = ClaimantWatch(clock=seen)
+    claimant = f"{node}/pod-a-1"
+    assert await claimant_alive(kube=kube, namespace="default", claimant=claimant, watch=watch)
+    # Its record seen unchanged for just under two leases on this agent's own clock: alive.
+    seen.now += 2 * DURATION - 1
+    assert await claimant_alive(kube=kube, namespace="default", claimant=claimant, watch=watch)
+    # A renewal seen is a change: watched anew from now.
+    ca.now += DURATION / 3
+    assert await a.attempt()
+    seen.now += 2
+    assert await claimant_alive(kube=kube, namespace="default", claimant=claimant, watch=watch)
+    # Not renewed for two leases, as this agent's clock says: dead.
+    seen.now += 2 * DURATION
+    assert not await claimant_alive(kube=kube, namespace="default", claimant=claimant, watch=watch)
     # Replaced (the Lease now names another process): dead, whatever the clocks say.
     assert not await claimant_alive(kube=kube, namespace="default", claimant=f"{node}/pod-a-0")
-    # Its node has no Lease at all: dead; an older agent's claim (a bare node name): alive.
-    assert not await claimant_alive(kube=kube, namespace="default", claimant="gone-node/pod-x")
+    # Its node has no Lease at all (deleted, another namespace): that proves nothing, alive;
+    # an older agent's claim (a bare node name): alive.
+    assert await claimant_alive(kube=kube, namespace="default", claimant="gone-node/pod-x")
     assert await claimant_alive(kube=kube, namespace="default", claimant=node)

@@ -186,11 +186,15 @@ def test_a_delivery_whose_claimant_died_is_taken_over(
             _kill(ax.pid)
         held.drop()  # x's eviction is lost with it
         _until("x's Lease to lapse", lambda: _lapsed(cluster, x), timeout=30)
-        _until("y to take the delivery", lambda: _sent(ay, delivery, token))
+        # y sees x's claim for the first time: alive until y has seen x's Lease unrenewed for
+        # two leases on its own clock; Alertmanager's re-sent copies then take it over.
         _until(
             "y to take the delivery over",
-            lambda: _metric(ay, "nodeguard_webhook_claims_total", outcome="taken_over") == 1,
-            timeout=30,
+            lambda: (
+                _sent(ay, delivery, token)
+                and _metric(ay, "nodeguard_webhook_claims_total", outcome="taken_over") == 1
+            ),
+            timeout=60,
         )
         _until("y's eviction", lambda: _evicted(cluster, ns, names))
         (incident,) = _until("y's runbook", lambda: _incidents(ay))

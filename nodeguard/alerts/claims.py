@@ -31,7 +31,8 @@ agents would report two runs where a real pair makes one.
 A claimant is ``<node>/<identity>``: the agent's node and the identity it holds that node's
 Lease under (:mod:`nodeguard.remediation.actor`). A delivery claimed by an agent that died
 before it finished is taken over (``taken_over``) once ``alive(claimant)`` says its liveness
-lapsed (its node's Lease is held by someone else, or not renewed for its duration), instead of
+lapsed (its node's Lease is held by someone else, or seen unrenewed by this agent for twice its
+duration: :func:`nodeguard.remediation.actor.claimant_alive`), instead of
 being dropped as a duplicate for the claim's whole 24 h; a finished delivery is marked done
 (:meth:`AlertClaims.finish`, claimant index ``-1``) and never taken over. A claimant written
 by an older nodeguard (a bare node name) is taken to be alive.

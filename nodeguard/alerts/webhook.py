@@ -324,6 +324,11 @@ class WebhookReceiver:
         async def claim(firing: Firing) -> str:
             outcome = await claims.claim(node=firing.node, key=firing.key)
             self.claims[outcome] += 1
+            if outcome == "duplicate":
+                # The Node's claim is the cluster-wide memory: a re-sent copy asks it again,
+                # and takes the delivery over once its claimant is seen dead (a first sight
+                # of a claimant is alive: nodeguard.remediation.actor.claimant_alive).
+                self.dedupe.forget(firing.key)
             return outcome
 
         return claim

@@ -61,6 +61,7 @@ __all__ = [
     "ANN_DRY_RUN",
     "ANN_STATE",
     "ActorCollector",
+    "ClaimantWatch",
     "Inherited",
     "NodeActor",
     "claimant_alive",
@@ -138,6 +139,7 @@ class NodeActor:
         self._observed_at = 0.0
         self._lock = asyncio.Lock()
         self._said: tuple[State, str] | None = None
+        self._cut_said = False
         self.state: State = "unknown"
         self.holder: str | None = None
         self.transitions = 0
@@ -203,9 +205,28 @@ class NodeActor:
         data = dict(self._mirror())
         text = json.dumps(data, separators=(",", ":"), default=str)
         journal = dict(data.get("journal") or {})
+        # Runbooks are journaled when queued, so the oldest entries are the ones under way
+        # (an eviction on the wire): the cut drops queued deliveries nothing has started
+        # (Alertmanager re-sends them; a local rule fires again), the newest first, and
+        # runbooks under way only when those are not enough, the oldest first.
+        order = [k for k in reversed(journal) if _not_started(journal[k])]
+        order += [k for k in journal if k not in set(order)]
+        cut = 0
         while len(text) > _MAX_STATE and journal:
-            journal.pop(next(iter(journal)))  # the oldest runbooks go first
+            journal.pop(order[cut])
+            cut += 1
             text = json.dumps({**data, "journal": journal}, separators=(",", ":"), default=str)
+        if cut and not self._cut_said:
+            self._cut_said = True  # once: a flood would say it on every renewal
+            log.warning(
+                "lease %s/%s: journal over %d characters: %d of %d runbooks not mirrored "
+                "(queued ones first); an agent taking over does not see them",
+                self.namespace,
+                self.name,
+                _MAX_STATE,
+                cut,
+                cut + len(journal),
+            )
         ann[ANN_STATE] = text
         ann[ANN_STATE_ID] = self._state_id
 
@@ -236,7 +257,9 @@ class NodeActor:
                 spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         ann = self._annotations(body)
         if taking:
-            self._inherit(ann, lapsed=bool(previous))
+            # A dry-run holder sent nothing destructive (it fences nothing): nothing it did is
+            # unknown, so its rules' cooldowns need not be assumed to run.
+            self._inherit(ann, lapsed=bool(previous) and ann.get(ANN_DRY_RUN) != "true")
         ann[ANN_DRY_RUN] = "true" if self.dry_run else "false"
         ann[ANN_HOLDER_STATE] = self._state_id
         self._mirrored(ann)
@@ -335,6 +358,12 @@ class NodeActor:
             if lease is None or not await self._write(lease, previous=self.identity):
                 self.state = "unknown"
                 raise Fenced(f"lost lease {self.namespace}/{self.name} to another agent")
+            if not self.is_actor():
+                # Answered after its renew deadline (a slow API server, a paused process):
+                # another agent may have taken the node meanwhile. client-go's renew runs
+                # under RenewDeadline, and a late success is a failure (leaderelection.go).
+                self.state = "unknown"
+                raise Fenced(f"lease {self.namespace}/{self.name} renewed past its deadline")
 
     async def release(self) -> None:
         """On a clean stop: clear ``holderIdentity`` so the next agent need not wait (the
@@ -361,40 +390,77 @@ class NodeActor:
         await self.release()
 
 
-def _parse_time(text: str) -> float | None:
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def _not_started(entry: Any) -> bool:
+    return isinstance(entry, dict) and not entry.get("next") and not entry.get("progress")
+
+
+class ClaimantWatch:
+    """What this agent has seen of other claimants' Leases, to judge their liveness by
+    observation as client-go does (``observedTime`` in ``tools/leaderelection/leaderelection.go``:
+    the local time a *change* of the record was seen), never by comparing another node's
+    ``renewTime`` with this clock. ``clock``: monotonic seconds. For each claimant it keeps the
+    Lease's record (``holderIdentity``, ``renewTime``, ``resourceVersion``) last seen and when
+    it was first seen so; at most :attr:`KEEP` claimants (the longest unseen go)."""
+
+    KEEP = 4096
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._seen: dict[str, tuple[tuple[str, ...], float]] = {}
+
+    def unchanged_for(self, *, claimant: str, record: tuple[str, ...]) -> float:
+        """Seconds this agent has seen ``record`` unchanged for ``claimant`` (0 the first time
+        it sees it, and whenever it changed)."""
+        now = self._clock()
+        last = self._seen.pop(claimant, None)
+        since = last[1] if last is not None and last[0] == record else now
+        self._seen[claimant] = (record, since)
+        while len(self._seen) > self.KEEP:
+            self._seen.pop(next(iter(self._seen)))
+        return now - since
 
 
 async def claimant_alive(
-    *, kube: KubeClient, namespace: str, claimant: str, clock: Callable[[], float] = time.time
+    *, kube: KubeClient, namespace: str, claimant: str, watch: ClaimantWatch | None = None
 ) -> bool:
     """Whether the agent ``<node>/<identity>`` that claimed an alert delivery
-    (:mod:`nodeguard.alerts.claims`) may still be finishing it: its node's Lease is held by
-    that identity and was renewed within ``leaseDurationSeconds`` — allowing as much again for
-    the two nodes' clocks disagreeing (``renewTime`` is the holder's clock, ``clock`` this
-    one's). Dead: the Lease is gone, released, or held by another identity (the agent was
-    replaced: no clock is compared then). A bare node name (an older agent's claim) and an API
-    that cannot say are taken to be alive: a delivery is never acted on twice on a guess."""
+    (:mod:`nodeguard.alerts.claims`) may still be finishing it.
+
+    Dead: its node's Lease is released or held by another identity (the agent was replaced),
+    or ``watch`` has seen the same Lease record (``renewTime``, ``resourceVersion``) unchanged
+    for ``2 * leaseDurationSeconds`` on this agent's monotonic clock. The holder's timestamps
+    are never compared with this clock (a node whose clock is behind would look dead). A claim
+    seen for the first time is alive until then: the copy that finds it is a duplicate, and the
+    first copy Alertmanager re-sends after ``2 * leaseDurationSeconds`` (60 s with the default
+    30 s lease; in practice its next ``repeat_interval``, 4 h by default) to this agent takes
+    it over. Without ``watch`` every call is a first sight (alive unless replaced).
+
+    Alive: a missing Lease (404) — it proves nothing about its holder: a person deleted it, or
+    ``--actor.lease-namespace`` changed in a rollout, and a live holder creates it again; the
+    claim then waits out its own expiry (24 h after its last copy was seen). Also alive: a bare
+    node name (an older agent's claim) and an API that cannot say: a delivery is never acted on
+    twice on a guess."""
     node, sep, identity = claimant.partition("/")
     if not sep:
         return True
     try:
         lease = await kube.get_lease(name=lease_name(node), namespace=namespace)
-    except NotFound:
-        return False
-    except KubeError:
+    except KubeError:  # NotFound included: see above
         return True
     spec = lease.get("spec") or {}
     if spec.get("holderIdentity") != identity:
         return False
-    renewed = _parse_time(str(spec.get("renewTime") or spec.get("acquireTime") or ""))
-    if renewed is None:
+    if watch is None:
         return True
+    record = (
+        identity,
+        str(spec.get("renewTime") or spec.get("acquireTime") or ""),
+        str((lease.get("metadata") or {}).get("resourceVersion") or ""),
+    )
     duration = float(spec.get("leaseDurationSeconds") or 0)
-    return clock() < renewed + 2 * duration
+    if duration <= 0:
+        return True  # no lease time to judge by
+    return watch.unchanged_for(claimant=claimant, record=record) < 2 * duration
 
 
 class ActorCollector(Collector):
