@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+import yaml
 
 from tests import progress
 from tests.agent import free_port
@@ -101,7 +102,8 @@ def test_scripts_run_installs_with_progress_and_keeps_state_in_the_checkout(
     state = checkout / ".nodeguard" / "state"
     assert f"state in {checkout}/.nodeguard/state" in text
     assert f"state={state}/remediation-state.json" in text  # the agent's first line says so
-    assert "rules=5 alert_rules=0" in text
+    shipped = yaml.safe_load((checkout / "rules" / "default.yaml").read_text())["spec"]["rules"]
+    assert f"rules={len(shipped)} alert_rules=0" in text and len(shipped) >= 6
     assert state.is_dir()
     # Once installed, nothing more to install.
     again = subprocess.run(

@@ -74,9 +74,15 @@ def take(args: argparse.Namespace) -> NodeSnapshot:
 def run(args: argparse.Namespace) -> int:
     """Print one snapshot; 0."""
     snap = take(args)
-    if args.json:
-        json.dump(to_jsonable(snap), sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        render_report(snap, console=Console(), top=args.top_processes)
+    try:
+        if args.json:
+            json.dump(to_jsonable(snap), sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            render_report(snap, console=Console(), top=args.top_processes)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `nodeguard snapshot --json | head`: the reader has what it wanted. Python would
+        # report the pipe again when it flushes stdout at exit: point stdout at /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
