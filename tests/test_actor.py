@@ -5,40 +5,13 @@ the fence before a destructive write, and a claimant's liveness."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Fenced
-from nodeguard.remediation.actor import ClaimantWatch, NodeActor, claimant_alive, lease_name
+from nodeguard.remediation.actor import ClaimantWatch, claimant_alive, lease_name
+from tests.actors import DURATION, Clock, make_actor
 from tests.kube_helpers import Cluster, unique
-
-DURATION = 15
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _actor(
-    kube: KubeClient, node: str, who: str, clock: Clock, *, dry_run: bool = False, **kw: Any
-) -> NodeActor:
-    return NodeActor(
-        kube=kube,
-        node=node,
-        namespace="default",
-        identity=who,
-        duration=DURATION,
-        dry_run=dry_run,
-        state_id=f"state-of-{who}",
-        mirror=kw.get("mirror", lambda: {"journal": {}, "evictions": []}),
-        clock=clock,
-    )
 
 
 async def test_an_observer_takes_over_only_after_a_full_lease_of_no_renewal(
@@ -46,8 +19,10 @@ async def test_an_observer_takes_over_only_after_a_full_lease_of_no_renewal(
 ) -> None:
     node, ca, cb = unique("node"), Clock(), Clock()
     journal = {"inc-1": {"firing": {"rule": "r"}, "next": 0, "progress": {"0": {"inflight": 1}}}}
-    a = _actor(kube, node, "pod-a-1", ca, mirror=lambda: {"journal": journal, "evictions": [5.0]})
-    b = _actor(kube, node, "pod-b-1", cb)
+    a = make_actor(
+        kube, node, "pod-a-1", ca, mirror=lambda: {"journal": journal, "evictions": [5.0]}
+    )
+    b = make_actor(kube, node, "pod-b-1", cb)
     assert await a.attempt() and a.is_actor()
     assert not await b.attempt() and b.state == "observer" and b.holder == "pod-a-1"
     cb.now += DURATION - 0.5  # a seems silent, but not for a whole lease yet
@@ -71,7 +46,7 @@ async def test_an_observer_takes_over_only_after_a_full_lease_of_no_renewal(
 
 async def test_a_renewing_actor_is_never_taken_over(kube: KubeClient) -> None:
     node, ca, cb = unique("node"), Clock(), Clock()
-    a, b = _actor(kube, node, "pod-a-1", ca), _actor(kube, node, "pod-b-1", cb)
+    a, b = make_actor(kube, node, "pod-a-1", ca), make_actor(kube, node, "pod-b-1", cb)
     await a.attempt()
     for _ in range(6):  # both clocks run; a renews every third of the lease
         ca.now += DURATION / 3
@@ -83,7 +58,10 @@ async def test_a_renewing_actor_is_never_taken_over(kube: KubeClient) -> None:
 
 async def test_a_dry_run_never_takes_the_node_from_a_real_agent(kube: KubeClient) -> None:
     node, ca, cb = unique("node"), Clock(), Clock()
-    real, dry = _actor(kube, node, "real-1", ca), _actor(kube, node, "dry-1", cb, dry_run=True)
+    real, dry = (
+        make_actor(kube, node, "real-1", ca),
+        make_actor(kube, node, "dry-1", cb, dry_run=True),
+    )
     assert await real.attempt()
     assert not await dry.attempt()
     cb.now += 10 * DURATION  # lapsed, as far as the dry run can see: still not taken
@@ -95,7 +73,10 @@ async def test_a_real_agent_takes_the_node_from_a_live_dry_run_at_once(
     kube: KubeClient,
 ) -> None:
     node, ca, cb = unique("node"), Clock(), Clock()
-    dry, real = _actor(kube, node, "dry-1", ca, dry_run=True), _actor(kube, node, "real-1", cb)
+    dry, real = (
+        make_actor(kube, node, "dry-1", ca, dry_run=True),
+        make_actor(kube, node, "real-1", cb),
+    )
     assert await dry.attempt()
     assert await real.attempt()
     lease = await kube.get_lease(name=lease_name(node), namespace="default")
@@ -109,7 +90,7 @@ async def test_the_fence_stops_an_eviction_once_another_agent_wrote_the_lease(
     ns, node = cluster.namespace("fence"), cluster.node()
     cluster.pod(namespace=ns, node=node, name="victim", request="1Gi")
     ca = Clock()
-    a = _actor(kube, node, "pod-a-1", ca)
+    a = make_actor(kube, node, "pod-a-1", ca)
     await a.attempt()
     # Someone else writes the Lease while a still believes it holds it (its deadline not
     # passed): a's conditional write gets 409, and the eviction is never sent.
@@ -128,7 +109,7 @@ async def test_the_fence_stops_an_eviction_once_another_agent_wrote_the_lease(
 
 async def test_a_claimant_is_alive_while_it_holds_its_node(kube: KubeClient) -> None:
     node, ca, seen = unique("node"), Clock(), Clock()
-    a = _actor(kube, node, "pod-a-1", ca)
+    a = make_actor(kube, node, "pod-a-1", ca)
     await a.attempt()
     watch = ClaimantWatch(clock=seen)
     claimant = f"{node}/pod-a-1"

@@ -21,12 +21,10 @@ from kubernetes import client
 from nodeguard.alerts.claims import AlertClaims
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Fenced
-from nodeguard.remediation.actor import ANN_STATE, NodeActor, claimant_alive, lease_name
+from nodeguard.remediation.actor import ANN_STATE, claimant_alive, lease_name
+from tests.actors import DURATION, NS, Clock, make_actor
 from tests.controlplane.cluster import TestCluster
 from tests.kube_helpers import Cluster, unique
-
-DURATION = 15
-NS = "default"
 
 
 @pytest.fixture
@@ -34,30 +32,6 @@ async def kube(control_plane: TestCluster) -> AsyncIterator[KubeClient]:
     k = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
     yield k
     k.close()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _actor(
-    kube: KubeClient, node: str, who: str, clock: Clock, *, dry_run: bool = False, **kw: Any
-) -> NodeActor:
-    return NodeActor(
-        kube=kube,
-        node=node,
-        namespace=NS,
-        identity=who,
-        duration=DURATION,
-        dry_run=dry_run,
-        state_id=f"state-of-{who}",
-        mirror=kw.get("mirror", lambda: {"journal": {}, "evictions": []}),
-        clock=clock,
-    )
 
 
 async def _renew_time(kube: KubeClient, node: str) -> str:
@@ -81,7 +55,7 @@ async def test_a_fence_answered_after_its_renew_deadline_does_not_let_the_write_
     node, ca, cb = unique("node"), Clock(), Clock()
     ka = KubeClient.load(kubeconfig=proxied.kubeconfig)
     try:
-        a, b = _actor(ka, node, "pod-a-1", ca), _actor(kube, node, "pod-b-1", cb)
+        a, b = make_actor(ka, node, "pod-a-1", ca), make_actor(kube, node, "pod-b-1", cb)
         assert await a.attempt() and a.is_actor()
         assert not await b.attempt() and b.state == "observer"
         before = await _renew_time(kube, node)
@@ -120,7 +94,7 @@ async def test_a_delivery_of_a_live_agent_whose_lease_was_deleted_is_not_taken_o
     for a whole lease. Should: ``duplicate`` now (the claimant gets its lease time to show
     itself again)."""
     node, ca = unique("a"), Clock()
-    a = _actor(kube, node, "pod-a-1", ca)
+    a = make_actor(kube, node, "pod-a-1", ca)
     assert await a.attempt() and a.is_actor()
     target = cluster.node()
     key = "f00dbeef:1796032800000000:firing"
@@ -239,7 +213,7 @@ async def test_the_mirrored_journal_keeps_the_runbook_under_way_when_it_is_cut(
     delivery Alertmanager re-sends anyway) before any runbook under way, and says it cut."""
     node, ca = unique("node"), Clock()
     journal = {f"inc-{i:03d}": _entry(i, inflight=i == 0) for i in range(64)}
-    a = _actor(kube, node, "pod-a-1", ca, mirror=lambda: {"journal": journal, "evictions": []})
+    a = make_actor(kube, node, "pod-a-1", ca, mirror=lambda: {"journal": journal, "evictions": []})
     assert await a.attempt()
     lease = await kube.get_lease(name=lease_name(node), namespace=NS)
     mirrored = json.loads(lease["metadata"]["annotations"][ANN_STATE])["journal"]
@@ -260,8 +234,8 @@ async def test_a_real_agent_taking_the_node_from_a_dry_run_assumes_nothing_was_d
     mirror keeps the last real agent's journal): nothing it did is unknown. Should: taking the
     Lease from a dry-run holder is not ``lapsed``."""
     node, cd, cr = unique("node"), Clock(), Clock()
-    d = _actor(kube, node, "pod-dry-1", cd, dry_run=True)
-    r = _actor(kube, node, "pod-real-1", cr)
+    d = make_actor(kube, node, "pod-dry-1", cd, dry_run=True)
+    r = make_actor(kube, node, "pod-real-1", cr)
     assert await d.attempt() and d.is_actor()
     assert await r.attempt() and r.is_actor()
     assert r.inherited is not None
