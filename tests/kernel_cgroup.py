@@ -30,6 +30,7 @@ while sum(len(c) for c in chunks) < limit:
     chunks.append(bytearray(b"\x01" * step))
     time.sleep(pause)
 print("survived", flush=True)
+sys.stdin.readline()  # holds what it has until killed: a reader sees the peak, not an exit
 """
 
 # Reads the file at argv[1] in 1 MiB chunks, argv[2] seconds apart, over and over: a data
@@ -202,7 +203,8 @@ def hog_in(
     cg: KubeletCgroup, *, step: int, pause: float, up_to: int
 ) -> Iterator[subprocess.Popen[str]]:
     """Start a memory hog in the cgroup that allocates ``step`` bytes every ``pause`` seconds
-    up to ``up_to``."""
+    up to ``up_to``, prints ``survived`` and holds it all until killed on exit (it does not
+    exit by itself, so a slow reader on a loaded machine still sees the peak)."""
     with process_in(cg, [sys.executable, "-c", HOG, str(step), str(pause), str(up_to)]) as proc:
         yield proc
 
