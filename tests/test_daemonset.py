@@ -58,7 +58,7 @@ from tests.agent import free_port, wait_until, wait_until_async
 from tests.conftest import HOSTS
 from tests.controlplane.cluster import TestCluster
 from tests.deploy import generate, kustomize
-from tests.deploy.container import Container, http, lay_out, metric
+from tests.deploy.container import Container, HostPathMissing, http, lay_out, metric
 from tests.deploy.manifests import (
     DAEMONSET,
     REPO,
@@ -82,13 +82,9 @@ from tests.fixtures.make_hosts import v2_cgroup
 from tests.kube_helpers import Cluster, cordoned, custom_json, given, name_of
 
 GiB = 1 << 30
-COMPONENTS = (
-    "no-dry-run",
-    "gpu-nodes",
-    "kernel-log",
-    "cgroup-v1-thresholds",
-    "alert-driven",
-    "no-prometheus-operator",
+# Every component shipped (each a directory with a kustomization), not a list kept by hand.
+COMPONENTS = tuple(
+    sorted(p.parent.name for p in (DAEMONSET / "components").glob("*/kustomization.yaml"))
 )
 
 # Every call nodeguard makes to the API (nodeguard/kube/client.py and the watch), by role.
@@ -274,10 +270,15 @@ def test_the_daemonset(manifests: list[Obj]) -> None:
         assert volumes[m["name"]]["hostPath"]["path"] == host
         assert f"{flag}={path}" in c["args"]
     assert volumes[mounts["/host/dev/kmsg"]["name"]]["hostPath"]["type"] == "CharDevice"
-    # PSI triggers are writes: /proc/pressure alone is writable, over the read-only /host/proc.
-    pressure = mounts["/host/proc/pressure"]
-    assert not pressure.get("readOnly")
-    assert volumes[pressure["name"]]["hostPath"] == {"path": "/proc/pressure", "type": "Directory"}
+    # Only what every supported node has: /proc/pressure exists only where PSI is on, so its
+    # writable mount (PSI triggers) is components/psi-triggers.
+    assert "/host/proc/pressure" not in mounts
+    assert {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v} == {
+        "/proc",
+        "/sys",
+        "/dev/kmsg",
+        "/var/lib/nodeguard",
+    }
     assert "--path.state=/var/lib/nodeguard" in c["args"]
     assert volumes[mounts["/var/lib/nodeguard"]["name"]]["hostPath"]["path"] == "/var/lib/nodeguard"
     # The rules: a directory mount of the ConfigMap (a subPath would never see an update).
@@ -338,6 +339,13 @@ def test_components_and_overlays(kustomize_bin: Path, tmp_path: Path) -> None:
     made = compose(tmp_path / "t", components=["cgroup-v1-thresholds"], binary=kustomize_bin)
     mounts = {m["mountPath"]: m for m in container(made)["volumeMounts"]}
     assert not mounts["/host/sys/fs/cgroup"].get("readOnly") and mounts["/host/sys"]["readOnly"]
+    # PSI triggers are writes: /proc/pressure alone is writable, over the read-only /host/proc.
+    psi = compose(tmp_path / "psi", components=["psi-triggers"], binary=kustomize_bin)
+    mounts = {m["mountPath"]: m for m in container(psi)["volumeMounts"]}
+    assert not mounts["/host/proc/pressure"].get("readOnly") and mounts["/host/proc"]["readOnly"]
+    volumes = {v["name"]: v for v in find(psi, "DaemonSet")["spec"]["template"]["spec"]["volumes"]}
+    pressure = volumes[mounts["/host/proc/pressure"]["name"]]["hostPath"]
+    assert pressure == {"path": "/proc/pressure", "type": "Directory"}
     assert parts["alert-driven"]["rules"] == {
         "alertmanager.yaml": (REPO / "rules/alertmanager.yaml").read_text()
     }
@@ -958,6 +966,31 @@ def test_the_daemonset_arguments_run_the_agent(
     changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
     assert not [p for p in changed if not p.startswith(str(rules_dir))]
     assert (box.root / "var/lib/nodeguard/kmsg-oom.json").is_file()
+
+
+def test_the_base_starts_on_a_node_without_psi(
+    manifests: list[Obj], kustomize_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel without PSI (before 4.20, booted with psi=0, or RHEL 8/9 without psi=1) has no
+    /proc/pressure: the base still lays out as the kubelet would start it, and the agent runs
+    with the pressure collector's "no data" (available 0, success 1), not an error. The
+    look-alike that must not start there: components/psi-triggers, whose Directory hostPath the
+    kubelet refuses on that node."""
+    host = HOSTS / "v1-rhel7-3.10"
+    assert not (host / "proc" / "pressure").exists()
+    box = lay_out(manifests, tmp_path / "container", host=host, node="cpu-1")
+    for name, value in box.env.items():
+        monkeypatch.setenv(name, value)
+    with running(box) as url:
+        metrics = http(f"{url}/metrics")[1]
+        assert metric(metrics, "nodeguard_collector_available", collector="pressure") == [0.0]
+        assert metric(metrics, "nodeguard_collector_success", collector="pressure") == [1.0]
+        assert not metric(metrics, "nodeguard_node_memory_pressure_ratio")
+        assert metric(metrics, "nodeguard_node_memory_available_bytes")
+    psi = compose(tmp_path / "psi", components=["psi-triggers"], binary=kustomize_bin)
+    with pytest.raises(HostPathMissing, match="/proc/pressure"):
+        lay_out(psi, tmp_path / "psi-container", host=host, node="cpu-1")
+    lay_out(psi, tmp_path / "psi-ok", host=HOSTS / "v2-systemd-containerd", node="gpu-1")
 
 
 def test_the_daemonset_arguments_with_its_service_account(

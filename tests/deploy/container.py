@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.deploy.manifests import Obj, container, expand, find, write_projected
 
-__all__ = ["Container", "http", "lay_out", "metric"]
+__all__ = ["Container", "HostPathMissing", "http", "lay_out", "metric"]
 
 
 def http(url: str, *, data: bytes | None = None, token: str | None = None) -> tuple[int, str]:
@@ -29,6 +29,13 @@ def http(url: str, *, data: bytes | None = None, token: str | None = None) -> tu
         return int(exc.code), exc.read().decode()
     except OSError:
         return 0, ""
+
+
+class HostPathMissing(AssertionError):
+    """The kubelet would not start the pod: a hostPath of type ``Directory``, ``File`` or
+    ``CharDevice`` whose path the node lacks (Kubernetes API ``HostPathVolumeSource.type``: "a
+    directory must exist at the given path"; the kubelet checks it before it mounts, and the pod
+    stays in ContainerCreating with a FailedMount event)."""
 
 
 @dataclass
@@ -54,10 +61,11 @@ def lay_out(
     secrets: dict[str, dict[str, str]] | None = None,
 ) -> Container:
     """Every volume of the pod at its mount path under ``root`` as the kubelet provides it:
-    hostPaths from the host tree ``host`` (its proc, sys and kmsg), ConfigMaps and Secrets with
-    the atomic writer's ``..data`` links, emptyDirs empty. The container's arguments with
-    ``$(VAR)`` expanded and every absolute path moved under ``root``; a path outside every mount
-    fails the test (it would not exist in the container)."""
+    hostPaths from the host tree ``host`` (its proc, sys and kmsg; :class:`HostPathMissing`
+    where the kubelet would refuse one the tree lacks, as on a kernel without PSI), ConfigMaps
+    and Secrets with the atomic writer's ``..data`` links, emptyDirs empty. The container's
+    arguments with ``$(VAR)`` expanded and every absolute path moved under ``root``; a path
+    outside every mount fails the test (it would not exist in the container)."""
     secrets = secrets or {}
     ds = find(objs, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
@@ -78,6 +86,8 @@ def lay_out(
             path, kind = v["hostPath"]["path"], v["hostPath"].get("type")
             if path in stand_ins:
                 src = stand_ins[path]
+                if not src.exists() and kind != "DirectoryOrCreate":
+                    raise HostPathMissing(f"hostPath {path} (type {kind}): not on this node")
                 assert (kind == "CharDevice") == src.is_file(), (path, kind)
                 if src.is_dir():  # a mount over a part of another: the same files
                     shutil.copytree(src, target, dirs_exist_ok=True)
