@@ -318,10 +318,14 @@ async def test_evict_until_target_freed_and_dry_run_is_the_same_plan(
     after_dry = {k: cluster.pod_json(ns, v["metadata"]["name"]) for k, v in p.items()}
     assert {k: v["metadata"]["resourceVersion"] for k, v in after_dry.items() if v} == before
     assert all(not v["metadata"].get("deletionTimestamp") for v in after_dry.values() if v)
-    assert cluster.events(ns, name="debug-shell", reason="NodeguardWouldEvict")
+    # A dry run changes nothing: its Events are Normal, or event exporters would page on them.
+    [would] = cluster.events(ns, name="debug-shell", reason="NodeguardWouldEvict")
+    assert would.type == "Normal"
 
     real = await run(False)
     assert real.outcome == dry.outcome == "done"
+    [evicted] = cluster.events(ns, name="debug-shell", reason="NodeguardEvicted")
+    assert evicted.type == "Warning"  # as the kubelet's own Evicted
     # 1 GiB (besteffort) + 40 GiB (pandas) >= 30 GiB: two units, then stop.
     assert [u["pods"] for u in real.details["evicted"]] == [
         [f"{ns}/debug-shell"],
@@ -460,7 +464,8 @@ async def test_cordon_dry_run_changes_nothing(cluster: Cluster, kube: KubeClient
     assert res.outcome == "done" and res.dry_run
     assert res.message.startswith(f"would cordon {node}")
     assert given(cluster.core.read_node(node).metadata).resource_version == before
-    assert cluster.events("default", name=node, reason="NodeguardWouldCordon")
+    [would] = cluster.events("default", name=node, reason="NodeguardWouldCordon")
+    assert would.type == "Normal"
     assert not cluster.events("default", name=node, reason="NodeguardCordoned")
     # The budget's Lease was only read, never written.
     names = [

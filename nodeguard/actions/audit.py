@@ -121,7 +121,11 @@ class Auditor:
             if e.written:
                 continue
             reason = dry_reason(e.reason) if result.dry_run else e.reason
-            await self.event(obj=e.obj, reason=reason, message=e.message, event_type=e.type)
+            # A dry run changed nothing, so what it would have done is Normal (event exporters
+            # page on Warning); a dry run that failed (an API error) is still a Warning.
+            quiet = result.dry_run and result.outcome != "failed"
+            kind = "Normal" if quiet else e.type
+            await self.event(obj=e.obj, reason=reason, message=e.message, event_type=kind)
 
     async def event(self, *, obj: ObjectRef, reason: str, message: str, event_type: str) -> None:
         """Write one core/v1 Event; a failure is logged and the Event kept for a later try."""
