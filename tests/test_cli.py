@@ -131,6 +131,36 @@ def test_snapshot_json_in_bytes() -> None:
     assert data["oom"]["total"] == 2
 
 
+def test_snapshot_with_a_failing_collector_says_so_in_one_line_and_exits_1(
+    tmp_path: Path,
+) -> None:
+    """A typo in --path.procfs: meminfo and processes fail, one line each on stderr and no
+    traceback, the rest is printed, and the exit status is 1. The look-alike is not a failure:
+    a host without PSI (the pressure collector's "no data") exits 0."""
+    argv = [sys.executable, "-m", "nodeguard", "snapshot", *host_flags("v2-systemd-containerd")]
+    typo = [
+        a if not a.startswith("--path.procfs=") else f"--path.procfs={tmp_path}/proc" for a in argv
+    ]
+    assert typo != argv
+    env = {"COLUMNS": "160", "PATH": ""}
+    out = subprocess.run(typo, check=False, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 1
+    errors = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert [ln.split("collector ")[1].split()[0] for ln in errors] == ["meminfo", "processes"]
+    assert all("No such file or directory" in ln for ln in errors), errors
+    assert "Top containers against their limits" in out.stdout  # the cgroups were still read
+    quiet = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "snapshot", *host_flags("v1-rhel7-3.10")],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert quiet.returncode == 0, quiet.stderr
+    assert "ERROR" not in quiet.stderr
+
+
 def test_snapshot_report_reads_at_a_glance() -> None:
     text = _snapshot()
     assert "Node memory" in text

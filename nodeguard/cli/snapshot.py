@@ -72,8 +72,11 @@ def take(args: argparse.Namespace) -> NodeSnapshot:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print one snapshot; 0."""
+    """Print one snapshot: 0, or 1 when a collector failed (each failure is one log line on
+    stderr; what the others read is still printed). "No data" (PSI off, no GPU) is not a
+    failure."""
     snap = take(args)
+    failed = any(not c.success for c in snap.collectors)
     try:
         if args.json:
             json.dump(to_jsonable(snap), sys.stdout, indent=1)
@@ -85,4 +88,4 @@ def run(args: argparse.Namespace) -> int:
         # `nodeguard snapshot --json | head`: the reader has what it wanted. Python would
         # report the pipe again when it flushes stdout at exit: point stdout at /dev/null.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    return 1 if failed else 0

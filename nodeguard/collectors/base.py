@@ -230,7 +230,10 @@ def run(collector: Collector, parts: Parts) -> CollectorStatus:
     except Exception as exc:
         success, error = False, f"{type(exc).__name__}: {exc}"
         if _once.changed(name=name, message=f"error:{exc}"):
-            log.error("collector %s failed: %s", name, exc, exc_info=exc)
+            # An OSError names the file and the errno (a wrong --path.procfs, a permission the
+            # container lacks): one line says it all. Anything else is a bug: its traceback.
+            trace = None if isinstance(exc, OSError) else exc
+            log.error("collector %s failed: %s", name, exc, exc_info=trace)
     else:
         _once.clear(name=name)
     return CollectorStatus(
