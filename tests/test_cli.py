@@ -12,8 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+from rich.table import Table
 
 from nodeguard.cli import build_parser
+from nodeguard.cli.console import stdout_console
 from nodeguard.cli.flags import cordon_config
 from nodeguard.cli.flags import duration as parse_duration
 from nodeguard.cli.run import focus_interval, notify_config
@@ -159,6 +162,31 @@ def test_snapshot_with_a_failing_collector_says_so_in_one_line_and_exits_1(
     )
     assert quiet.returncode == 0, quiet.stderr
     assert "ERROR" not in quiet.stderr
+
+
+def test_piped_output_has_no_trailing_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped, rich pads a table's title and a wrapped line to its width; every command's
+    console (snapshot, incidents, act) cuts that padding and keeps the rest, character for
+    character."""
+    text = _snapshot()
+    assert "Node memory" in text
+    assert not [ln for ln in text.splitlines() if ln.endswith(" ")]
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    console = stdout_console()
+    table = Table(title="a title narrower than its table")
+    table.add_column("a column wider than the title above it, padded")
+    table.add_row("x")
+    console.print(table)
+    console.print("no newline", end="")
+    console.file.flush()
+    padded = io.StringIO()
+    Console(file=padded, width=console.width).print(table)
+    assert padded.getvalue().splitlines()[0].endswith(" ")  # the look-alike: rich pads it
+    written = out.getvalue()
+    assert written == "".join(ln.rstrip(" ") + "\n" for ln in padded.getvalue().splitlines()) + (
+        "no newline"
+    )
 
 
 def test_snapshot_report_reads_at_a_glance() -> None:

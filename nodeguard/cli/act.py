@@ -46,6 +46,7 @@ from nodeguard.actions.audit import ActionMetrics, Auditor
 from nodeguard.actions.base import ActionResult
 from nodeguard.actions.context import Call, Env
 from nodeguard.actions.ranking import UNRECLAIMABLE, usage_measure
+from nodeguard.cli.console import stdout_console
 from nodeguard.cli.flags import add_json, add_log_level, add_settings, settings_value
 from nodeguard.cli.model_flags import FieldFlag, add_model_flags, model_values
 from nodeguard.firing import Firing, Step
@@ -284,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``nodeguard act``; the exit status (see the module docstring)."""
     errors = Console(stderr=True)
     try:
-        return asyncio.run(_act(args, Console(), errors))
+        return asyncio.run(_act(args, stdout_console(), errors))
     except KubeError as exc:
         errors.print(f"nodeguard act: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
         return EXIT_FAILED

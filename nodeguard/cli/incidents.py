@@ -18,6 +18,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from nodeguard.cli.console import stdout_console
 from nodeguard.cli.flags import add_json, add_log_level, add_state
 from nodeguard.remediation.incidents import IncidentStore
 
@@ -140,4 +141,4 @@ def show_incidents(
 def run(args: argparse.Namespace) -> int:
     """Run ``nodeguard incidents``."""
     directory = args.incidents_dir or args.state / "incidents"
-    return show_incidents(directory, incident=args.id, as_json=args.json, console=Console())
+    return show_incidents(directory, incident=args.id, as_json=args.json, console=stdout_console())

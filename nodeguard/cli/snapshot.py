@@ -16,8 +16,7 @@ import logging
 import os
 import sys
 
-from rich.console import Console
-
+from nodeguard.cli.console import stdout_console
 from nodeguard.cli.flags import add_host, add_json, add_kubeconfig, add_log_level, sampler_config
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import KubeError
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             json.dump(to_jsonable(snap), sys.stdout, indent=1)
             sys.stdout.write("\n")
         else:
-            render_report(snap, console=Console(), top=args.top_processes)
+            render_report(snap, console=stdout_console(), top=args.top_processes)
         sys.stdout.flush()
     except BrokenPipeError:
         # `nodeguard snapshot --json | head`: the reader has what it wanted. Python would
