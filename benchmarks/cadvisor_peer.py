@@ -24,8 +24,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import Proc, serving  # noqa: E402
-from tests.agent import free_port  # noqa: E402
-from tests.controlplane.cluster import cached_go_build  # noqa: E402
+from tests.support.agent import free_port  # noqa: E402
+from tests.support.controlplane.cluster import cached_go_build  # noqa: E402
 
 __all__ = ["CADVISOR_VERSION", "MODULE", "cadvisor", "ensure_built"]
 

@@ -29,8 +29,8 @@ for _p in dict.fromkeys((str(ROOT), str(SRC))):  # SRC ends up first: its nodegu
         sys.path.remove(_p)
     sys.path.insert(0, _p)
 
-from tests.agent import Agent, free_port, running_agent, wait_ready  # noqa: E402
-from tests.controlplane.cluster import terminate  # noqa: E402
+from tests.support.agent import Agent, free_port, running_agent, wait_ready  # noqa: E402
+from tests.support.controlplane.cluster import terminate  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MiB = 1 << 20

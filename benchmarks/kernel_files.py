@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.kernel_cgroup import remove_cgroups, writable_memory_controller
+from tests.support.kernel_cgroup import remove_cgroups, writable_memory_controller
 
 FILES = {
     1: (

@@ -70,7 +70,7 @@ import yaml
 
 from benchmarks.common import CLK_TCK, ROOT, MiB, agent
 from nodeguard.sources.unreclaimable import unreclaimable_v1, unreclaimable_v2
-from tests.kernel_cgroup import (
+from tests.support.kernel_cgroup import (
     READER,
     KubeletCgroup,
     cold_file,

@@ -15,12 +15,12 @@ from nodeguard.kube.watch import PodWatcher
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from nodeguard.statefile import StateFile
-from tests.controlplane.cluster import TestCluster
-from tests.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
-from tests.deploy.fixtures import applier, kustomize_bin, manifests  # noqa: F401  (fixtures)
-from tests.gpu.fixtures import make_stub, stub_libs  # noqa: F401  (fixtures)
-from tests.katib import Katib, running_katib
-from tests.kube_helpers import Cluster
+from tests.support.controlplane.cluster import TestCluster
+from tests.support.controlplane.fixtures import control_plane  # noqa: F401  (a session fixture)
+from tests.support.deploy.fixtures import applier, kustomize_bin, manifests  # noqa: F401  (fixtures)
+from tests.support.gpu.fixtures import make_stub, stub_libs  # noqa: F401  (fixtures)
+from tests.support.katib import Katib, running_katib
+from tests.support.kube_helpers import Cluster
 
 HOSTS = Path(__file__).parent / "fixtures" / "hosts"
 
@@ -116,7 +116,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def gpu_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Environment that gives a ``nodeguard`` process two stub GPUs (the NVML stub, loaded
     through the real nvidia-ml-py) whose processes are pods of the v2 fixture host."""
-    from tests.gpu.stub import fixture_host_env
+    from tests.support.gpu.stub import fixture_host_env
 
     return fixture_host_env(tmp_path_factory.mktemp("nvml"))
 
@@ -187,7 +187,7 @@ def state_at(*, path: Path, **kw: Any) -> StateFile:
 @pytest.fixture
 def proxied(control_plane: TestCluster, tmp_path: Path) -> Iterator[Any]:  # noqa: F811
     """The test control plane behind the fault-injecting proxy (tests/apiproxy.py)."""
-    from tests.apiproxy import api_proxy
+    from tests.support.apiproxy import api_proxy
 
     with api_proxy(control_plane=control_plane, workdir=tmp_path) as proxy:
         yield proxy
