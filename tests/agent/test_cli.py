@@ -18,8 +18,8 @@ from nodeguard.cli.flags import cordon_config
 from nodeguard.cli.flags import duration as parse_duration
 from nodeguard.cli.run import focus_interval, notify_config
 from nodeguard.units import format_bytes
-from tests.conftest import fixture_snapshot, host_flags
 from tests.fixtures.make_hosts import CID, UID_B
+from tests.support.hosts import fixture_snapshot, host_flags
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent import get, running_agent
-from tests.conftest import host_flags
+from tests.support.hosts import host_flags
 from tests.support.promstack import promtool_check
 
 GOLDEN = Path(__file__).parents[1] / "golden"

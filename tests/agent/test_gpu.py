@@ -8,22 +8,31 @@ Each scenario is its own process: NVML is loaded once per process, as in the age
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.agent import Agent, get, running_agent, wait_until
-from tests.conftest import HOSTS
 from tests.fixtures.make_hosts import CID, CID_PAUSE, UID_AGENT, UID_B, UID_BE, UID_G
+from tests.support.agent import get, wait_until
 from tests.support.gpu.fixtures import StubFactory
+from tests.support.gpu.scenes import (
+    H100,
+    L40S,
+    UUID0,
+    UUID1,
+    V2_HOST,
+    agent,
+    flags,
+    metrics,
+    procfs,
+    snapshot_of,
+)
 from tests.support.gpu.stub import (
     DRIVER_NOT_LOADED,
     NOT_SUPPORTED,
@@ -35,43 +44,12 @@ from tests.support.gpu.stub import (
     snapshot_json,
     value,
 )
+from tests.support.hosts import HOSTS
 from tests.support.promstack import promtool_check
 
 GiB = 1 << 30
 MiB = 1 << 20
-UUID0 = "GPU-0e4d9c2a-7c1b-4f0e-9a55-000000000000"
-UUID1 = "GPU-0e4d9c2a-7c1b-4f0e-9a55-000000000001"
-H100 = "NVIDIA H100 80GB HBM3"
-L40S = "NVIDIA L40S"
-V2_HOST = HOSTS / "v2-systemd-containerd"
 V1_HOST = HOSTS / "v1-cgroupfs-docker"
-
-_G = f"/kubepods.slice/kubepods-pod{UID_G.replace('-', '_')}.slice"
-_BE = (
-    "/kubepods.slice/kubepods-besteffort.slice/"
-    f"kubepods-besteffort-pod{UID_BE.replace('-', '_')}.slice"
-)
-#: Host PIDs the stub reports, beside the fixture's own (4242: pod B's CID[3], 5151: pod G's
-#: CID[1], 777: containerd, outside kubepods); 31337 has no /proc entry (exited).
-EXTRA_PIDS = {
-    6001: f"0::{_G}/cri-containerd-{CID[1]}.scope\n",
-    6002: f"0::{_G}/cri-containerd-{CID[2]}.scope\n",
-    6003: f"0::{_BE}/cri-containerd-{CID[6]}.scope\n",
-}
-
-
-def procfs(root: Path, host: Path = V2_HOST, extra: dict[int, str] | None = None) -> Path:
-    """A copy of a fixture host's procfs with more ``<pid>/cgroup`` files."""
-    proc = root / "proc"
-    shutil.copytree(host / "proc", proc)
-    for pid, text in (EXTRA_PIDS if extra is None else extra).items():
-        (proc / str(pid)).mkdir()
-        (proc / str(pid) / "cgroup").write_text(text)
-    return proc
-
-
-def flags(proc: Path, host: Path = V2_HOST) -> list[str]:
-    return [f"--path.procfs={proc}", f"--path.sysfs={host / 'sys'}", f"--path.kmsg={host / 'kmsg'}"]
 
 
 def two_gpus() -> Scenario:
@@ -95,27 +73,6 @@ def two_gpus() -> Scenario:
 def wait(predicate: Callable[[], Any], timeout: float = 15.0) -> None:
     """:func:`tests.support.agent.wait_until` with this module's defaults."""
     wait_until("the condition", predicate, timeout=timeout, step=0.05)
-
-
-@contextlib.contextmanager
-def agent(stub: StubEnv, args: list[str], tmp: Path) -> Iterator[Agent]:
-    """``nodeguard run ARGS`` with the stub, once its first sample has a GPU collector."""
-    with pytest.MonkeyPatch.context() as mp:
-        for key, val in stub.env().items():
-            mp.setenv(key, val)
-        run_args = [*args, "--interval=100ms", f"--path.state={tmp / 'state'}"]
-        with running_agent(args=run_args, log_path=tmp / "agent.log") as base:
-            wait(lambda: 'nodeguard_collector_success{collector="gpu"}' in metrics(base))
-            yield base
-
-
-def metrics(base: str) -> str:
-    return get(f"{base}/metrics")[1]
-
-
-def snapshot_of(base: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(get(f"{base}/snapshot")[1])
-    return data
 
 
 # -- two GPUs, processes of several pods: one agent run, several views of it --------------------

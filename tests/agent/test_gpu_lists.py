@@ -34,11 +34,21 @@ from nodeguard.snapshot import (
     PodMemory,
     PodMeta,
 )
-from tests.conftest import cgroup_memory
 from tests.fixtures.make_hosts import CID, UID_B, UID_BE, UID_G
 from tests.support.gpu.fixtures import StubFactory
+from tests.support.gpu.scenes import (
+    H100,
+    L40S,
+    UUID0,
+    UUID1,
+    agent,
+    flags,
+    metrics,
+    procfs,
+    snapshot_of,
+)
 from tests.support.gpu.stub import NOT_SUPPORTED, Scenario, StubEnv, samples, snapshot_json, value
-from tests.agent.test_gpu import H100, L40S, UUID0, UUID1, agent, flags, metrics, procfs, snapshot_of
+from tests.support.hosts import cgroup_memory
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -28,129 +28,12 @@ from nodeguard.rules.load import (
     load_rule_file,
     load_rules,
 )
-from tests.agent.test_rules_check import GOOD_RULE
-
-#: ``FILE:LINE: FIELD: message``; a field is a path (``spec.rules[0].for``) or a (word).
-LINE = re.compile(r"^(?P<file>/[^:]+):(?P<line>\d+): (?P<field>\(top level\)|\S+): (?P<msg>.+)$")
+from tests.support.rule_texts import CHECK_LINE, GOOD_RULE, HOSTILE_RULES
 
 
-def _with(extra: str) -> str:
-    """GOOD_RULE with ``extra`` lines added to its rule (after ``scope: node``, line 6)."""
-    return GOOD_RULE.replace("      scope: node\n", f"      scope: node\n{extra}")
-
-
-def _laughs(levels: int, key: str = "for") -> str:
-    """A billion-laughs document inside a rule: 9 ** levels strings from a few hundred bytes."""
-    lines = ['      x0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n']
-    for i in range(1, levels):
-        refs = ",".join([f"*l{i - 1}"] * 9)
-        lines.append(f"      x{i}: &l{i} [{refs}]\n")
-    return _with("".join(lines) + f"      {key}: *l{levels - 1}\n")
-
-
-# name -> (file text or bytes, (line, field, message fragment))
-CASES: dict[str, tuple[str | bytes, tuple[int, str, str]]] = {
-    "alias-bomb": (_laughs(9), (11, "spec.rules[0].x5", "aliases expanded")),
-    "alias-bomb-top": (
-        "a: &a [x,x,x,x,x,x,x,x,x,x]\n"
-        + "".join(
-            f"{chr(98 + i)}: &{chr(98 + i)} [{','.join([f'*{chr(97 + i)}'] * 10)}]\n"
-            for i in range(8)
-        ),
-        (5, "f", "aliases expanded"),
-    ),
-    "merge-bomb": (
-        "a: &a {k0: 0, k1: 1, k2: 2, k3: 3, k4: 4, k5: 5, k6: 6, k7: 7, k8: 8, k9: 9}\n"
-        + "".join(
-            f"m{i}: &m{i} {{<<: [{', '.join([f'*{p}'] * 10)}]}}\n"
-            for i, p in enumerate(["a", "m0", "m1", "m2", "m3", "m4", "m5"])
-        ),
-        (4, "m3['<<']", "aliases expanded"),
-    ),
-    "recursive-alias": (
-        _with("      for: &r [*r]\n"),
-        (7, "spec.rules[0].for[0]", "recursive alias"),
-    ),
-    "deep-flow": ("a: " + "[" * 100_000 + "]" * 100_000 + "\n", (1, "(yaml)", "deeper than 64")),
-    "deep-block": (
-        "".join("  " * i + "a:\n" for i in range(500)),
-        (64, "(yaml)", "deeper than 64"),
-    ),
-    "deep-through-aliases": (
-        "a: &a " + "[" * 40 + "]" * 40 + "\nb: " + "[" * 40 + "*a" + "]" * 40 + "\n",
-        (2, "b" + "[0]" * 15, "deeper than 64 levels with aliases"),
-    ),
-    "huge-int": (
-        GOOD_RULE.replace("value: 0.05", "value: " + "9" * 5000),
-        (8, "spec.rules[0].when[0].value", "a number of 5000 characters"),
-    ),
-    "huge-float": (
-        GOOD_RULE.replace("value: 0.05", "value: 0." + "1" * 400),
-        (8, "spec.rules[0].when[0].value", "a number of 402 characters"),
-    ),
-    "huge-int-tagged": (
-        _with(f"      cooldown: !!int {'7' * 4400}\n"),
-        (7, "spec.rules[0].cooldown", "a number of 4400 characters"),
-    ),
-    "60000-digit-duration": (
-        _with(f'      for: "{"1" * 60_000}"\n'),
-        (7, "spec.rules[0].for", "60000 characters (at most 32)"),
-    ),
-    "long-duration-with-unit": (
-        _with(f"      for: {'1' * 5000}s\n"),
-        (7, "spec.rules[0].for", "5001 characters"),
-    ),
-    "nan-for": (_with("      for: .nan\n"), (7, "spec.rules[0].for", "not a finite duration")),
-    "inf-cooldown": (
-        _with("      cooldown: .inf\n"),
-        (7, "spec.rules[0].cooldown", "not a finite duration"),
-    ),
-    "overflowing-duration": (
-        _with("      cooldown: 1.0e+400\n"),
-        (7, "spec.rules[0].cooldown", "not a finite duration"),
-    ),
-    "nan-window": (
-        _with("      maxFirings: {count: 1, window: .NaN}\n"),
-        (7, "spec.rules[0].maxFirings.window", "not a finite duration"),
-    ),
-    "duration-as-list": (
-        _with("      for: [1m, 2m]\n"),
-        (7, "spec.rules[0].for", "not a duration: list"),
-    ),
-    "huge-free": (
-        GOOD_RULE.replace(
-            "- action: cordon", f"- action: evict\n          args: {{free: {'9' * 400}Gi}}"
-        ),
-        (10, "spec.rules[0].actions[0]", "at most 32 characters"),
-    ),
-    "latin-1": (
-        GOOD_RULE.encode() + b"# caf\xe9 au lait\n",
-        (11, "(file)", "not UTF-8: byte 0xe9"),
-    ),
-    "utf-16": (GOOD_RULE.encode("utf-16"), (1, "(file)", "not UTF-8: byte 0xff")),
-    "nul-character": ("a: b\nc: \x00\n", (2, "(yaml)", "character U+0000 is not allowed")),
-    "lone-surrogate": (
-        _with('      description: "\\ud800"\n'),
-        (7, "spec.rules[0].description", "lone surrogate"),
-    ),
-    "sequence-key": ("? [a, b]\n: 1\n", (1, "(top level)", "a key must be a scalar")),
-    "mapping-key": ("spec:\n  ? {a: b}\n  : 1\n", (2, "spec", "a key must be a scalar")),
-    "duplicate-key": (
-        _with("      for: 1m\n      for: 0s\n"),
-        (8, "spec.rules[0].for", "duplicate key 'for'"),
-    ),
-    "two-documents": (
-        GOOD_RULE + "---\n" + GOOD_RULE,
-        (11, "(yaml)", "but found another document"),
-    ),
-    "python-tag": ("a: !!python/object/apply:os.system [true]\n", (1, "(yaml)", "invalid YAML")),
-    "not-a-mapping": ("- 1\n- 2\n", (1, "(top level)", "a rule file is a mapping")),
-}
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(HOSTILE_RULES))
 def test_hostile_file_is_one_clear_error_within_bounds(tmp_path: Path, name: str) -> None:
-    text, (line, field, fragment) = CASES[name]
+    text, (line, field, fragment) = HOSTILE_RULES[name]
     path = tmp_path / "rules.yaml"
     if isinstance(text, bytes):
         path.write_bytes(text)
@@ -170,7 +53,7 @@ def test_hostile_file_is_one_clear_error_within_bounds(tmp_path: Path, name: str
     finally:
         tracemalloc.stop()
     messages = caught.value.messages
-    parsed = [LINE.match(m) for m in messages]
+    parsed = [CHECK_LINE.match(m) for m in messages]
     assert all(parsed), messages
     first = parsed[0]
     assert first is not None
@@ -232,7 +115,7 @@ def test_check_reports_every_file_and_never_a_traceback(
     tmp_path: Path, special_files: dict[str, tuple[Path, str]]
 ) -> None:
     directory = next(iter(special_files.values()))[0].parent
-    for name, (text, _) in CASES.items():
+    for name, (text, _) in HOSTILE_RULES.items():
         data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
         (directory / f"case-{name}.yaml").write_bytes(data)
     (directory / "random.yaml").write_bytes(bytes(range(256)) * 16)
@@ -252,7 +135,7 @@ def test_check_reports_every_file_and_never_a_traceback(
     assert f"Checking {directory / 'good.yaml'}\n  SUCCESS: 1 rules found" in out.stdout
     assert out.stdout.count("FAILED") == len(checked) - 1
     errors = [ln for ln in out.stdout.splitlines() if not ln.startswith(("Checking", "  "))]
-    assert errors and all(LINE.match(ln) for ln in errors), errors
+    assert errors and all(CHECK_LINE.match(ln) for ln in errors), errors
 
 
 def test_rule_files_together_are_bounded(tmp_path: Path) -> None:
@@ -277,7 +160,9 @@ def test_reload_keeps_the_last_good_rules_and_counts_each_bad_file(
     path.write_text(GOOD_RULE)
     source = RuleSource(paths=[path])
     assert [r.name for r in source.current.rules] == ["low"]
-    bad = [CASES[n][0] for n in ("alias-bomb", "60000-digit-duration", "latin-1", "nan-for")]
+    bad = [
+        HOSTILE_RULES[n][0] for n in ("alias-bomb", "60000-digit-duration", "latin-1", "nan-for")
+    ]
     for i, text in enumerate(bad, start=1):
         if isinstance(text, bytes):
             path.write_bytes(text)

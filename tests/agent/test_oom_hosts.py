@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from nodeguard.sampler import Sampler, SamplerConfig
-from tests.conftest import exposition, host_flags, host_paths
 from tests.fixtures.make_hosts import CID, UID_B, UID_BE, UID_G
+from tests.support.hosts import exposition, host_flags, host_paths
 
 
 def snapshot(host: str) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import pytest
 
 from nodeguard.sources.cgroups import CgroupReader
 from nodeguard.sources.processes import parse_proc_cgroup, read_top_processes
-from tests.conftest import host_flags, host_paths
 from tests.fixtures.make_hosts import (
     CID,
     CID_PAUSE,
@@ -22,6 +21,7 @@ from tests.fixtures.make_hosts import (
     UID_G,
     UID_STATIC,
 )
+from tests.support.hosts import host_flags, host_paths
 
 GiB = 1 << 30
 MiB = 1 << 20

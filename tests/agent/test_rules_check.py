@@ -12,22 +12,10 @@ import pytest
 
 from nodeguard.cli.check import check_files
 from nodeguard.rules.load import RuleError, load_rules
+from tests.support.rule_texts import GOOD_RULE
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted([ROOT / "rules" / "default.yaml", *(ROOT / "rules" / "examples").glob("*.yaml")])
-
-GOOD_RULE = """\
-apiVersion: nodeguard.io/v1alpha1
-kind: RuleSet
-spec:
-  rules:
-    - name: low
-      scope: node
-      when:
-        - {signal: node_memory_available_ratio, op: "<", value: 0.05}
-      actions:
-        - action: cordon
-"""
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)

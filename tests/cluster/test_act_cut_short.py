@@ -15,14 +15,14 @@ from typing import Any
 from tests.support.agent import wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster
-from tests.cluster.test_restarts import _evicted, _gang
+from tests.support.remediation import evicted_pods, katib_gang
 
 
 def test_act_evict_killed_between_two_members_leaves_no_eviction_without_its_event(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node, other = cluster.namespace("act-cut"), cluster.node(), cluster.node()
-    names = _gang(cluster, ns, node, other)
+    names = katib_gang(cluster, ns, node, other)
     # The first member's real eviction goes through; the second's is held on the wire.
     second = proxied.hold("POST", r"/pods/t1-\w+/eviction(?!.*dryRun)", skip=1)
     act = subprocess.Popen(
@@ -42,7 +42,7 @@ def test_act_evict_killed_between_two_members_leaves_no_eviction_without_its_eve
     )
     try:
         second.wait_hit(timeout=60)
-        (first,) = _evicted(cluster, ns, names)
+        (first,) = evicted_pods(cluster, ns, names)
         os.kill(act.pid, signal.SIGKILL)
         act.wait(timeout=30)
     finally:

@@ -15,14 +15,14 @@ from typing import Any
 from tests.support.agent import get, running_agent
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster
-from tests.cluster.test_restarts import (
+from tests.support.remediation import (
     SLAB_HIGH,
     SLAB_LOW,
-    _host_args,
-    _pod_list,
-    _rules,
-    _starved_host,
-    _until,
+    host_args,
+    pod_list_request,
+    slab_rules,
+    starved_host,
+    until,
 )
 
 
@@ -30,18 +30,18 @@ def test_a_firing_that_waits_for_its_pods_is_audited_once(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node = cluster.namespace("audit-once"), cluster.node()
-    host = _starved_host(tmp_path, cluster, ns, node)
+    host = starved_host(tmp_path, cluster, ns, node)
     meminfo = host / "proc" / "meminfo"
     meminfo.write_text(meminfo.read_text().replace(SLAB_LOW, SLAB_HIGH))
-    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
-    _rules(tmp_path, actions='[{action: evict, args: {free: "1Gi"}}]')  # the eviction first
-    listing = proxied.hold("GET", _pod_list(node), times=2)
+    args = host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
+    slab_rules(tmp_path, actions='[{action: evict, args: {free: "1Gi"}}]')  # the eviction first
+    listing = proxied.hold("GET", pod_list_request(node), times=2)
     log = tmp_path / "agent.log"
     with running_agent(args=args, log_path=log) as base:
         listing.wait_hit()
-        _until("the wait for pods", lambda: "waits up to" in log.read_text())
+        until("the wait for pods", lambda: "waits up to" in log.read_text())
         listing.release()
-        (incident,) = _until("the runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = until("the runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
     acting = [line for line in log.read_text().splitlines() if "acting on slab-high" in line]
     assert len(acting) == 1, acting
     assert incident

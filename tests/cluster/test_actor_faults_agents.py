@@ -12,8 +12,18 @@ from nodeguard.remediation.actor import lease_name
 from tests.support.agent import running_agent
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster
-from tests.cluster.test_one_actor import EVICT_ONE, _args, _evicted_events, _incidents, _state
-from tests.cluster.test_restarts import _evicted, _metric, _pods, _rules, _until
+from tests.support.remediation import (
+    EVICT_ONE,
+    actor_args,
+    actor_state,
+    evicted_events,
+    evicted_pods,
+    incidents,
+    low_priority_pods,
+    metric_value,
+    slab_rules,
+    until,
+)
 
 
 def test_a_real_agent_started_beside_a_dry_run_agent_acts(
@@ -26,23 +36,26 @@ def test_a_real_agent_started_beside_a_dry_run_agent_acts(
     hour while the node stays short. The dry-run holder sent nothing destructive (no fence
     in dry run): should act at once, as a real agent started alone does (one pod due)."""
     ns, node = cluster.namespace("dry-then-real"), cluster.node()
-    names = _pods(cluster, ns, node, 3)
-    rules = _rules(tmp_path, actions=EVICT_ONE)
+    names = low_priority_pods(cluster, ns, node, 3)
+    rules = slab_rules(tmp_path, actions=EVICT_ONE)
     kubeconfig = control_plane.kubeconfig_path
-    dry = [*_args(tmp_path, "agent-d", node=node, kubeconfig=kubeconfig, rules=rules), "--dry-run"]
-    real = _args(tmp_path, "agent-r", node=node, kubeconfig=kubeconfig, rules=rules)
+    dry = [
+        *actor_args(tmp_path, "agent-d", node=node, kubeconfig=kubeconfig, rules=rules),
+        "--dry-run",
+    ]
+    real = actor_args(tmp_path, "agent-r", node=node, kubeconfig=kubeconfig, rules=rules)
     with running_agent(args=dry, log_path=tmp_path / "agent-d.log") as d:
-        _until("the dry-run agent to act", lambda: _state(d, "actor") == 1.0)
-        _until("its dry-run runbook", lambda: _incidents(d))
+        until("the dry-run agent to act", lambda: actor_state(d, "actor") == 1.0)
+        until("its dry-run runbook", lambda: incidents(d))
         with running_agent(args=real, log_path=tmp_path / "agent-r.log") as r:
-            _until("the real agent to take the node", lambda: _state(r, "actor") == 1.0)
-            mark = _metric(r, "nodeguard_sampler_samples_total")
-            _until(
+            until("the real agent to take the node", lambda: actor_state(r, "actor") == 1.0)
+            mark = metric_value(r, "nodeguard_sampler_samples_total")
+            until(
                 "50 more samples",
-                lambda: _metric(r, "nodeguard_sampler_samples_total") >= mark + 50,
+                lambda: metric_value(r, "nodeguard_sampler_samples_total") >= mark + 50,
             )
-            assert _state(d, "observer") == 1.0
-            assert len(_evicted(cluster, ns, names)) == 1
+            assert actor_state(d, "observer") == 1.0
+            assert len(evicted_pods(cluster, ns, names)) == 1
 
 
 def test_an_actor_paused_in_its_fence_and_resumed_after_the_takeover_sends_nothing(
@@ -58,12 +71,14 @@ def test_an_actor_paused_in_its_fence_and_resumed_after_the_takeover_sends_nothi
     incident for one unit, from an agent that no longer holds the node. Should: a's fence
     raises Fenced (its answer came after ``sent + 2/3 lease``), a sends and records nothing."""
     ns, node = cluster.namespace("paused"), cluster.node()
-    names = _pods(cluster, ns, node, 3)
-    rules = _rules(tmp_path, actions=EVICT_ONE)
+    names = low_priority_pods(cluster, ns, node, 3)
+    rules = slab_rules(tmp_path, actions=EVICT_ONE)
     lease = "--actor.lease-duration=6"  # renewals every 2 s: the fence is the first PUT
-    a_args = [*_args(tmp_path, "agent-a", node=node, kubeconfig=proxied.kubeconfig, rules=rules)]
+    a_args = [
+        *actor_args(tmp_path, "agent-a", node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    ]
     b_args = [
-        *_args(
+        *actor_args(
             tmp_path, "agent-b", node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules
         )
     ]
@@ -73,20 +88,20 @@ def test_an_actor_paused_in_its_fence_and_resumed_after_the_takeover_sends_nothi
         os.kill(a.pid, signal.SIGSTOP)
         held.release()  # the answer waits in a's socket
         with running_agent(args=[*b_args, lease], log_path=tmp_path / "agent-b.log") as b:
-            _until("b to take the node", lambda: _state(b, "actor") == 1.0, timeout=60)
-            _until("b's runbook", lambda: _incidents(b), timeout=60)
+            until("b to take the node", lambda: actor_state(b, "actor") == 1.0, timeout=60)
+            until("b's runbook", lambda: incidents(b), timeout=60)
             os.kill(a.pid, signal.SIGCONT)
-            mark = _metric(a, "nodeguard_sampler_samples_total")
-            _until(
+            mark = metric_value(a, "nodeguard_sampler_samples_total")
+            until(
                 "a to sample 30 more times",
-                lambda: _metric(a, "nodeguard_sampler_samples_total") >= mark + 30,
+                lambda: metric_value(a, "nodeguard_sampler_samples_total") >= mark + 30,
             )
             after = [m for m, p in proxied.seen if "eviction" in p]
             found = (
-                len(_evicted(cluster, ns, names)),
+                len(evicted_pods(cluster, ns, names)),
                 after,
-                _evicted_events(cluster, ns, names),
-                len(_incidents(a)) + len(_incidents(b)),
+                evicted_events(cluster, ns, names),
+                len(incidents(a)) + len(incidents(b)),
             )
     # (pods evicted, evictions a sent after b took the node, Events, incidents)
     assert found == (1, [], 1, 1)

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.controlplane.cluster import TestCluster
-from tests.support.controlplane.fixtures import control_plane  # noqa: F401
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client, config  # noqa: E402
@@ -23,7 +22,7 @@ def _name(prefix: str) -> str:
 
 
 @pytest.fixture
-def core(control_plane: TestCluster) -> Iterator[client.CoreV1Api]:  # noqa: F811
+def core(control_plane: TestCluster) -> Iterator[client.CoreV1Api]:
     # kubernetes.config carries no annotations (the generated client does).
     api_client: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
         config_file=str(control_plane.kubeconfig_path)
@@ -32,7 +31,7 @@ def core(control_plane: TestCluster) -> Iterator[client.CoreV1Api]:  # noqa: F81
         yield client.CoreV1Api(api_client)
 
 
-def test_default_namespace_and_version(control_plane: TestCluster, core: client.CoreV1Api) -> None:  # noqa: F811
+def test_default_namespace_and_version(control_plane: TestCluster, core: client.CoreV1Api) -> None:
     assert given(core.read_namespace("default").status).phase == "Active"
     version = client.VersionApi(core.api_client).get_code()
     assert version.git_version.startswith("v1.")
@@ -89,7 +88,7 @@ def test_node_pod_and_status_subresource(core: client.CoreV1Api) -> None:
 
 
 def test_service_account_token_is_authenticated_but_forbidden(
-    control_plane: TestCluster,  # noqa: F811
+    control_plane: TestCluster,
     core: client.CoreV1Api,
 ) -> None:
     sa_name = _name("sa")
@@ -118,7 +117,7 @@ def test_service_account_token_is_authenticated_but_forbidden(
 
 
 def test_apiserver_restart_keeps_data_and_port(
-    control_plane: TestCluster,  # noqa: F811
+    control_plane: TestCluster,
     core: client.CoreV1Api,
 ) -> None:
     name = _name("cm")

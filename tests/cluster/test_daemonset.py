@@ -53,9 +53,9 @@ from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.remediation.actor import NodeActor
+from tests.fixtures.make_hosts import v2_cgroup
 from tests.support.acting import run_action
 from tests.support.agent import free_port, wait_until, wait_until_async
-from tests.conftest import HOSTS
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.deploy import generate, kustomize
 from tests.support.deploy.container import Container, http, lay_out, metric
@@ -78,7 +78,7 @@ from tests.support.deploy.manifests import (
     variants,
     write_projected,
 )
-from tests.fixtures.make_hosts import v2_cgroup
+from tests.support.hosts import HOSTS
 from tests.support.kube_helpers import Cluster, cordoned, custom_json, given, name_of
 
 GiB = 1 << 30
@@ -179,7 +179,9 @@ async def _wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> Non
 # -- the files ---------------------------------------------------------------------------------
 def test_generated_files_are_current() -> None:
     stale = [str(p.relative_to(REPO)) for p in generate.stale()]
-    assert not stale, f"out of date (run .venv/bin/python -m tests.support.deploy.generate): {stale}"
+    assert not stale, (
+        f"out of date (run .venv/bin/python -m tests.support.deploy.generate): {stale}"
+    )
 
 
 def test_kustomize_is_the_pinned_build(kustomize_bin: Path) -> None:

@@ -21,27 +21,25 @@ import pytest
 from nodeguard.actions.audit import Auditor
 from nodeguard.actions.base import ObjectRef
 from nodeguard.kube.client import KubeClient
-from tests.support.agent import get, running_agent, wait_until
-from tests.conftest import state_at
+from tests.support.agent import exited, get, kill_9, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.fullfs import PAGE, can_mount, fill, small_tmpfs
 from tests.support.kube_helpers import Cluster
-from tests.cluster.test_restarts import (
-    _agent_args,
-    _evicted,
-    _kill,
-    _metric,
-    _pods,
-    _rules,
-    _until,
-    _zombie,
+from tests.support.remediation import (
+    agent_args,
+    evicted_pods,
+    low_priority_pods,
+    metric_value,
+    slab_rules,
+    until,
 )
+from tests.support.state import state_at
 
 STATE = "remediation-state.json"
 
 
 def _resumed_result(cluster: Cluster, ns: str, victim: str, base: str) -> dict[str, Any]:
-    (incident,) = _until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+    (incident,) = until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
     full: dict[str, Any] = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     wait_until(
         "the evicted pod's Event",
@@ -56,23 +54,23 @@ def test_stopped_while_the_eviction_event_is_on_the_wire_the_resume_writes_it(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any, how: str
 ) -> None:
     ns, node = cluster.namespace("ev-event"), cluster.node()
-    names = _pods(cluster, ns, node, 2)
-    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    names = low_priority_pods(cluster, ns, node, 2)
+    rules = slab_rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
     # Below the API client's 15 s read timeout: the Event's call is still on the wire when the
     # grace ends, and cancelled.
     extra = ("--shutdown.timeout=1s",) if how.startswith("SIGTERM") else ()
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules, extra=extra)
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules, extra=extra)
     # The pod's Event (its namespace's first) is held: the eviction itself went through.
     held = proxied.hold("POST", rf"^/api/v1/namespaces/{ns}/events")
     log = tmp_path / "agent-1.log"
     with running_agent(args=args, log_path=log) as base:
         held.wait_hit(timeout=60)
-        (victim,) = _evicted(cluster, ns, names)
+        (victim,) = evicted_pods(cluster, ns, names)
         if how == "SIGKILL":
-            _kill(base.pid)
+            kill_9(base.pid)
         else:
             os.kill(base.pid, signal.SIGTERM)
-            _until("the agent to stop", lambda: _zombie(base.pid), timeout=30)
+            until("the agent to stop", lambda: exited(base.pid), timeout=30)
     held.drop()  # that Event is lost with the agent
     proxied.clear()
     state = json.loads((tmp_path / "state" / STATE).read_text())
@@ -89,7 +87,7 @@ def test_stopped_while_the_eviction_event_is_on_the_wire_the_resume_writes_it(
     (evicted,) = full["actions"][0]["details"]["evicted"]
     assert evicted["pods"] == [f"{ns}/{victim}"], evicted
     assert len(cluster.events(ns, name=victim, reason="NodeguardEvicted")) == 1
-    assert len(_evicted(cluster, ns, names)) == 1
+    assert len(evicted_pods(cluster, ns, names)) == 1
 
 
 def test_sigterm_lets_the_step_under_way_finish_within_the_shutdown_timeout(
@@ -99,23 +97,23 @@ def test_sigterm_lets_the_step_under_way_finish_within_the_shutdown_timeout(
     # (15 s): the step is not cancelled at the stop; its Event call times out, the Event is
     # kept and written with the step's result (the next call passes), and the runbook ends.
     ns, node = cluster.namespace("ev-term"), cluster.node()
-    names = _pods(cluster, ns, node, 2)
-    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    names = low_priority_pods(cluster, ns, node, 2)
+    rules = slab_rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
     held = proxied.hold("POST", rf"^/api/v1/namespaces/{ns}/events")
     log = tmp_path / "agent-1.log"
     with running_agent(args=args, log_path=log) as base:
         held.wait_hit(timeout=60)
-        (victim,) = _evicted(cluster, ns, names)
+        (victim,) = evicted_pods(cluster, ns, names)
         os.kill(base.pid, signal.SIGTERM)
-        _until("the agent to stop", lambda: _zombie(base.pid), timeout=30)
+        until("the agent to stop", lambda: exited(base.pid), timeout=30)
     held.drop()
     assert "cut short by the stop" not in log.read_text()
     state = json.loads((tmp_path / "state" / STATE).read_text())
     assert state["sections"]["journal"] == {}  # the step finished within the grace
     assert state["sections"]["events"]["pending"] == []
     assert len(cluster.events(ns, name=victim, reason="NodeguardEvicted")) == 1
-    assert len(_evicted(cluster, ns, names)) == 1
+    assert len(evicted_pods(cluster, ns, names)) == 1
 
 
 async def test_an_event_kept_for_a_later_try_outlives_the_process(
@@ -165,20 +163,20 @@ def test_disk_full_right_after_an_eviction_its_event_is_still_written(
     # Event (StateNotPersisted), and goes on once the disk has room (the failed write-ahead
     # checkpoint wakes the state writer, which retries).
     ns, node = cluster.namespace("ev-full"), cluster.node()
-    names = _pods(cluster, ns, node, 2)
-    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    names = low_priority_pods(cluster, ns, node, 2)
+    rules = slab_rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
     with small_tmpfs(tmp_path / "state", size=64 * PAGE) as fs:
-        args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+        args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
         held = proxied.hold("POST", r"/pods/[^/]+/eviction")
         with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
             held.wait_hit(timeout=60)
             filler = fill(fs)  # full while the eviction is on the wire
             held.release()
-            (victim,) = _until("the eviction", lambda: _evicted(cluster, ns, names))
-            _until(
+            (victim,) = until("the eviction", lambda: evicted_pods(cluster, ns, names))
+            until(
                 "the state not persisted",
                 lambda: (
-                    _metric(base, "nodeguard_state_persisted") == 0.0
+                    metric_value(base, "nodeguard_state_persisted") == 0.0
                     or "cannot be written" in (tmp_path / "agent.log").read_text()
                 ),
             )
@@ -187,4 +185,4 @@ def test_disk_full_right_after_an_eviction_its_event_is_still_written(
     (evicted,) = full["actions"][0]["details"]["evicted"]
     assert evicted["pods"] == [f"{ns}/{victim}"], evicted
     assert len(cluster.events(ns, name=victim, reason="NodeguardEvicted")) == 1
-    assert len(_evicted(cluster, ns, names)) == 1
+    assert len(evicted_pods(cluster, ns, names)) == 1

@@ -28,8 +28,8 @@ from nodeguard.snapshot import (
     PodMeta,
 )
 from tests.support.acting import env_for, run_action
-from tests.conftest import cgroup_memory
 from tests.support.controlplane.cluster import TestCluster
+from tests.support.hosts import cgroup_memory
 from tests.support.kube_helpers import Cluster
 
 GiB = 1 << 30

@@ -26,7 +26,7 @@ import pytest
 
 from nodeguard.rules.load import MAX_FILE_BYTES
 from tests.support.agent import Agent, get, wait_until
-from tests.conftest import host_flags
+from tests.support.alerts import alert, payload
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.hostile import (
     Watch,
@@ -36,11 +36,10 @@ from tests.support.hostile import (
     rss_bytes,
     scrape_timeout,
 )
+from tests.support.hosts import host_flags
 from tests.support.kernel_cgroup import writable_memory_controller
 from tests.support.kube_helpers import Cluster
-from tests.agent.test_hostile_rules import CASES
-from tests.agent.test_rules_check import GOOD_RULE
-from tests.cluster.test_webhook import alert, payload
+from tests.support.rule_texts import GOOD_RULE, HOSTILE_RULES
 
 pytestmark = pytest.mark.kernel
 LIMIT = daemonset_memory_limit()
@@ -96,10 +95,10 @@ def test_bad_rule_files_keep_the_last_good_rules(tmp_path: Path) -> None:
     with limited_agent(args=args, log_path=tmp_path / "agent.log") as (base, _), Watch(base) as w:
         wait_for("the rule to act", lambda: json.loads(get(f"{base}/incidents")[1]))
         errors = 0.0
-        bad = [n for n in CASES if n not in ("sequence-key", "mapping-key")][:12]
+        bad = [n for n in HOSTILE_RULES if n not in ("sequence-key", "mapping-key")][:12]
         bad += ["sequence-key", "mapping-key"]
         for name in bad:
-            text = CASES[name][0]
+            text = HOSTILE_RULES[name][0]
             target = rules / "rules.yaml"
             target.unlink()
             target.write_bytes(
@@ -145,7 +144,7 @@ def test_bad_rule_files_keep_the_last_good_rules(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["alias-bomb", "60000-digit-duration", "latin-1", "deep-flow"])
 def test_a_bad_rule_file_at_start_is_a_clear_exit(tmp_path: Path, name: str) -> None:
     path = tmp_path / "rules.yaml"
-    text = CASES[name][0]
+    text = HOSTILE_RULES[name][0]
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     out = subprocess.run(
         [

@@ -12,9 +12,9 @@ from nodeguard.kube.objects import pod_meta
 from nodeguard.snapshot import NodeSnapshot, PodMemory
 from nodeguard.sources.meminfo import derive_meminfo, parse_meminfo
 from tests.support.acting import env_for, run_action
-from tests.conftest import cgroup_memory
+from tests.support.hosts import cgroup_memory
+from tests.support.hugepages import HUGE_NODE, meminfo_text
 from tests.support.kube_helpers import Cluster
-from tests.unit.test_hugetlb import HUGE_NODE, meminfo_text
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +15,25 @@ from kubernetes import client
 from nodeguard.actions.katib import QUOTA_LABEL, census, quota_name
 from nodeguard.kube.client import KubeClient
 from tests.support.acting import env_for, run_action
-from tests.support.agent import get, running_agent
+from tests.support.agent import get, kill_9, running_agent
 from tests.support.controlplane.cluster import TestCluster
-from tests.support.katib import GROUP, VERSION, Katib
-from tests.support.kube_helpers import Cluster, annotations_of, custom_json, given, labels_of, name_of
-from tests.cluster.test_restarts import _agent_args, _kill, _rules, _until
-
-
-def _experiment(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
-    exp = custom_json(
-        cluster.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "experiments", name)
-    )
-    return exp
+from tests.support.katib import (
+    GROUP,
+    VERSION,
+    Katib,
+    experiment,
+    nodeguard_command,
+    quota_refusals,
+    started_trials,
+)
+from tests.support.kube_helpers import (
+    Cluster,
+    annotations_of,
+    given,
+    labels_of,
+    name_of,
+)
+from tests.support.remediation import agent_args, slab_rules, until
 
 
 def _legacy_pause(cluster: Cluster, ns: str, name: str, *, original: str, by: str) -> None:
@@ -52,23 +58,6 @@ def _legacy_pause(cluster: Cluster, ns: str, name: str, *, original: str, by: st
     )
 
 
-def _started(katib: Katib, ns: str, name: str, running: int) -> dict[str, str]:
-    """Wait until ``running`` trials run; their names -> UIDs."""
-    katib.wait(f"{running} running trials", lambda: len(katib.running(ns, name)) == running)
-    return {n: t["metadata"]["uid"] for n, t in katib.trials(ns, name).items()}
-
-
-def _quota_refusals(katib: Katib, ns: str) -> int:
-    """Trial creations Katib's controller logged as refused by an enforced ResourceQuota in
-    ``ns``: "exceeded quota" (k8s.io/apiserver resourcequota ``CheckRequest``), not "status
-    unknown for quota", which a quota the quota controller has not counted yet answers."""
-    return sum(
-        1
-        for line in katib.log().splitlines()
-        if "Trial create error" in line and "exceeded quota" in line and ns in line
-    )
-
-
 def test_lowering_parallel_trial_count_makes_katib_delete_running_trials(
     katib: Katib, cluster: Cluster
 ) -> None:
@@ -78,7 +67,7 @@ def test_lowering_parallel_trial_count_makes_katib_delete_running_trials(
     # doing nothing.
     ns = cluster.namespace("katib-del")
     katib.experiment(ns, "exp", parallel=4, max_trials=20)
-    before = _started(katib, ns, "exp", 4)
+    before = started_trials(katib, ns, "exp", 4)
     cluster.custom.patch_namespaced_custom_object(
         GROUP, VERSION, ns, "experiments", "exp", {"spec": {"parallelTrialCount": 1}}
     )
@@ -93,9 +82,9 @@ async def test_pause_deletes_no_trial_and_starts_none_then_resume_starts_them(
     ns, node = cluster.namespace("katib-pause"), cluster.node()
     katib.experiment(ns, "exp", parallel=4, max_trials=20)
     katib.experiment(ns, "neighbour", parallel=1, max_trials=5)
-    trials = _started(katib, ns, "exp", 4)
-    _started(katib, ns, "neighbour", 1)
-    spec_before = _experiment(cluster, ns, "exp")["spec"]
+    trials = started_trials(katib, ns, "exp", 4)
+    started_trials(katib, ns, "neighbour", 1)
+    spec_before = experiment(cluster, ns, "exp")["spec"]
     env = env_for(kube, node)
     args = {"experiments": [f"{ns}/exp"]}
 
@@ -123,17 +112,17 @@ async def test_pause_deletes_no_trial_and_starts_none_then_resume_starts_them(
     assert given(quota.spec).hard == {"count/trials.kubeflow.org": "0"}
     assert labels_of(quota)[QUOTA_LABEL] == "true"
     assert annotations_of(quota)["nodeguard.io/paused-by"] == f"{node}/manual"
-    exp = _experiment(cluster, ns, "exp")
+    exp = experiment(cluster, ns, "exp")
     assert exp["spec"] == spec_before  # parallelTrialCount and maxTrialCount untouched
     assert exp["metadata"]["annotations"]["nodeguard.io/paused-by"] == f"{node}/manual"
     assert cluster.events(ns, name="exp", reason="NodeguardKatibPaused")
 
     # Two trials finish: Katib reconciles and wants two new ones; the quota refuses them.
-    refused_before = _quota_refusals(katib, ns)
+    refused_before = quota_refusals(katib, ns)
     done = sorted(trials)[:2]
     for name in done:
         katib.finish(ns, name)
-    katib.wait("Katib to try creating trials", lambda: _quota_refusals(katib, ns) > refused_before)
+    katib.wait("Katib to try creating trials", lambda: quota_refusals(katib, ns) > refused_before)
     await asyncio.sleep(2)  # Katib does not requeue a refused create: nothing comes later
     now = katib.trials(ns, "exp")
     assert {n: t["metadata"]["uid"] for n, t in now.items()} == trials  # none deleted, none new
@@ -154,7 +143,7 @@ async def test_pause_deletes_no_trial_and_starts_none_then_resume_starts_them(
     assert resumed.outcome == "done", resumed.message
     assert resumed.details["trials_that_may_start"] == 2
     assert cluster.core.list_namespaced_resource_quota(ns).items == []
-    annotations = _experiment(cluster, ns, "exp")["metadata"]["annotations"]
+    annotations = experiment(cluster, ns, "exp")["metadata"]["annotations"]
     assert "nodeguard.io/paused-by" not in annotations and "nodeguard.io/resumed-at" in annotations
     katib.wait("Katib to start the owed trials", lambda: len(katib.running(ns, "exp")) == 4)
     assert set(trials) - set(done) <= katib.running(ns, "exp")
@@ -167,7 +156,7 @@ async def test_resume_of_an_experiment_with_no_running_trial_starts_new_ones(
     # Katib reconcile: deleting the quota alone is not enough (it does not requeue).
     ns, node = cluster.namespace("katib-idle"), cluster.node()
     katib.experiment(ns, "exp", parallel=2, max_trials=10)
-    trials = _started(katib, ns, "exp", 2)
+    trials = started_trials(katib, ns, "exp", 2)
     env = env_for(kube, node)
     args = {"experiments": [f"{ns}/exp"]}
     assert [
@@ -192,7 +181,7 @@ async def test_act_resume_finds_the_pause_without_trial_pods_on_the_node(
     # resume-katib --node node-a` still finds it, from the quota's paused-by.
     ns, node = cluster.namespace("katib-act"), cluster.node()
     katib.experiment(ns, "exp", parallel=1, max_trials=5)
-    _started(katib, ns, "exp", 1)
+    started_trials(katib, ns, "exp", 1)
     env = env_for(kube, node)
     await run_action(
         env=env,
@@ -203,7 +192,7 @@ async def test_act_resume_finds_the_pause_without_trial_pods_on_the_node(
         source="local",
     )
     proc = await asyncio.create_subprocess_exec(
-        *_nodeguard(),
+        *nodeguard_command(),
         "act",
         "resume-katib",
         f"--node={node}",
@@ -217,7 +206,7 @@ async def test_act_resume_finds_the_pause_without_trial_pods_on_the_node(
     assert cluster.core.list_namespaced_resource_quota(ns).items == []
 
     missing = await asyncio.create_subprocess_exec(
-        *_nodeguard(),
+        *nodeguard_command(),
         "act",
         "pause-katib",
         f"--node={node}",
@@ -282,7 +271,7 @@ async def test_a_pause_cut_short_is_completed_and_a_finished_experiment_is_left(
         env=env, node=node, action="pause_katib", args={"experiments": [f"{ns}/exp"]}, rule="r"
     )
     assert res.outcome == "done" and "mark on the experiment completed" in res.message
-    annotations = _experiment(cluster, ns, "exp")["metadata"]["annotations"]
+    annotations = experiment(cluster, ns, "exp")["metadata"]["annotations"]
     assert annotations["nodeguard.io/paused-by"] == f"{node}/r"
     cluster.custom.patch_namespaced_custom_object_status(
         GROUP,
@@ -319,7 +308,7 @@ async def test_a_pause_made_by_nodeguard_before_0_2_is_still_resumed(
     env = env_for(kube, node)
     results = await run_action(env=env, node=node, action="resume_katib")
     assert [r.outcome for r in results] == ["done"], [r.message for r in results]
-    exp = _experiment(cluster, ns, "random")
+    exp = experiment(cluster, ns, "random")
     assert exp["spec"]["parallelTrialCount"] == 3
     assert not any(
         k.startswith("nodeguard.io/paused") for k in exp["metadata"].get("annotations", {})
@@ -353,10 +342,6 @@ def test_census_counts_as_katib_does() -> None:
     assert c2.deletes() == 2 and c2.may_start() == 0
 
 
-def _nodeguard() -> list[str]:
-    return [sys.executable, "-m", "nodeguard"]
-
-
 async def test_the_last_resume_in_a_namespace_restarts_every_experiment_it_held(
     katib: Katib, cluster: Cluster, kube: KubeClient
 ) -> None:
@@ -366,7 +351,7 @@ async def test_the_last_resume_in_a_namespace_restarts_every_experiment_it_held(
     ns, node = cluster.namespace("katib-held"), cluster.node()
     for name in ("a", "b", "bystander"):
         katib.experiment(ns, name, parallel=1, max_trials=5)
-        _started(katib, ns, name, 1)
+        started_trials(katib, ns, name, 1)
     env = env_for(kube, node)
     args = {"experiments": [f"{ns}/a", f"{ns}/b"]}
     assert [
@@ -398,11 +383,11 @@ async def test_a_pause_does_not_outlive_its_experiment(
     ns, node = cluster.namespace("katib-gone"), cluster.node()
     katib.experiment(ns, "a", parallel=1, max_trials=5)
     katib.experiment(ns, "b", parallel=1, max_trials=5)
-    (trial_b,) = list(_started(katib, ns, "b", 1))
+    (trial_b,) = list(started_trials(katib, ns, "b", 1))
     env = env_for(kube, node)
     await run_action(env=env, node=node, action="pause_katib", args={"experiments": [f"{ns}/a"]})
     quota = cluster.core.read_namespaced_resource_quota(quota_name("a"), ns)
-    exp_uid = _experiment(cluster, ns, "a")["metadata"]["uid"]
+    exp_uid = experiment(cluster, ns, "a")["metadata"]["uid"]
     # Owned by the experiment: the garbage collector deletes it with the experiment.
     (owner,) = given(given(quota.metadata).owner_references)
     assert (owner.kind, owner.name, owner.uid) == ("Experiment", "a", exp_uid)
@@ -424,7 +409,7 @@ async def test_a_legacy_pause_of_an_unset_count_restores_katibs_default(
     _legacy_pause(cluster, ns, "random", original="unset", by=f"{node}/r")
     (res,) = await run_action(env=env_for(kube, node), node=node, action="resume_katib")
     assert res.outcome == "done" and "Katib's default" in res.message
-    assert _experiment(cluster, ns, "random")["spec"]["parallelTrialCount"] == 3
+    assert experiment(cluster, ns, "random")["spec"]["parallelTrialCount"] == 3
 
 
 def test_an_agent_killed_mid_pause_is_resumed_once_and_deletes_no_trial(
@@ -434,23 +419,23 @@ def test_an_agent_killed_mid_pause_is_resumed_once_and_deletes_no_trial(
     # next agent completes the pause it finds half done, once, and Katib deletes no trial.
     ns, node = cluster.namespace("katib-kill"), cluster.node()
     katib.experiment(ns, "exp", parallel=2, max_trials=10)
-    trials = _started(katib, ns, "exp", 2)
-    rules = _rules(
+    trials = started_trials(katib, ns, "exp", 2)
+    rules = slab_rules(
         tmp_path, actions=f"[{{action: pause_katib, args: {{experiments: [{ns}/exp]}}}}]"
     )
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
     held = proxied.hold("PATCH", rf"/namespaces/{ns}/experiments/exp")
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
         held.wait_hit()  # the quota is made, the mark is on the wire
         assert len(cluster.core.list_namespaced_resource_quota(ns).items) == 1
-        _kill(base.pid)
+        kill_9(base.pid)
     held.drop()  # the mark is lost with the agent: the pause is left half done
     proxied.clear()
     assert "nodeguard.io/paused-by" not in (
-        _experiment(cluster, ns, "exp")["metadata"].get("annotations") or {}
+        experiment(cluster, ns, "exp")["metadata"].get("annotations") or {}
     )
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = _until(
+        (incident,) = until(
             "the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
         )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
@@ -459,7 +444,7 @@ def test_an_agent_killed_mid_pause_is_resumed_once_and_deletes_no_trial(
     assert "mark on the experiment completed" in full["actions"][0]["message"]
     (quota,) = cluster.core.list_namespaced_resource_quota(ns).items
     assert given(quota.spec).hard == {"count/trials.kubeflow.org": "0"}
-    exp = _experiment(cluster, ns, "exp")
+    exp = experiment(cluster, ns, "exp")
     assert exp["metadata"]["annotations"]["nodeguard.io/paused-by"].startswith(f"{node}/")
     assert exp["spec"]["parallelTrialCount"] == 2
     now = katib.trials(ns, "exp")

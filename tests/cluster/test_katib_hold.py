@@ -20,12 +20,19 @@ from nodeguard.actions.katib_hold import TRIAL_COUNT as TRIALS
 from nodeguard.actions.katib_hold import enforcement
 from nodeguard.kube.client import KubeClient
 from tests.support.acting import env_for, run_action
-from tests.support.agent import running_agent
+from tests.support.agent import kill_9, running_agent
 from tests.support.controlplane.cluster import TestCluster
-from tests.support.katib import GROUP, VERSION, Katib
+from tests.support.katib import (
+    GROUP,
+    VERSION,
+    Katib,
+    experiment,
+    nodeguard_command,
+    quota_refusals,
+    started_trials,
+)
 from tests.support.kube_helpers import Cluster, given, name_of
-from tests.cluster.test_katib import _experiment, _nodeguard, _quota_refusals, _started
-from tests.cluster.test_restarts import _agent_args, _kill
+from tests.support.remediation import agent_args
 
 HELD = "nodeguard.io/katib-held"
 
@@ -39,7 +46,7 @@ async def _act(*flags: str, kubeconfig: Path) -> tuple[int, str]:
 
 async def _spawn(*flags: str, kubeconfig: Path) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        *_nodeguard(),
+        *nodeguard_command(),
         "act",
         *flags,
         f"--kubeconfig={kubeconfig}",
@@ -85,7 +92,7 @@ async def _paused_when_idle(
     of ``paused`` paused by ``node``, then every trial ended: only a kick starts one again."""
     for name in names:
         katib.experiment(ns, name, parallel=1, max_trials=5)
-        _started(katib, ns, name, 1)
+        started_trials(katib, ns, name, 1)
     await _pause(kube, node, *(f"{ns}/{name}" for name in paused))
     await _all_trials_end(katib, ns, names)
 
@@ -131,7 +138,7 @@ async def test_a_resume_killed_between_its_kicks_is_completed_by_the_rerun(
     assert "restarted Katib experiment(s) n2" in out, out
     await _each_starts_a_trial(katib, ns, names)
     assert not any(
-        HELD in (_experiment(cluster, ns, n)["metadata"].get("labels") or {}) for n in names
+        HELD in (experiment(cluster, ns, n)["metadata"].get("labels") or {}) for n in names
     )
 
 
@@ -173,12 +180,12 @@ async def test_a_paused_experiment_deleted_under_the_garbage_collector_wakes_its
     ns, node = cluster.namespace("katib-gc"), cluster.node()
     katib.experiment(ns, "a", parallel=1, max_trials=5)
     katib.experiment(ns, "b", parallel=1, max_trials=5)
-    _started(katib, ns, "a", 1)
-    _started(katib, ns, "b", 1)
+    started_trials(katib, ns, "a", 1)
+    started_trials(katib, ns, "b", 1)
     await _pause(kube, node, f"{ns}/a")
-    refused = _quota_refusals(katib, ns)
+    refused = quota_refusals(katib, ns)
     await _all_trials_end(katib, ns, ("b",))
-    await _wait(katib, "b's create refused", lambda: _quota_refusals(katib, ns) > refused)
+    await _wait(katib, "b's create refused", lambda: quota_refusals(katib, ns) > refused)
     with control_plane.garbage_collector() as gc_log:
         cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "a")
         await _wait(
@@ -207,7 +214,7 @@ async def test_a_pause_is_done_only_once_the_quota_controller_enforces_it(
     ns_a, ns_b = cluster.namespace("katib-unenforced"), cluster.namespace("katib-meanwhile")
     for ns in (ns_a, ns_b):
         katib.experiment(ns, "exp", parallel=2, max_trials=10)
-        _started(katib, ns, "exp", 2)
+        started_trials(katib, ns, "exp", 2)
     env = env_for(kube, node)
     control_plane.stop_controller_manager()
     try:
@@ -251,11 +258,9 @@ async def test_a_pause_is_done_only_once_the_quota_controller_enforces_it(
     assert res.details["trials_created_meanwhile"] == sorted(slipped)
     assert "before the quota was enforced" in res.message
     # Enforced now: a finished trial's successor is refused as exceeding the quota.
-    refused, trials = _quota_refusals(katib, ns_b), set(katib.trials(ns_b, "exp"))
+    refused, trials = quota_refusals(katib, ns_b), set(katib.trials(ns_b, "exp"))
     katib.finish(ns_b, sorted(katib.running(ns_b, "exp"))[0])
-    await _wait(
-        katib, "an 'exceeded quota' refusal", lambda: _quota_refusals(katib, ns_b) > refused
-    )
+    await _wait(katib, "an 'exceeded quota' refusal", lambda: quota_refusals(katib, ns_b) > refused)
     assert set(katib.trials(ns_b, "exp")) == trials
     (again,) = await run_action(
         env=env, node=node, action="pause_katib", args={"experiments": [f"{ns_a}/exp"]}
@@ -282,7 +287,7 @@ async def test_a_users_quota_of_the_pauses_name_is_not_taken_for_the_pause(
     )
     assert res.outcome == "failed" and "is not nodeguard's pause" in res.message, res.message
     assert "nodeguard.io/paused-by" not in (
-        _experiment(cluster, ns, "exp")["metadata"].get("annotations") or {}
+        experiment(cluster, ns, "exp")["metadata"].get("annotations") or {}
     )
     # nodeguard's labels but other limits: not the pause either; a resume leaves it.
     cluster.core.create_namespaced_resource_quota(
@@ -323,7 +328,7 @@ async def test_every_pauser_is_recorded_and_the_last_resolve_ends_the_pause(
     # resolve ended the pause for both.
     ns, node = cluster.namespace("katib-pausers"), cluster.node()
     katib.experiment(ns, "exp", parallel=1, max_trials=10)
-    trials = _started(katib, ns, "exp", 1)
+    trials = started_trials(katib, ns, "exp", 1)
     env = env_for(kube, node)
     args = {"experiments": [f"{ns}/exp"]}
     await _pause(kube, node, f"{ns}/exp", rule="rule-a")
@@ -345,9 +350,9 @@ async def test_every_pauser_is_recorded_and_the_last_resolve_ends_the_pause(
     assert [name_of(q) for q in cluster.core.list_namespaced_resource_quota(ns).items] == [
         quota_name("exp")
     ]
-    refused = _quota_refusals(katib, ns)
+    refused = quota_refusals(katib, ns)
     katib.finish(ns, next(iter(trials)))
-    await _wait(katib, "an 'exceeded quota' refusal", lambda: _quota_refusals(katib, ns) > refused)
+    await _wait(katib, "an 'exceeded quota' refusal", lambda: quota_refusals(katib, ns) > refused)
     assert set(katib.trials(ns, "exp")) == set(trials)
 
     await _pause(kube, node, f"{ns}/exp", rule="rule-a")  # held by both again
@@ -445,7 +450,7 @@ def test_an_agent_killed_between_its_resolves_kicks_is_completed_by_the_next_age
     names = ("a", "n1", "n2")
     for name in names:
         katib.experiment(ns, name, parallel=1, max_trials=5)
-        _started(katib, ns, name, 1)
+        started_trials(katib, ns, name, 1)
     kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
     try:
         asyncio.run(_pause(kube, node, f"{ns}/a", rule="held"))
@@ -454,14 +459,14 @@ def test_an_agent_killed_between_its_resolves_kicks_is_completed_by_the_next_age
     asyncio.run(_all_trials_end(katib, ns, names))
     rules = tmp_path / "rules.yaml"
     rules.write_text(HELD_RULES)
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
     delete = proxied.hold("DELETE", rf"/namespaces/{ns}/resourcequotas/{quota_name('a')}")
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
         delete.wait_hit(timeout=60)
         kick = proxied.hold("PATCH", rf"/namespaces/{ns}/experiments/n2(\?|$)")
         delete.release()
         kick.wait_hit()
-        _kill(base.pid)
+        kill_9(base.pid)
     kick.drop()
     proxied.clear()
     assert cluster.core.list_namespaced_resource_quota(ns).items == []
@@ -480,7 +485,7 @@ async def test_a_pause_after_a_resume_killed_before_its_delete_pauses_afresh(
     # pausers list gone): it deletes that quota in the resume's place and pauses afresh.
     ns, node = cluster.namespace("katib-resuming"), cluster.node()
     katib.experiment(ns, "exp", parallel=1, max_trials=5)
-    _started(katib, ns, "exp", 1)
+    started_trials(katib, ns, "exp", 1)
     await _pause(kube, node, f"{ns}/exp", rule="r1")
     old_uid = given(cluster.core.read_namespaced_resource_quota(quota_name("exp"), ns).metadata).uid
     delete = proxied.hold("DELETE", rf"/namespaces/{ns}/resourcequotas/")
@@ -492,7 +497,7 @@ async def test_a_pause_after_a_resume_killed_before_its_delete_pauses_afresh(
     await proc.wait()
     delete.drop()
     proxied.clear()
-    annotations = _experiment(cluster, ns, "exp")["metadata"]["annotations"]
+    annotations = experiment(cluster, ns, "exp")["metadata"]["annotations"]
     assert annotations["nodeguard.io/resuming-quota"] == old_uid
     (res,) = await run_action(
         env=env_for(kube, node),

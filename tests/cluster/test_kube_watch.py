@@ -19,11 +19,11 @@ from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher, _Relist
 from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
-from tests.support.agent import wait_until_async
-from tests.conftest import HOSTS, exposition, synced_watcher
-from tests.support.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import kmsg, oom_records, v2_cgroup
-from tests.support.kube_helpers import Cluster, given
+from tests.support.agent import wait_until_async
+from tests.support.controlplane.cluster import TestCluster
+from tests.support.hosts import HOSTS, exposition
+from tests.support.kube_helpers import Cluster, given, synced_watcher
 
 GiB = 1 << 30
 

@@ -18,46 +18,25 @@ from typing import Any
 from kubernetes import client
 
 from nodeguard.remediation.actor import lease_name
-from tests.support.agent import get, running_agent
+from tests.support.agent import get, kill_9, running_agent
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster, given
-from tests.cluster.test_restarts import (
+from tests.support.remediation import (
     ALERT_RULES,
-    _agent_args,
-    _delivery,
-    _evicted,
-    _kill,
-    _metric,
-    _pods,
-    _post,
-    _rules,
-    _until,
+    EVICT_ONE,
+    LEASE_SECONDS,
+    actor_args,
+    actor_state,
+    alert_delivery,
+    evicted_events,
+    evicted_pods,
+    incidents,
+    low_priority_pods,
+    metric_value,
+    post_delivery,
+    slab_rules,
+    until,
 )
-
-EVICT_ONE = '[{action: evict, args: {free: "0"}}]'
-LEASE = 2  # --actor.lease-duration: seconds
-
-
-def _args(tmp_path: Path, name: str, *, node: str, kubeconfig: Path, rules: Path) -> list[str]:
-    args = _agent_args(tmp_path, node=node, kubeconfig=kubeconfig, rules=rules)
-    state = f"--path.state={tmp_path / 'state'}"
-    return [
-        *(a if a != state else f"--path.state={tmp_path / name}" for a in args),
-        f"--actor.lease-duration={LEASE}",
-    ]
-
-
-def _incidents(base: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = json.loads(get(f"{base}/incidents")[1])
-    return items
-
-
-def _evicted_events(cluster: Cluster, ns: str, names: list[str]) -> int:
-    return sum(len(cluster.events(ns, name=n, reason="NodeguardEvicted")) for n in names)
-
-
-def _state(base: str, state: str) -> float:
-    return _metric(base, "nodeguard_actor", state=state)
 
 
 def test_two_agents_for_one_node_evict_once_and_the_second_says_it_observes(
@@ -65,75 +44,76 @@ def test_two_agents_for_one_node_evict_once_and_the_second_says_it_observes(
 ) -> None:
     # maxFirings 1/1h and free: "0": one pod is due. Two agents, each with its own state file.
     ns, node = cluster.namespace("two-agents"), cluster.node()
-    names = _pods(cluster, ns, node, 3)
-    rules = _rules(tmp_path, actions=EVICT_ONE)
+    names = low_priority_pods(cluster, ns, node, 3)
+    rules = slab_rules(tmp_path, actions=EVICT_ONE)
     kubeconfig = control_plane.kubeconfig_path
     with contextlib.ExitStack() as stack:
         agents = [
             stack.enter_context(
                 running_agent(
-                    args=_args(tmp_path, name, node=node, kubeconfig=kubeconfig, rules=rules),
+                    args=actor_args(tmp_path, name, node=node, kubeconfig=kubeconfig, rules=rules),
                     log_path=tmp_path / f"{name}.log",
                 )
             )
             for name in ("agent-a", "agent-b")
         ]
-        _until("an eviction", lambda: _evicted(cluster, ns, names))
-        _until("a runbook to finish", lambda: any(_incidents(a) for a in agents))
+        until("an eviction", lambda: evicted_pods(cluster, ns, names))
+        until("a runbook to finish", lambda: any(incidents(a) for a in agents))
         # Both sample 30 more times: time for a second agent to act, were it going to.
-        marks = [_metric(a, "nodeguard_sampler_samples_total") for a in agents]
-        _until(
+        marks = [metric_value(a, "nodeguard_sampler_samples_total") for a in agents]
+        until(
             "30 more samples on both",
             lambda: all(
-                _metric(a, "nodeguard_sampler_samples_total") >= m + 30
+                metric_value(a, "nodeguard_sampler_samples_total") >= m + 30
                 for a, m in zip(agents, marks, strict=True)
             ),
         )
-        assert len(_evicted(cluster, ns, names)) == 1
-        assert _evicted_events(cluster, ns, names) == 1
-        assert sum(len(_incidents(a)) for a in agents) == 1
-        states = sorted((_state(a, "actor"), _state(a, "observer")) for a in agents)
+        assert len(evicted_pods(cluster, ns, names)) == 1
+        assert evicted_events(cluster, ns, names) == 1
+        assert sum(len(incidents(a)) for a in agents) == 1
+        states = sorted((actor_state(a, "actor"), actor_state(a, "observer")) for a in agents)
         assert states == [(0.0, 1.0), (1.0, 0.0)]
-        observer = next(a for a in agents if _state(a, "observer") == 1.0)
+        observer = next(a for a in agents if actor_state(a, "observer") == 1.0)
         log = (tmp_path / ("agent-a.log" if observer == agents[0] else "agent-b.log")).read_text()
     assert f"observer: node {node}'s actions are held by " in log
     assert log.count("observer: node") == 1  # said once, not every sample
     lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease(lease_name(node), "default")
-    assert given(lease.spec).lease_duration_seconds == LEASE
+    assert given(lease.spec).lease_duration_seconds == LEASE_SECONDS
 
 
 def test_the_actor_killed_with_its_eviction_on_the_wire_the_observer_finishes_it_once(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node = cluster.namespace("takeover"), cluster.node()
-    names = _pods(cluster, ns, node, 3)
-    rules = _rules(tmp_path, actions=EVICT_ONE)
+    names = low_priority_pods(cluster, ns, node, 3)
+    rules = slab_rules(tmp_path, actions=EVICT_ONE)
     held = proxied.hold("POST", r"/pods/[^/]+/eviction")
-    a_args = _args(tmp_path, "agent-a", node=node, kubeconfig=proxied.kubeconfig, rules=rules)
-    b_args = _args(
+    a_args = actor_args(tmp_path, "agent-a", node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    b_args = actor_args(
         tmp_path, "agent-b", node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules
     )
     with running_agent(args=a_args, log_path=tmp_path / "agent-a.log") as a:
         held.wait_hit()  # a's eviction is on the wire
-        _kill(a.pid)
+        kill_9(a.pid)
     proxied.clear()  # it reaches the API server after a died
-    _until("the in-flight eviction", lambda: _evicted(cluster, ns, names))
+    until("the in-flight eviction", lambda: evicted_pods(cluster, ns, names))
     # b comes up while a's Lease still looks live to it: it observes, then takes the node over.
     with running_agent(args=b_args, log_path=tmp_path / "agent-b.log") as b:
-        (incident,) = _until("b's runbook", lambda: _incidents(b), timeout=30)
+        (incident,) = until("b's runbook", lambda: incidents(b), timeout=30)
         full = json.loads(get(f"{b}/incidents/{incident['id']}")[1])
-        marks = _metric(b, "nodeguard_sampler_samples_total")
-        _until(
-            "30 more samples", lambda: _metric(b, "nodeguard_sampler_samples_total") >= marks + 30
+        marks = metric_value(b, "nodeguard_sampler_samples_total")
+        until(
+            "30 more samples",
+            lambda: metric_value(b, "nodeguard_sampler_samples_total") >= marks + 30,
         )
-        assert len(_evicted(cluster, ns, names)) == 1
-        assert len(_incidents(b)) == 1
-        assert _state(b, "actor") == 1.0
+        assert len(evicted_pods(cluster, ns, names)) == 1
+        assert len(incidents(b)) == 1
+        assert actor_state(b, "actor") == 1.0
     # b finished a's unit (adopted from the Lease), not a second one of its own.
     assert full["resumed"] == 1
     assert [(x["action"], x["outcome"]) for x in full["actions"]] == [("evict", "done")]
     assert "completed" in full["actions"][0]["details"]["evicted"][0]["why"]
-    assert len(_evicted(cluster, ns, names)) == 1
+    assert len(evicted_pods(cluster, ns, names)) == 1
     b_log = (tmp_path / "agent-b.log").read_text()
     assert f"observer: node {node}'s actions are held by " in b_log
     assert "adopted 1 runbook(s) of the last actor" in b_log
@@ -147,11 +127,11 @@ def _lapsed(cluster: Cluster, node: str) -> bool:
         return bool(exc.status == 404)
     renewed = given(given(lease.spec).renew_time)
     assert isinstance(renewed, dt.datetime)
-    return dt.datetime.now(dt.UTC) > renewed + dt.timedelta(seconds=3 * LEASE)
+    return dt.datetime.now(dt.UTC) > renewed + dt.timedelta(seconds=3 * LEASE_SECONDS)
 
 
 def _sent(base: str, delivery: bytes, token: str) -> bool:
-    return asyncio.run(_post(f"{base}/webhook/alertmanager", delivery, token)) == 200
+    return asyncio.run(post_delivery(f"{base}/webhook/alertmanager", delivery, token)) == 200
 
 
 def test_a_delivery_whose_claimant_died_is_taken_over(
@@ -160,7 +140,7 @@ def test_a_delivery_whose_claimant_died_is_taken_over(
     # Agent x claims the delivery and dies with its eviction on the wire (the request lost);
     # its node does not come back. Alertmanager sends the alert again, to agent y.
     ns, target = cluster.namespace("claimant-died"), cluster.node()
-    names = _pods(cluster, ns, target, 3)
+    names = low_priority_pods(cluster, ns, target, 3)
     (tmp_path / "rules.yaml").write_text(ALERT_RULES)
     token = "t" * 40
     (tmp_path / "token").write_text(token)
@@ -168,12 +148,14 @@ def test_a_delivery_whose_claimant_died_is_taken_over(
 
     def args(name: str, node: str, kubeconfig: Path) -> list[str]:
         return [
-            *_args(tmp_path, name, node=node, kubeconfig=kubeconfig, rules=tmp_path / "rules.yaml"),
+            *actor_args(
+                tmp_path, name, node=node, kubeconfig=kubeconfig, rules=tmp_path / "rules.yaml"
+            ),
             f"--webhook.token-file={tmp_path / 'token'}",
         ]
 
     held = proxied.hold("POST", r"/pods/[^/]+/eviction")
-    delivery = _delivery(target, "2026-11-30T10:00:00Z")
+    delivery = alert_delivery(target, "2026-11-30T10:00:00Z")
     with running_agent(
         args=args("agent-y", y, control_plane.kubeconfig_path), log_path=tmp_path / "y.log"
     ) as ay:
@@ -181,22 +163,22 @@ def test_a_delivery_whose_claimant_died_is_taken_over(
             args=args("agent-x", x, proxied.kubeconfig), log_path=tmp_path / "x.log"
         ) as ax:
             # 503 until x acts for its node (an agent that only observes takes no delivery).
-            _until("x to take the delivery", lambda: _sent(ax, delivery, token))
+            until("x to take the delivery", lambda: _sent(ax, delivery, token))
             held.wait_hit()
-            _kill(ax.pid)
+            kill_9(ax.pid)
         held.drop()  # x's eviction is lost with it
-        _until("x's Lease to lapse", lambda: _lapsed(cluster, x), timeout=30)
+        until("x's Lease to lapse", lambda: _lapsed(cluster, x), timeout=30)
         # y sees x's claim for the first time: alive until y has seen x's Lease unrenewed for
         # two leases on its own clock; Alertmanager's re-sent copies then take it over.
-        _until(
+        until(
             "y to take the delivery over",
             lambda: (
                 _sent(ay, delivery, token)
-                and _metric(ay, "nodeguard_webhook_claims_total", outcome="taken_over") == 1
+                and metric_value(ay, "nodeguard_webhook_claims_total", outcome="taken_over") == 1
             ),
             timeout=60,
         )
-        _until("y's eviction", lambda: _evicted(cluster, ns, names))
-        (incident,) = _until("y's runbook", lambda: _incidents(ay))
-    assert len(_evicted(cluster, ns, names)) == 1
+        until("y's eviction", lambda: evicted_pods(cluster, ns, names))
+        (incident,) = until("y's runbook", lambda: incidents(ay))
+    assert len(evicted_pods(cluster, ns, names)) == 1
     assert incident["rule"] == "am-node-memory-low"

@@ -28,10 +28,9 @@ from nodeguard.cli.incidents import short_ids
 from nodeguard.firing import Firing
 from nodeguard.remediation.incidents import IncidentStore
 from tests.support.agent import running_agent
-from tests.conftest import host_flags
 from tests.support.controlplane.cluster import TestCluster
-from tests.support.kube_helpers import Cluster
-from tests.cluster.test_static_pods import mirror_pod
+from tests.support.hosts import host_flags
+from tests.support.kube_helpers import Cluster, mirror_pod
 
 REPO = Path(__file__).resolve().parents[2]
 WIDTH = 80

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.agent import get, running_agent, wait_until
-from tests.conftest import HOSTS, host_flags
-from tests.support.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import CID, UID_B
+from tests.support.agent import get, running_agent, wait_until
+from tests.support.controlplane.cluster import TestCluster
+from tests.support.hosts import HOSTS, host_flags
 from tests.support.kube_helpers import Cluster, cordoned
 from tests.support.promstack import (
     alertmanager,

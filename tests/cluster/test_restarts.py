@@ -12,101 +12,38 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nodeguard.actions.evict import GANGS_ANNOTATION
-from tests.support.agent import get, running_agent, wait_until
-from tests.conftest import HOSTS, host_flags
+from tests.support.agent import get, kill_9, running_agent
 from tests.support.controlplane.cluster import TestCluster
+from tests.support.hosts import HOSTS, host_flags
 from tests.support.kube_helpers import Cluster, annotations_of, cordoned, given
-
-RULES = """\
-apiVersion: nodeguard.io/v1alpha1
-kind: RuleSet
-spec:
-  rules:
-    - name: slab-high
-      scope: node
-      when:
-        - {{signal: node_slab_unreclaimable_ratio, op: ">", value: 0.3}}
-      cooldown: {cooldown}
-      maxFirings: {{count: 1, window: 1h}}
-      actions: {actions}
-      resolve: [{{action: uncordon}}]
-"""
-
-
-def _rules(tmp_path: Path, *, actions: str, cooldown: str = "5m") -> Path:
-    path = tmp_path / "rules.yaml"
-    path.write_text(RULES.format(actions=actions, cooldown=cooldown))
-    return path
-
-
-def _agent_args(
-    tmp_path: Path, *, node: str, kubeconfig: Path, rules: Path, extra: tuple[str, ...] = ()
-) -> list[str]:
-    return [
-        *host_flags("v2-systemd-containerd"),
-        f"--kubeconfig={kubeconfig}",
-        f"--rules={rules}",
-        f"--node-name={node}",
-        "--interval=100ms",
-        "--no-dry-run",
-        f"--path.state={tmp_path / 'state'}",
-        "--cordon.lease-namespace=default",
-        *extra,
-    ]
-
-
-def _gone(cluster: Cluster, ns: str, name: str) -> bool:
-    pod = cluster.pod_json(ns, name)
-    return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
-
-
-def _evicted(cluster: Cluster, ns: str, names: list[str]) -> list[str]:
-    return [n for n in names if _gone(cluster, ns, n)]
-
-
-def _until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """:func:`tests.support.agent.wait_until` with this module's defaults."""
-    return wait_until(what, check, timeout=timeout, step=0.05)
-
-
-def _kill(pid: int) -> None:
-    os.kill(pid, signal.SIGKILL)
-    _until("the agent to die", lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), 10)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return True
-
-
-def _metric(base: str, name: str, **labels: str) -> float:
-    for line in get(f"{base}/metrics")[1].splitlines():
-        head, _, value = line.rpartition(" ")
-        if head.split("{")[0] == name and all(f'{k}="{v}"' in head for k, v in labels.items()):
-            return float(value)
-    return 0.0
-
-
-def _pods(cluster: Cluster, ns: str, node: str, n: int) -> list[str]:
-    names = [f"batch-{i}" for i in range(n)]
-    for name in names:
-        cluster.pod(
-            namespace=ns, node=node, name=name, request="1Gi", priority_class="nodeguard-test-low"
-        )
-    return names
+from tests.support.remediation import (
+    ALERT_RULES,
+    SLAB_HIGH,
+    SLAB_LOW,
+    MiB,
+    agent_args,
+    alert_delivery,
+    contextlib_exit,
+    evicted_pods,
+    host_args,
+    katib_gang,
+    low_priority_pods,
+    metric_value,
+    pod_list_request,
+    post_delivery,
+    slab_rules,
+    starved_host,
+    until,
+)
 
 
 def test_cooldown_cap_and_eviction_limit_survive_kill_9(
@@ -115,22 +52,22 @@ def test_cooldown_cap_and_eviction_limit_survive_kill_9(
     # The fault: cooldown 5m and maxFirings 1/1h evicted one pod; the agent was restarted and
     # evicted another 7 s later.
     ns, node = cluster.namespace("restart"), cluster.node()
-    names = _pods(cluster, ns, node, 3)
-    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
-    args = _agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
+    names = low_priority_pods(cluster, ns, node, 3)
+    rules = slab_rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    args = agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
-        _until("one eviction", lambda: len(_evicted(cluster, ns, names)) == 1)
-        _until("the runbook to finish", lambda: json.loads(get(f"{base}/incidents")[1]))
-        _kill(base.pid)
+        until("one eviction", lambda: len(evicted_pods(cluster, ns, names)) == 1)
+        until("the runbook to finish", lambda: json.loads(get(f"{base}/incidents")[1]))
+        kill_9(base.pid)
     state = json.loads((tmp_path / "state" / "remediation-state.json").read_text())
     assert state["sections"]["rules"]["slab-high"]["fired"]
     assert len(state["sections"]["evictions"][node]) == 1
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        _until(
+        until(
             "the restarted agent to hold back",
-            lambda: _metric(base, "nodeguard_rule_suppressed_total", reason="cooldown") >= 10,
+            lambda: metric_value(base, "nodeguard_rule_suppressed_total", reason="cooldown") >= 10,
         )
-        assert len(_evicted(cluster, ns, names)) == 1
+        assert len(evicted_pods(cluster, ns, names)) == 1
         assert json.loads(get(f"{base}/incidents")[1])  # the incident of the first run is kept
 
 
@@ -138,18 +75,18 @@ def test_killed_right_after_the_cordon_the_eviction_still_runs_once(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node = cluster.namespace("after-cordon"), cluster.node()
-    names = _pods(cluster, ns, node, 3)
-    rules = _rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "0"}}]')
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    names = low_priority_pods(cluster, ns, node, 3)
+    rules = slab_rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "0"}}]')
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
     held = proxied.hold("POST", r"/pods/[^/]+/eviction")
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
         held.wait_hit()  # the cordon is done, the eviction is on the wire
         assert cordoned(cluster.core.read_node(node))
-        _kill(base.pid)
+        kill_9(base.pid)
     proxied.clear()  # the eviction reaches the API server after the agent died
-    _until("the in-flight eviction", lambda: len(_evicted(cluster, ns, names)) == 1)
+    until("the in-flight eviction", lambda: len(evicted_pods(cluster, ns, names)) == 1)
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = _until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["resumed"] == 1
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
@@ -157,7 +94,7 @@ def test_killed_right_after_the_cordon_the_eviction_still_runs_once(
         ("evict", "done"),
     ]
     # The unit under way was completed, not a second one chosen: one pod evicted, and cordoned.
-    assert len(_evicted(cluster, ns, names)) == 1
+    assert len(evicted_pods(cluster, ns, names)) == 1
     assert "completed" in full["actions"][1]["details"]["evicted"][0]["why"]
     assert cordoned(cluster.core.read_node(node))
 
@@ -166,19 +103,19 @@ def test_killed_while_the_cordon_waits_on_the_api_the_runbook_resumes(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node = cluster.namespace("in-cordon"), cluster.node()
-    names = _pods(cluster, ns, node, 2)
-    rules = _rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "0"}}]')
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    names = low_priority_pods(cluster, ns, node, 2)
+    rules = slab_rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "0"}}]')
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
     held = proxied.hold("PATCH", rf"/api/v1/nodes/{node}\b")
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
         held.wait_hit()
-        _kill(base.pid)
+        kill_9(base.pid)
     held.drop()  # that PATCH is lost with the agent
     time.sleep(0.5)
     assert not cordoned(cluster.core.read_node(node))
     proxied.clear()
     with running_agent(args=args, log_path=tmp_path / "agent-2.log", ready_timeout=40) as base:
-        (incident,) = _until(
+        (incident,) = until(
             "the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
         )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
@@ -188,49 +125,21 @@ def test_killed_while_the_cordon_waits_on_the_api_the_runbook_resumes(
         ("evict", "done"),
     ]
     assert cordoned(cluster.core.read_node(node))
-    assert len(_evicted(cluster, ns, names)) == 1
-
-
-def _gang(cluster: Cluster, ns: str, here: str, there: str) -> list[str]:
-    trial = {"katib.kubeflow.org/experiment": "e", "katib.kubeflow.org/trial": "e-t1"}
-    cluster.pod(
-        namespace=ns,
-        node=here,
-        name="t1-master",
-        request="1Gi",
-        labels=trial,
-        priority_class="nodeguard-test-low",
-    )
-    cluster.pod(
-        namespace=ns,
-        node=there,
-        name="t1-worker",
-        request="1Gi",
-        labels=trial,
-        priority_class="nodeguard-test-low",
-    )
-    cluster.pod(
-        namespace=ns,
-        node=here,
-        name="bystander",
-        request="1Gi",
-        priority_class="nodeguard-test-mid",
-    )
-    return ["t1-master", "t1-worker", "bystander"]
+    assert len(evicted_pods(cluster, ns, names)) == 1
 
 
 def test_a_gang_cut_short_by_the_api_server_is_finished_and_every_pod_recorded(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node, other = cluster.namespace("gang-outage"), cluster.node(), cluster.node()
-    names = _gang(cluster, ns, node, other)
-    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    names = katib_gang(cluster, ns, node, other)
+    rules = slab_rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
     # Let the dry-run checks and the first member's eviction through; stop at the second.
     held = proxied.hold("POST", r"/pods/t1-\w+/eviction(?!.*dryRun)", skip=1)
     with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
         held.wait_hit()
-        (first,) = _evicted(cluster, ns, names)
+        (first,) = evicted_pods(cluster, ns, names)
         assert first in ("t1-master", "t1-worker")
         annotations = annotations_of(cluster.core.read_node(node))
         assert "t1-worker" in annotations[GANGS_ANNOTATION]  # the gang, written ahead
@@ -240,12 +149,12 @@ def test_a_gang_cut_short_by_the_api_server_is_finished_and_every_pod_recorded(
             time.sleep(2)
         finally:
             control_plane.start_apiserver()
-        (incident,) = _until(
+        (incident,) = until(
             "the retried runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
         )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["retried"] and full["actions"][0]["outcome"] == "done"
-    assert _evicted(cluster, ns, names) == ["t1-master", "t1-worker"]  # not the bystander
+    assert evicted_pods(cluster, ns, names) == ["t1-master", "t1-worker"]  # not the bystander
     assert GANGS_ANNOTATION not in annotations_of(cluster.core.read_node(node))
     for name in ("t1-master", "t1-worker"):  # every pod evicted has its Event, once
         assert len(cluster.events(ns, name=name, reason="NodeguardEvicted")) == 1, name
@@ -255,32 +164,32 @@ def test_killed_mid_gang_within_its_budget_the_next_agent_finishes_it(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node, other = cluster.namespace("gang-kill"), cluster.node(), cluster.node()
-    names = _gang(cluster, ns, node, other)
+    names = katib_gang(cluster, ns, node, other)
     # A budget over the trial that affords the whole gang: minAvailable 0 of two healthy pods,
     # as the disruption controller computes it (2 allowed, 2 needed).
     cluster.budget(
         ns, name="trial", labels={"katib.kubeflow.org/trial": "e-t1"}, min_available=0, healthy=2
     )
-    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    rules = slab_rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
     # The budget check and the dry-run asks pass, the first member goes; hold the second.
     held = proxied.hold("POST", r"/pods/t1-\w+/eviction(?!.*dryRun)", skip=1)
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
         held.wait_hit()
-        (first,) = _evicted(cluster, ns, names)
-        _kill(base.pid)
+        (first,) = evicted_pods(cluster, ns, names)
+        kill_9(base.pid)
     held.drop()  # the second eviction is lost with the agent
     proxied.clear()
-    assert _evicted(cluster, ns, names) == [first]  # half-evicted, and recorded on the node
+    assert evicted_pods(cluster, ns, names) == [first]  # half-evicted, and recorded on the node
     assert "t1-worker" in annotations_of(cluster.core.read_node(node))[GANGS_ANNOTATION]
     pdb = cluster.policy.read_namespaced_pod_disruption_budget("trial", ns)
     assert given(pdb.status).disruptions_allowed == 1  # the first eviction spent one of the two
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = _until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["actions"][0]["outcome"] == "done", full["actions"][0]
     # The gang is whole again in one way only: both members gone, the bystander left.
-    assert _evicted(cluster, ns, names) == ["t1-master", "t1-worker"]
+    assert evicted_pods(cluster, ns, names) == ["t1-master", "t1-worker"]
     assert GANGS_ANNOTATION not in annotations_of(cluster.core.read_node(node))
 
 
@@ -288,7 +197,7 @@ def test_act_evict_rerun_finishes_a_half_evicted_gang(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, node, other = cluster.namespace("gang-act"), cluster.node(), cluster.node()
-    names = _gang(cluster, ns, node, other)
+    names = katib_gang(cluster, ns, node, other)
 
     def act(kubeconfig: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -312,55 +221,15 @@ def test_act_evict_rerun_finishes_a_half_evicted_gang(
     proxied.fail("POST", r"/pods/t1-\w+/eviction(?!.*dryRun)", status=503, skip=1)
     first = act(proxied.kubeconfig)
     assert first.returncode == 1, first.stdout + first.stderr
-    (evicted,) = _evicted(cluster, ns, names)
+    (evicted,) = evicted_pods(cluster, ns, names)
     assert evicted in first.stdout and "ServerError" in first.stdout
     # The rerun (no fault now) finishes the gang first, and evicts nothing else for it.
     second = act(control_plane.kubeconfig_path)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "finishing a gang" in second.stdout
-    assert _evicted(cluster, ns, names) == ["t1-master", "t1-worker"]
+    assert evicted_pods(cluster, ns, names) == ["t1-master", "t1-worker"]
     for name in ("t1-master", "t1-worker"):
         assert len(cluster.events(ns, name=name, reason="NodeguardEvicted")) == 1, name
-
-
-ALERT_RULES = """\
-apiVersion: nodeguard.io/v1alpha1
-kind: RuleSet
-spec:
-  alerts:
-    - name: am-node-memory-low
-      alertname: NodeguardNodeMemoryLow
-      actions: [{action: evict, args: {free: "0"}}]
-"""
-
-
-def _delivery(node: str, starts: str) -> bytes:
-    return json.dumps(
-        {
-            "version": "4",
-            "status": "firing",
-            "alerts": [
-                {
-                    "status": "firing",
-                    "labels": {"alertname": "NodeguardNodeMemoryLow", "node": node},
-                    "annotations": {},
-                    "startsAt": starts,
-                    "endsAt": "0001-01-01T00:00:00Z",
-                    "fingerprint": "f00d",
-                }
-            ],
-        }
-    ).encode()
-
-
-async def _post(url: str, body: bytes, token: str) -> int:
-    import aiohttp
-
-    async with (
-        aiohttp.ClientSession() as s,
-        s.post(url, data=body, headers={"Authorization": f"Bearer {token}"}) as resp,
-    ):
-        return resp.status
 
 
 def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_down(
@@ -370,7 +239,7 @@ def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_dow
     # identical alerts ran 13 times. Two agents behind one Service; the API server down while
     # the deliveries arrive (startsAt written three ways: one alert).
     ns, target = cluster.namespace("storm"), cluster.node()
-    names = _pods(cluster, ns, target, 4)
+    names = low_priority_pods(cluster, ns, target, 4)
     (tmp_path / "rules.yaml").write_text(ALERT_RULES)
     token = "t" * 40
     (tmp_path / "token").write_text(token)
@@ -402,7 +271,9 @@ def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_dow
             async def storm() -> list[int]:
                 return await asyncio.gather(
                     *(
-                        _post(f"{a}/webhook/alertmanager", _delivery(target, forms[i % 3]), token)
+                        post_delivery(
+                            f"{a}/webhook/alertmanager", alert_delivery(target, forms[i % 3]), token
+                        )
                         for i in range(25)
                         for a in agents
                     )
@@ -410,19 +281,22 @@ def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_dow
 
             assert set(asyncio.run(storm())) == {200}
             queued = [
-                _metric(a, "nodeguard_webhook_alerts_total", status="firing", outcome="queued")
+                metric_value(a, "nodeguard_webhook_alerts_total", status="firing", outcome="queued")
                 for a in agents
             ]
             assert queued == [1.0, 1.0]  # one each: the rest were duplicates, at once
         finally:
             control_plane.start_apiserver()
-        _until(
+        until(
             "one agent to claim and act",
             lambda: (
-                sum(_metric(a, "nodeguard_webhook_claims_total", outcome="claimed") for a in agents)
+                sum(
+                    metric_value(a, "nodeguard_webhook_claims_total", outcome="claimed")
+                    for a in agents
+                )
                 == 1
                 and sum(
-                    _metric(a, "nodeguard_webhook_claims_total", outcome="duplicate")
+                    metric_value(a, "nodeguard_webhook_claims_total", outcome="duplicate")
                     for a in agents
                 )
                 == 1
@@ -430,13 +304,7 @@ def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_dow
             timeout=90,
         )
         time.sleep(2)
-        assert len(_evicted(cluster, ns, names)) == 1
-
-
-def contextlib_exit() -> Any:
-    import contextlib
-
-    return contextlib.ExitStack()
+        assert len(evicted_pods(cluster, ns, names)) == 1
 
 
 UNDO_RULES = """\
@@ -479,9 +347,9 @@ def test_an_undo_owed_before_kill_9_still_runs(
         "--cordon.lease-namespace=default",
     ]
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
-        _until("the cordon", lambda: cordoned(cluster.core.read_node(node)))
-        _until("its runbook to end", lambda: json.loads(get(f"{base}/incidents")[1]))
-        _kill(base.pid)
+        until("the cordon", lambda: cordoned(cluster.core.read_node(node)))
+        until("its runbook to end", lambda: json.loads(get(f"{base}/incidents")[1]))
+        kill_9(base.pid)
     meminfo = host / "proc" / "meminfo"
     low = meminfo.read_text().replace("SUnreclaim:     10485760 kB", "SUnreclaim:      1048576 kB")
     meminfo.write_text(low)  # 3 % of RAM: the rule clears
@@ -489,7 +357,7 @@ def test_an_undo_owed_before_kill_9_still_runs(
     if state == "corrupted":
         state_file.write_bytes(b"\x00" * 64)
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        _until("the uncordon", lambda: not cordoned(cluster.core.read_node(node)))
+        until("the uncordon", lambda: not cordoned(cluster.core.read_node(node)))
     log = (tmp_path / "agent-2.log").read_text()
     if state == "corrupted":
         assert "not used (corrupt" in log and "undos owed by rule(s) slab-high" in log
@@ -510,88 +378,27 @@ def test_a_pdb_backoff_survives_kill_9(
     )
     # What the disruption controller would write: nothing may be disrupted.
     cluster.blocking_pdb(ns, name="serving", labels={"app": "serving"})
-    rules = _rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]', cooldown="1s")
+    rules = slab_rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]', cooldown="1s")
     rules.write_text(rules.read_text().replace("count: 1", "count: 100"))
-    args = _agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
+    args = agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
 
     def blocked() -> int:
         return len(cluster.events(ns, name="serving", reason="NodeguardEvictionBlocked"))
 
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
-        _until("the budget's refusal", lambda: blocked() == 1)
-        _kill(base.pid)
+        until("the budget's refusal", lambda: blocked() == 1)
+        kill_9(base.pid)
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         # It fires every second (cooldown 1s); within the 10 s backoff it never asks again.
-        _until(
+        until(
             "firings after the restart",
             lambda: (
-                _metric(base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing") >= 3
+                metric_value(base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing")
+                >= 3
             ),
         )
         assert blocked() == 1
-        _until("the backoff to pass and the next refusal", lambda: blocked() == 2, timeout=30)
-
-
-# -- a runbook resumed before the pod list arrives -----------------------------------------------
-MiB = 1 << 20
-SLAB_HIGH = "SUnreclaim:     10485760 kB"  # the fixture's: 31 % of MemTotal, slab-high holds
-SLAB_LOW = "SUnreclaim:      1048576 kB"  # 3 %
-
-
-def _pod_cgroup(host: Path, pod: dict[str, Any], *, working_set: int, limit: int | None) -> None:
-    """The cgroup v2 tree the kubelet (systemd driver) and containerd make for ``pod`` (a
-    Burstable pod: ``kubepods-burstable-pod<uid, - as _>.slice/cri-containerd-<id>.scope``),
-    all of it anonymous memory (working set = memory.current - inactive_file, cAdvisor's)."""
-    uid = pod["metadata"]["uid"].replace("-", "_")
-    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    burstable = host / "sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice"
-    pod_dir = burstable / f"kubepods-burstable-pod{uid}.slice"
-    for d in (pod_dir, pod_dir / f"cri-containerd-{cid}.scope"):
-        d.mkdir(parents=True)
-        (d / "memory.current").write_text(f"{working_set}\n")
-        (d / "memory.max").write_text(f"{limit if limit else 'max'}\n")
-        (d / "memory.stat").write_text(
-            f"anon {working_set}\nfile 0\nactive_file 0\ninactive_file 0\nshmem 0\n"
-        )
-        (d / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-
-
-def _starved_host(tmp_path: Path, cluster: Cluster, ns: str, node: str) -> Path:
-    """A copy of the v2 fixture host whose slab is low (slab-high does not hold yet), with the
-    cgroups of two pods of ``node``: ``hog`` at 1.8 GiB of its 2 GiB limit (1 GiB requested),
-    ``idle`` at 100 MiB of its 1 GiB request. Ranked like the kubelet's (usage above request
-    first), only ``hog`` frees the 1 GiB asked."""
-    host = tmp_path / "host"
-    shutil.copytree(HOSTS / "v2-systemd-containerd", host, symlinks=True)
-    meminfo = host / "proc" / "meminfo"
-    meminfo.write_text(meminfo.read_text().replace(SLAB_HIGH, SLAB_LOW))
-    for name, used, limit in (("hog", 1843 * MiB, "2Gi"), ("idle", 100 * MiB, None)):
-        pod = cluster.pod(
-            namespace=ns,
-            node=node,
-            name=name,
-            request="1Gi",
-            limit=limit,
-            priority_class="nodeguard-test-low",
-        )
-        _pod_cgroup(host, pod, working_set=used, limit=2 << 30 if limit else None)
-    return host
-
-
-def _host_args(host: Path, tmp_path: Path, *, node: str, kubeconfig: Path) -> list[str]:
-    rules = _rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "1Gi"}}]')
-    return [
-        f"--path.procfs={host / 'proc'}",
-        f"--path.sysfs={host / 'sys'}",
-        f"--path.kmsg={host / 'kmsg'}",
-        f"--kubeconfig={kubeconfig}",
-        f"--rules={rules}",
-        f"--node-name={node}",
-        "--interval=100ms",
-        "--no-dry-run",
-        f"--path.state={tmp_path / 'state'}",
-        "--cordon.lease-namespace=default",
-    ]
+        until("the backoff to pass and the next refusal", lambda: blocked() == 2, timeout=30)
 
 
 def _killed_between_cordon_and_evict(
@@ -602,28 +409,23 @@ def _killed_between_cordon_and_evict(
     eviction's first API call (the read of the Node's gang record) is on the wire: the
     journal's next step is the eviction, unplanned. Returns the agent's arguments, for the
     agent that resumes it."""
-    host = _starved_host(tmp_path, cluster, ns, node)
-    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
+    host = starved_host(tmp_path, cluster, ns, node)
+    args = host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
     state = tmp_path / "state" / "remediation-state.json"
     with running_agent(args=args, log_path=tmp_path / "a1.log") as base:
-        _until("the pod list", lambda: _metric(base, "nodeguard_pod_info", pod="hog") == 1)
+        until("the pod list", lambda: metric_value(base, "nodeguard_pod_info", pod="hog") == 1)
         # The cordon reads the Node twice (before and under its Lease); the third read is the
         # eviction's. The pod watch read it with its list, already done.
         held = proxied.hold("GET", rf"^/api/v1/nodes/{node}$", skip=2)
         meminfo = host / "proc" / "meminfo"
         meminfo.write_text(meminfo.read_text().replace(SLAB_LOW, SLAB_HIGH))
         held.wait_hit()
-        _kill(base.pid)
+        kill_9(base.pid)
     proxied.clear()
     (entry,) = json.loads(state.read_text())["sections"]["journal"].values()
     assert entry["next"] == 1 and not entry["progress"].get("1")  # nothing of it done
     assert [(r["action"], r["outcome"]) for r in entry["results"]] == [("cordon", "done")]
     return args
-
-
-def _pod_list(node: str) -> str:
-    """The pod watch's LIST of ``node``'s pods (not its watch, not a namespace's list)."""
-    return rf"^/api/v1/pods\?(?!.*watch=)(?=.*fieldSelector=spec\.nodeName%3D{node}\b)"
 
 
 def test_an_eviction_resumed_before_the_pod_list_waits_for_it_and_evicts_the_right_pod(
@@ -635,14 +437,14 @@ def test_an_eviction_resumed_before_the_pod_list_waits_for_it_and_evicts_the_rig
     args = _killed_between_cordon_and_evict(
         cluster=cluster, ns=ns, node=node, tmp_path=tmp_path, proxied=proxied
     )
-    listing = proxied.hold("GET", _pod_list(node), times=2)
+    listing = proxied.hold("GET", pod_list_request(node), times=2)
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         listing.wait_hit()
         time.sleep(3)  # the pod list held back for a few seconds (one API call's timeout: 20 s)
         assert json.loads(get(f"{base}/incidents")[1]) == []  # the resumed eviction waits
-        assert _evicted(cluster, ns, ["hog", "idle"]) == []
+        assert evicted_pods(cluster, ns, ["hog", "idle"]) == []
         listing.release()
-        (incident,) = _until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["resumed"] == 1 and "abandoned" not in full
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
@@ -651,7 +453,7 @@ def test_an_eviction_resumed_before_the_pod_list_waits_for_it_and_evicts_the_rig
     ]
     evicted = full["actions"][1]["details"]["evicted"]
     assert [(e["pods"], e["usage_bytes"]) for e in evicted] == [([f"{ns}/hog"], 1843 * MiB)]
-    assert _evicted(cluster, ns, ["hog", "idle"]) == ["hog"]
+    assert evicted_pods(cluster, ns, ["hog", "idle"]) == ["hog"]
     # It waited: for the pods ("waits up to 20.2s for the pods of"), or first for its node's
     # Lease (the restarted agent takes its own back at once) and then found them listed.
     log = (tmp_path / "agent-2.log").read_text()
@@ -665,10 +467,10 @@ def test_an_eviction_whose_pod_list_never_comes_is_abandoned_and_its_rule_fires_
     args = _killed_between_cordon_and_evict(
         cluster=cluster, ns=ns, node=node, tmp_path=tmp_path, proxied=proxied
     )
-    listing = proxied.hold("GET", _pod_list(node), times=100)  # every LIST, retries included
+    listing = proxied.hold("GET", pod_list_request(node), times=100)  # every LIST, retries included
     wait = [*args, "--remediation.pod-list-wait=2s"]
     with running_agent(args=wait, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = _until("the abandon", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = until("the abandon", lambda: json.loads(get(f"{base}/incidents")[1]))
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
         assert full["resumed"] == 1
         assert f"after 2s the pod list of {node} has not been listed" in full["abandoned"]
@@ -681,14 +483,16 @@ def test_an_eviction_whose_pod_list_never_comes_is_abandoned_and_its_rule_fires_
         assert events and "has not been listed" in events[0].message
         # Nothing was planned: no 5 m cooldown, no maxFirings (1 an hour) spent. It fires again
         # (and waits again) while the cordon stays, its undo owed.
-        _until(
+        until(
             "slab-high to fire again",
-            lambda: _metric(base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing"),
+            lambda: metric_value(
+                base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing"
+            ),
         )
-        assert _evicted(cluster, ns, ["hog", "idle"]) == []
+        assert evicted_pods(cluster, ns, ["hog", "idle"]) == []
         assert cordoned(cluster.core.read_node(node))
         listing.release()  # the pod list at last: the firing under way evicts the right pod
-        _until("the eviction", lambda: _evicted(cluster, ns, ["hog", "idle"]) == ["hog"])
+        until("the eviction", lambda: evicted_pods(cluster, ns, ["hog", "idle"]) == ["hog"])
 
 
 def test_the_first_firing_after_a_start_waits_for_the_pod_list_too(
@@ -696,18 +500,18 @@ def test_the_first_firing_after_a_start_waits_for_the_pod_list_too(
 ) -> None:
     # No restart of a runbook: slab-high holds on the agent's first sample, before its pod list.
     ns, node = cluster.namespace("first-firing"), cluster.node()
-    host = _starved_host(tmp_path, cluster, ns, node)
+    host = starved_host(tmp_path, cluster, ns, node)
     meminfo = host / "proc" / "meminfo"
     meminfo.write_text(meminfo.read_text().replace(SLAB_LOW, SLAB_HIGH))
-    args = _host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
-    listing = proxied.hold("GET", _pod_list(node), times=2)
+    args = host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
+    listing = proxied.hold("GET", pod_list_request(node), times=2)
     with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
         listing.wait_hit()
-        _until("the cordon", lambda: cordoned(cluster.core.read_node(node)))
+        until("the cordon", lambda: cordoned(cluster.core.read_node(node)))
         time.sleep(2)
         assert json.loads(get(f"{base}/incidents")[1]) == []  # its eviction waits
         listing.release()
-        (incident,) = _until("the runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = until("the runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
         ("cordon", "done"),
@@ -715,4 +519,4 @@ def test_the_first_firing_after_a_start_waits_for_the_pod_list_too(
     ]
     (evicted,) = full["actions"][1]["details"]["evicted"]
     assert evicted["pods"] == [f"{ns}/hog"] and evicted["usage_bytes"] == 1843 * MiB
-    assert _evicted(cluster, ns, ["hog", "idle"]) == ["hog"]
+    assert evicted_pods(cluster, ns, ["hog", "idle"]) == ["hog"]

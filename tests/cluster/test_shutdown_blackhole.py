@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from tests.support.agent import get, running_agent, wait_until
+from tests.support.agent import exited, get, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster, cordoned
-from tests.cluster.test_restarts import _agent_args, _rules, _zombie
+from tests.support.remediation import agent_args, slab_rules
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,8 +31,8 @@ def test_sigterm_with_the_api_black_holed_stops_within_the_grace_period(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     node = cluster.node()
-    rules = _rules(tmp_path, actions="[{action: cordon}]")
-    args = _agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
+    rules = slab_rules(tmp_path, actions="[{action: cordon}]")
+    args = agent_args(tmp_path, node=node, kubeconfig=proxied.kubeconfig, rules=rules)
     cordon = proxied.hold("PATCH", rf"/nodes/{node}$", times=10_000)
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
         cordon.wait_hit()
@@ -42,7 +42,7 @@ def test_sigterm_with_the_api_black_holed_stops_within_the_grace_period(
         started = time.monotonic()
         os.kill(base.pid, signal.SIGTERM)
         # Bounded by the DaemonSet's own setting: the kubelet SIGKILLs the agent then.
-        wait_until("the agent to stop", lambda: _zombie(base.pid), timeout=_grace_seconds())
+        wait_until("the agent to stop", lambda: exited(base.pid), timeout=_grace_seconds())
         took = time.monotonic() - started
     log = (tmp_path / "agent-1.log").read_text()
     assert "stopping: " in log and "stays in the journal" in log, (took, log[-2000:])
@@ -52,7 +52,7 @@ def test_sigterm_with_the_api_black_holed_stops_within_the_grace_period(
     for rule in held:
         rule.drop()  # what was held never reaches the API server: lost with the agent
     # The next start finds the cordon it could not finish, and finishes it.
-    args2 = _agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
+    args2 = agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
     with running_agent(args=args2, log_path=tmp_path / "agent-2.log") as base:
         (incident,) = wait_until(
             "the resumed cordon", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30

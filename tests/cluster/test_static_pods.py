@@ -14,71 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubernetes import client
-
 from nodeguard.actions.ranking import EvictFilter, never_evicted, plan_eviction
 from nodeguard.kube.objects import pod_meta
 from nodeguard.sampler import Sampler, SamplerConfig
-from tests.conftest import exposition, host_paths, synced_watcher
-from tests.support.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import CID, UID_STATIC
-from tests.support.kube_helpers import Cluster
-
-
-def mirror_pod(cluster: Cluster, *, namespace: str, node: str) -> dict[str, object]:
-    """The mirror Pod of the static pod kube-apiserver on ``node``, as the kubelet creates it,
-    with the container ID its status reports."""
-    name = f"kube-apiserver-{node}"
-    cluster.core.create_namespaced_pod(
-        namespace,
-        client.V1Pod.model_validate(
-            {
-                "metadata": {
-                    "name": name,
-                    "annotations": {
-                        "kubernetes.io/config.hash": UID_STATIC,
-                        "kubernetes.io/config.mirror": UID_STATIC,
-                        "kubernetes.io/config.source": "file",
-                        "kubernetes.io/config.seen": "2026-11-30T06:00:00.000000000Z",
-                    },
-                },
-                "spec": {
-                    "nodeName": node,
-                    "priorityClassName": "system-node-critical",
-                    "containers": [
-                        {
-                            "name": "kube-apiserver",
-                            "image": "registry.k8s.io/kube-apiserver:v1.35.0",
-                            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
-                        }
-                    ],
-                },
-            }
-        ),
-    )
-    cluster.core.patch_namespaced_pod_status(
-        name,
-        namespace,
-        {
-            "status": {
-                "phase": "Running",
-                "containerStatuses": [
-                    {
-                        "name": "kube-apiserver",
-                        "containerID": f"containerd://{CID[5]}",
-                        "image": "registry.k8s.io/kube-apiserver:v1.35.0",
-                        "imageID": "",
-                        "ready": True,
-                        "restartCount": 0,
-                        "state": {"running": {}},
-                    }
-                ],
-            }
-        },
-    )
-    pod = cluster.pod_json(namespace, name)
-    assert pod is not None
-    return pod
+from tests.support.controlplane.cluster import TestCluster
+from tests.support.hosts import exposition, host_paths
+from tests.support.kube_helpers import Cluster, mirror_pod, synced_watcher
 
 
 def test_mirror_pod_is_joined_on_its_config_hash(cluster: Cluster) -> None:

@@ -18,19 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.agent import get, running_agent
-from tests.conftest import host_flags
 from tests.support.controlplane.cluster import TestCluster
+from tests.support.hosts import host_flags
 from tests.support.kube_helpers import Cluster
-from tests.cluster.test_restarts import (
+from tests.support.remediation import (
     ALERT_RULES,
-    _delivery,
-    _evicted,
-    _metric,
-    _pod_list,
-    _pods,
-    _post,
-    _until,
+    alert_delivery,
     contextlib_exit,
+    evicted_pods,
+    low_priority_pods,
+    metric_value,
+    pod_list_request,
+    post_delivery,
+    until,
 )
 
 
@@ -38,7 +38,7 @@ def test_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path, proxied: Any
 ) -> None:
     ns, target = cluster.namespace("unplanned-claim"), cluster.node()
-    names = _pods(cluster, ns, target, 2)
+    names = low_priority_pods(cluster, ns, target, 2)
     other = cluster.node(name=f"agent-b-{ns}")
     (tmp_path / "rules.yaml").write_text(ALERT_RULES)
     token = "t" * 40
@@ -58,8 +58,8 @@ def test_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
         ]
 
     # Agent A, on the alert's node, never gets its pod list: its eviction is abandoned.
-    proxied.hold("GET", _pod_list(target), times=1000)
-    delivery = _delivery(target, "2026-11-30T10:00:00Z")
+    proxied.hold("GET", pod_list_request(target), times=1000)
+    delivery = alert_delivery(target, "2026-11-30T10:00:00Z")
     with contextlib_exit() as stack:
         a = stack.enter_context(
             running_agent(
@@ -67,27 +67,27 @@ def test_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
                 log_path=tmp_path / "a.log",
             )
         )
-        assert asyncio.run(_post(f"{a}/webhook/alertmanager", delivery, token)) == 200
-        (incident,) = _until("A's abandon", lambda: json.loads(get(f"{a}/incidents")[1]))
+        assert asyncio.run(post_delivery(f"{a}/webhook/alertmanager", delivery, token)) == 200
+        (incident,) = until("A's abandon", lambda: json.loads(get(f"{a}/incidents")[1]))
         full = json.loads(get(f"{a}/incidents/{incident['id']}")[1])
         assert "abandoned" in full
-        assert _evicted(cluster, ns, names) == []
+        assert evicted_pods(cluster, ns, names) == []
         # Alertmanager re-sends the firing alert; the Service gives the copy to agent B.
         b = stack.enter_context(
             running_agent(
                 args=args(other, control_plane.kubeconfig_path, "b"), log_path=tmp_path / "b.log"
             )
         )
-        assert asyncio.run(_post(f"{b}/webhook/alertmanager", delivery, token)) == 200
-        _until(
+        assert asyncio.run(post_delivery(f"{b}/webhook/alertmanager", delivery, token)) == 200
+        until(
             "B's claim",
             lambda: sum(
-                _metric(b, "nodeguard_webhook_claims_total", outcome=o)
+                metric_value(b, "nodeguard_webhook_claims_total", outcome=o)
                 for o in ("claimed", "ours", "duplicate", "stale")
             ),
             timeout=30,
         )
         time.sleep(2)
-        duplicate = _metric(b, "nodeguard_webhook_claims_total", outcome="duplicate")
+        duplicate = metric_value(b, "nodeguard_webhook_claims_total", outcome="duplicate")
         assert duplicate == 0, "B dropped the copy: the claim of A's abandoned delivery stands"
-        _until("B's eviction", lambda: len(_evicted(cluster, ns, names)) == 1, timeout=30)
+        until("B's eviction", lambda: len(evicted_pods(cluster, ns, names)) == 1, timeout=30)

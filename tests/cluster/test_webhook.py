@@ -13,93 +13,19 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from nodeguard.alerts.claims import ANNOTATION, AlertClaims
 from nodeguard.alerts.webhook import AlertDedupe, WebhookAlert, WebhookReceiver, delivery_key
-from nodeguard.firing import Firing
 from nodeguard.kube.client import KubeClient
-from nodeguard.rules.schema import AlertRule
-
-RULES = (
-    AlertRule.model_validate(
-        {
-            "name": "am-node-memory-low",
-            "alertname": "NodeguardNodeMemoryLow",
-            "actions": [{"action": "cordon"}],
-            "resolve": [{"action": "uncordon"}],
-        }
-    ),
-    AlertRule.model_validate(
-        {
-            "name": "am-container-near-limit",
-            "alertname": "NodeguardContainerNearLimit",
-            "matchers": {"severity": "warning", "pod": "*"},
-            "actions": [{"action": "evict", "args": {"maxPriority": 999}}],
-        }
-    ),
+from tests.support.alerts import (
+    WEBHOOK_AUTH,
+    RecordingQueue,
+    alert,
+    payload,
+    receiver_of,
 )
 
 
-def alert(
-    name: str = "NodeguardNodeMemoryLow",
-    status: str = "firing",
-    *,
-    fingerprint: str = "fp1",
-    starts: str = "2026-11-30T06:00:00.123456789Z",
-    **labels: str,
-) -> dict[str, Any]:
-    return {
-        "status": status,
-        "labels": {"alertname": name, "node": "gpu-1", **labels},
-        "annotations": {"summary": "MemAvailable 3%"},
-        "startsAt": starts,
-        "endsAt": "0001-01-01T00:00:00Z",
-        "generatorURL": "http://prom/graph",
-        "fingerprint": fingerprint,
-    }
-
-
-def payload(*alerts: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "version": "4",
-        "groupKey": "{}:{}",
-        "truncatedAlerts": 0,
-        "status": "firing",
-        "receiver": "nodeguard",
-        "groupLabels": {},
-        "commonLabels": {},
-        "commonAnnotations": {},
-        "externalURL": "http://am",
-        "alerts": list(alerts),
-        **extra,
-    }
-
-
-class Queue:
-    def __init__(self, capacity: int = 100) -> None:
-        self.items: list[Firing] = []
-        self.capacity = capacity
-
-    def submit(self, firing: Firing) -> bool:
-        if len(self.items) >= self.capacity:
-            return False
-        self.items.append(firing)
-        return True
-
-
-def receiver_of(queue: Queue, **options: Any) -> WebhookReceiver:
-    """A receiver for node gpu-1 with the test rules, queueing into ``queue``."""
-    return WebhookReceiver(
-        node_name="gpu-1",
-        rules=lambda: RULES,
-        submit=queue.submit,
-        latest=lambda: None,
-        global_dry_run=True,
-        token="s3cret",
-        **options,
-    )
-
-
 @pytest.fixture
-async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], WebhookReceiver, Queue]]:
-    queue = Queue()
+async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], WebhookReceiver, RecordingQueue]]:
+    queue = RecordingQueue()
     receiver = receiver_of(queue)
     app = web.Application(client_max_size=4096)
     app.router.add_post("/webhook/alertmanager", receiver.handle)
@@ -107,9 +33,6 @@ async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], WebhookReceiver, 
     await client.start_server()
     yield client, receiver, queue
     await client.close()
-
-
-AUTH = {"Authorization": "Bearer s3cret"}
 
 
 async def post(
@@ -121,7 +44,7 @@ async def post(
 ) -> tuple[int, dict[str, Any]]:
     resp = await client.post(
         "/webhook/alertmanager",
-        headers=AUTH if headers is None else headers,
+        headers=WEBHOOK_AUTH if headers is None else headers,
         data=raw if raw is not None else json.dumps(body),
     )
     return resp.status, await resp.json()
@@ -373,7 +296,7 @@ def test_the_open_webhook_only_listens_on_loopback(tmp_path: Any) -> None:
     import sys
 
     from tests.support.agent import free_port
-    from tests.conftest import host_flags
+    from tests.support.hosts import host_flags
 
     port = free_port()
     done = subprocess.run(

@@ -14,9 +14,9 @@ import pytest
 
 from nodeguard import __version__
 from tests.support.agent import free_port
-from tests.conftest import HOSTS
 from tests.support.deploy.container import http, lay_out, metric
 from tests.support.deploy.manifests import Obj, container
+from tests.support.hosts import HOSTS
 from tests.support.image import Buildah, build, missing_tools
 
 TAG = "localhost/nodeguard:test"

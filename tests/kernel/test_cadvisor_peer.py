@@ -33,7 +33,6 @@ from tests.support.kernel_cgroup import (
     writable_memory_controller,
 )
 
-pytestmark = pytest.mark.kernel
 MiB = 1 << 20
 
 # Holds ANON bytes of anonymous memory and FILE bytes of page cache (a file written in PATH,

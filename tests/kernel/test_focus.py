@@ -30,7 +30,7 @@ from nodeguard.rules.schema import Rule
 from nodeguard.sampler import Sampler, SamplerConfig, hot_keys
 from nodeguard.snapshot import CgroupMemory, ContainerMemory, NodeSnapshot, PodMemory
 from tests.support.agent import get, running_agent
-from tests.conftest import cgroup_memory
+from tests.support.hosts import cgroup_memory
 from tests.support.kernel_cgroup import (
     kubelet_cgroup,
     memory_stall,

@@ -29,8 +29,6 @@ from tests.support.kernel_cgroup import kubelet_cgroup, process_in, writable_mem
 MiB = 1 << 20
 DEFAULT_RULES = Path(__file__).resolve().parents[2] / "rules" / "default.yaml"
 
-pytestmark = pytest.mark.kernel
-
 
 @pytest.fixture
 def require_kernel() -> None:

@@ -23,7 +23,6 @@ from tests.support.kernel_cgroup import (
 )
 
 MiB = 1 << 20
-pytestmark = pytest.mark.kernel
 
 CAP_SYS_RESOURCE = 24
 

@@ -38,7 +38,6 @@ MiB = 1 << 20
 LIMIT = 64 * MiB
 DEFAULT_RULES = Path(__file__).resolve().parents[2] / "rules" / "default.yaml"
 
-pytestmark = pytest.mark.kernel
 
 # Allocates MiB chunks of anonymous memory, every page touched, then holds them.
 HOLD = r"""

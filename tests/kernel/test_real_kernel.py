@@ -25,8 +25,6 @@ from tests.support.pod_list import PodList, status
 MiB = 1 << 20
 LIMIT = 64 * MiB
 
-pytestmark = pytest.mark.kernel
-
 
 def _container(snapshot: dict[str, Any], cid: str) -> dict[str, Any] | None:
     for pod in snapshot["pods"]:

@@ -26,8 +26,9 @@ from nodeguard.snapshot import NodeSnapshot, PodMeta
 from nodeguard.statefile import StateFile
 from tests.support.acting import env_for
 from tests.support.agent import get, running_agent, wait_until, wait_until_async
-from tests.conftest import host_flags, host_paths, state_at
 from tests.support.fullfs import PAGE, can_mount, fill, small_tmpfs
+from tests.support.hosts import host_flags, host_paths
+from tests.support.state import state_at
 
 GiB = 1 << 30
 

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import threading
 import time
 import urllib.error
@@ -23,12 +22,18 @@ from typing import Any
 import pytest
 
 from nodeguard.statefile import StateFile, StateNotPersisted
-from tests.support.agent import get, running_agent, wait_until
-from tests.conftest import host_flags
+from tests.support.agent import get, kill_9, running_agent, wait_until
+from tests.support.alerts import alert, payload
 from tests.support.fullfs import PAGE, can_mount, can_slow_a_disk, fill, slow_disk, small_tmpfs
-from tests.support.hostile import Watch, daemonset_memory_limit, liveness_probe, memory_cgroup, oom_kills
+from tests.support.hostile import (
+    Watch,
+    daemonset_memory_limit,
+    liveness_probe,
+    memory_cgroup,
+    oom_kills,
+)
+from tests.support.hosts import host_flags
 from tests.support.kernel_cgroup import writable_memory_controller
-from tests.cluster.test_webhook import alert, payload
 
 TOKEN = "state-" + "0" * 32
 AM_RULES = Path(__file__).resolve().parents[2] / "rules" / "alertmanager.yaml"
@@ -85,18 +90,6 @@ def _metric(base: str, name: str, **labels: str) -> float | None:
     return None
 
 
-def _kill(pid: int) -> None:
-    os.kill(pid, signal.SIGKILL)
-
-    def dead() -> bool:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-        except OSError:
-            return True
-
-    wait_until("the agent to die", dead, timeout=10)
-
-
 def _incidents(base: str, rule: str) -> int:
     return sum(1 for i in json.loads(get(f"{base}/incidents")[1]) if i["rule"] == rule)
 
@@ -143,7 +136,7 @@ def test_a_full_disk_then_kill_9_keeps_the_state_and_acts_no_more(tmp_path: Path
             assert (_metric(base, "nodeguard_state_save_failures_total") or 0) >= 1
             code, answer = _post(base, payload(_resolved("during")))
             assert (code, answer["alerts"][0]["outcome"]) == (503, "state_not_persisted")
-            _kill(base.pid)
+            kill_9(base.pid)
         kept = _on_disk(fs / STATE)
         assert kept is not None  # whole JSON: the file before the disk filled
         assert len(kept["sections"]["alerts"]["seen"]) == 1
@@ -196,7 +189,7 @@ def test_a_wall_clock_step_forward_while_down_skips_no_cooldown(tmp_path: Path) 
             ),
             timeout=10,
         )
-        _kill(base.pid)
+        kill_9(base.pid)
     path.write_text(json.dumps(_shift(json.loads(path.read_text()), -7200.0)))
     # Down for seconds (the waits' guards below are 20 s), well inside the rule's 1 h cooldown:
     # holding back is the right answer however slow the machine.

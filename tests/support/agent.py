@@ -94,14 +94,15 @@ async def wait_until_async(
 def kill_9(pid: int, *, timeout: float = 10.0) -> None:
     """SIGKILL the process and wait until it is gone (or a zombie: dead, not yet reaped)."""
     os.kill(pid, signal.SIGKILL)
+    wait_until("the process to die", lambda: exited(pid), timeout=timeout, step=0.02)
 
-    def dead() -> bool:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-        except OSError:
-            return True
 
-    wait_until("the process to die", dead, timeout=timeout, step=0.02)
+def exited(pid: int) -> bool:
+    """Whether process ``pid`` is gone or a zombie (dead, not yet reaped by its parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
 
 
 class Agent(str):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 import time
 import uuid
@@ -31,7 +32,11 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.support.agent import wait_until
 from tests.support.controlplane.cluster import TestCluster, _spawn, ensure_built, terminate
-from tests.support.kube_helpers import Cluster, custom_json, given
+from tests.support.kube_helpers import (
+    Cluster,
+    custom_json,
+    given,
+)
 
 GROUP, VERSION = "kubeflow.org", "v1beta1"
 TRIAL_COUNT = "count/trials.kubeflow.org"
@@ -300,3 +305,31 @@ def running_katib(
         yield katib
     finally:
         katib.stop()
+
+
+def experiment(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    exp = custom_json(
+        cluster.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "experiments", name)
+    )
+    return exp
+
+
+def started_trials(katib: Katib, ns: str, name: str, running: int) -> dict[str, str]:
+    """Wait until ``running`` trials run; their names -> UIDs."""
+    katib.wait(f"{running} running trials", lambda: len(katib.running(ns, name)) == running)
+    return {n: t["metadata"]["uid"] for n, t in katib.trials(ns, name).items()}
+
+
+def quota_refusals(katib: Katib, ns: str) -> int:
+    """Trial creations Katib's controller logged as refused by an enforced ResourceQuota in
+    ``ns``: "exceeded quota" (k8s.io/apiserver resourcequota ``CheckRequest``), not "status
+    unknown for quota", which a quota the quota controller has not counted yet answers."""
+    return sum(
+        1
+        for line in katib.log().splitlines()
+        if "Trial create error" in line and "exceeded quota" in line and ns in line
+    )
+
+
+def nodeguard_command() -> list[str]:
+    return [sys.executable, "-m", "nodeguard"]

@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+
+from nodeguard.kube.client import KubeClient
+from nodeguard.kube.watch import PodWatcher
+from tests.fixtures.make_hosts import CID, UID_STATIC
 
 # Katib's CRDs and an example experiment, vendored (tests/fixtures/katib/README.md).
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "katib"
@@ -341,3 +348,75 @@ class Cluster:
                     raise
                 time.sleep(0.1)
         raise RuntimeError("Experiment CRD never served")
+
+
+@contextlib.asynccontextmanager
+async def synced_watcher(*, kubeconfig: Path, node: str) -> AsyncIterator[PodWatcher]:
+    """A :class:`PodWatcher` of ``node`` running until the block ends, after its first list."""
+    kube = KubeClient.load(kubeconfig=kubeconfig)
+    watcher = PodWatcher(kube=kube, node_name=node)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop=stop))
+    try:
+        await asyncio.wait_for(watcher.synced.wait(), 15)
+        yield watcher
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 40)
+        kube.close()
+
+
+def mirror_pod(cluster: Cluster, *, namespace: str, node: str) -> dict[str, object]:
+    """The mirror Pod of the static pod kube-apiserver on ``node``, as the kubelet creates it,
+    with the container ID its status reports."""
+    name = f"kube-apiserver-{node}"
+    cluster.core.create_namespaced_pod(
+        namespace,
+        client.V1Pod.model_validate(
+            {
+                "metadata": {
+                    "name": name,
+                    "annotations": {
+                        "kubernetes.io/config.hash": UID_STATIC,
+                        "kubernetes.io/config.mirror": UID_STATIC,
+                        "kubernetes.io/config.source": "file",
+                        "kubernetes.io/config.seen": "2026-11-30T06:00:00.000000000Z",
+                    },
+                },
+                "spec": {
+                    "nodeName": node,
+                    "priorityClassName": "system-node-critical",
+                    "containers": [
+                        {
+                            "name": "kube-apiserver",
+                            "image": "registry.k8s.io/kube-apiserver:v1.35.0",
+                            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+                        }
+                    ],
+                },
+            }
+        ),
+    )
+    cluster.core.patch_namespaced_pod_status(
+        name,
+        namespace,
+        {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "kube-apiserver",
+                        "containerID": f"containerd://{CID[5]}",
+                        "image": "registry.k8s.io/kube-apiserver:v1.35.0",
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {}},
+                    }
+                ],
+            }
+        },
+    )
+    pod = cluster.pod_json(namespace, name)
+    assert pod is not None
+    return pod

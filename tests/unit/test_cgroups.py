@@ -14,7 +14,6 @@ from nodeguard.snapshot import CgroupMemory, ContainerMemory, PodMemory
 from nodeguard.sources import NoDataError
 from nodeguard.sources.cgroups import CgroupReader, normalise_limit
 from nodeguard.sources.pod_kills import PodKillTally as _PodKillTally
-from tests.conftest import cgroup_memory, host_paths
 from tests.fixtures.make_hosts import (
     CID,
     CID_CONMON,
@@ -25,6 +24,7 @@ from tests.fixtures.make_hosts import (
     UID_STATIC,
     V1_UNLIMITED,
 )
+from tests.support.hosts import cgroup_memory, host_paths
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -220,9 +220,9 @@ def test_memory_high_is_read_where_it_has_throttled(tmp_path: Path) -> None:
     """v2 ``memory.high`` (the MemoryQoS bound, KEP-2570), read only where ``memory.events``
     ``high`` counts: a cgroup never over it is never throttled there (cgroup-v2.rst,
     "memory.events": high is "the number of times processes of the cgroup are throttled")."""
-    from tests.unit.test_unreclaimable import _host, _stat
+    from tests.support.memory_host import memory_host, memory_stat
 
-    paths, _, _ = _host(tmp_path / "a", container=_stat(anon=GiB), current=GiB)
+    paths, _, _ = memory_host(tmp_path / "a", container=memory_stat(anon=GiB), current=GiB)
     ctr = next((tmp_path / "a").rglob("cri-containerd-*.scope"))
     (ctr / "memory.high").write_text(f"{GiB}\n")
     _, pods = CgroupReader(paths=paths).read(mem_total=MEM_TOTAL)

@@ -22,7 +22,7 @@ from nodeguard.metric_filter import MetricFilter
 from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
 from nodeguard.server import make_app
 from nodeguard.snapshot import NodeSnapshot
-from tests.conftest import host_paths
+from tests.support.hosts import host_paths
 
 
 class StandIn(Collector):

@@ -61,7 +61,7 @@ def test_the_metric_table_names_every_family_of_a_snapshot() -> None:
     # series carry, is in the README's table, and the table names nothing else.
     from nodeguard.exporter import snapshot_families
     from nodeguard.sampler import Sampler, SamplerConfig
-    from tests.conftest import host_paths
+    from tests.support.hosts import host_paths
 
     rendered = set()
     for host in ("v2-systemd-containerd", "v1-cgroupfs-docker"):

@@ -13,7 +13,8 @@ from nodeguard.rules.schema import Rule
 from nodeguard.rules.signals import SHARE, SIGNALS, register
 from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
 from nodeguard.statefile import MAX_BYTES, StateFile
-from tests.conftest import cgroup_memory, state_at
+from tests.support.hosts import cgroup_memory
+from tests.support.state import state_at
 
 # Stand-in signals: the node's value and each container's value come from these dicts, set by
 # the test before each step.

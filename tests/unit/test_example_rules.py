@@ -19,7 +19,7 @@ import pytest
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import load_rules
 from nodeguard.snapshot import NodeSnapshot, PodMeta
-from tests.unit.test_unreclaimable import MiB, _host, _read, _snapshot, _stat
+from tests.support.memory_host import MiB, memory_host, memory_snapshot, memory_stat, read_host
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "rules" / "examples"
@@ -53,9 +53,9 @@ def _fired(tmp_path: Path, name: str, *, anon: list[int], cache: list[int]) -> s
     engine = RuleEngine(rules=load_rules([EXAMPLES / name]).rules)
     fired: set[str] = set()
     for i, (a, c) in enumerate(zip(anon, cache, strict=True)):
-        stat = _stat(anon=a, active_anon=a, file=c, active_file=c)
-        paths, uid, cid = _host(tmp_path / str(i), container=stat, current=a + c)
-        snap = _snapshot(1_000.0 + i, _read(paths)[0], uid, cid)
+        stat = memory_stat(anon=a, active_anon=a, file=c, active_file=c)
+        paths, uid, cid = memory_host(tmp_path / str(i), container=stat, current=a + c)
+        snap = memory_snapshot(1_000.0 + i, read_host(paths)[0], uid, cid)
         for f in engine.evaluate(snap, global_dry_run=True):
             if f.kind == "firing":
                 fired.add(f.rule)
@@ -89,9 +89,9 @@ def _preprocessing(tmp_path: Path, *, anon: int, cache: int) -> set[str]:
     """The preprocessing example over one Burstable pod of ``anon`` + ``cache`` bytes with a
     4 GiB request, for 40 s."""
     engine = RuleEngine(rules=load_rules([EXAMPLES / "preprocessing-beside-training.yaml"]).rules)
-    stat = _stat(anon=anon, active_anon=anon, file=cache, active_file=cache)
-    paths, uid, cid = _host(tmp_path, container=stat, current=anon + cache)
-    mem = _read(paths)[0]
+    stat = memory_stat(anon=anon, active_anon=anon, file=cache, active_file=cache)
+    paths, uid, cid = memory_host(tmp_path, container=stat, current=anon + cache)
+    mem = read_host(paths)[0]
     meta = PodMeta(
         uid=uid,
         name="preprocess",
@@ -115,7 +115,7 @@ def _preprocessing(tmp_path: Path, *, anon: int, cache: int) -> set[str]:
     fired: set[str] = set()
     for t in range(0, 41, 5):
         snap: NodeSnapshot = dataclasses.replace(
-            _snapshot(1_000.0 + t, mem, uid, cid), pod_meta={uid: meta}
+            memory_snapshot(1_000.0 + t, mem, uid, cid), pod_meta={uid: meta}
         )
         for f in engine.evaluate(snap, global_dry_run=True):
             if f.kind == "firing":

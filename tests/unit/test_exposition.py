@@ -20,7 +20,7 @@ from nodeguard.exporter import snapshot_families
 from nodeguard.exposition import Exposition, encoder_for, make_metrics_handler, plain_body
 from nodeguard.families import Family
 from nodeguard.snapshot import NodeSnapshot
-from tests.conftest import fixture_snapshot
+from tests.support.hosts import fixture_snapshot
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hosts"
 # What Prometheus 2.x sends (scrape.go, acceptHeader for the default scrape protocols).

@@ -21,9 +21,8 @@ from hypothesis import strategies as st
 
 from nodeguard.alerts.webhook import WebhookReceiver
 from nodeguard.rules.load import RuleError, load_rule_file
-from tests.agent.test_hostile_rules import LINE
-from tests.agent.test_rules_check import GOOD_RULE
-from tests.cluster.test_webhook import RULES, Queue, alert, payload
+from tests.support.alerts import WEBHOOK_RULES, RecordingQueue, alert, payload
+from tests.support.rule_texts import CHECK_LINE, GOOD_RULE
 
 BUDGET = settings(
     max_examples=300,
@@ -80,8 +79,8 @@ def webhook_url() -> Iterator[str]:
     async def serve() -> web.AppRunner:
         receiver = WebhookReceiver(
             node_name="gpu-1",
-            rules=lambda: RULES,
-            submit=Queue(capacity=10**6).submit,
+            rules=lambda: WEBHOOK_RULES,
+            submit=RecordingQueue(capacity=10**6).submit,
             latest=lambda: None,
             global_dry_run=True,
             token="s3cret",
@@ -163,5 +162,5 @@ def test_any_rule_file_loads_or_fails_with_file_line_field(scratch: Path, data: 
     except RuleError as exc:
         assert exc.messages
         for message in exc.messages:
-            m = LINE.match(message)
+            m = CHECK_LINE.match(message)
             assert m is not None and m["file"] == str(scratch), message

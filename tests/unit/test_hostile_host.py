@@ -26,8 +26,8 @@ from nodeguard.paths import HostPaths
 from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from nodeguard.sources.files import MAX_FILE_BYTES, FileTooLargeError, read_optional
-from tests.conftest import HOSTS, exposition
 from tests.fixtures.make_hosts import CID, UID_B, UID_G
+from tests.support.hosts import HOSTS, exposition
 
 NOBODY = 65534
 

@@ -22,15 +22,15 @@ from aiohttp.test_utils import TestClient, TestServer
 from nodeguard.alerts.webhook import LIMITS, WebhookReceiver
 from nodeguard.firing import Firing
 from nodeguard.remediation.incidents import incident_id
-from tests.cluster.test_webhook import AUTH, Queue, alert, payload, receiver_of
+from tests.support.alerts import WEBHOOK_AUTH, RecordingQueue, alert, payload, receiver_of
 
 MAX_BODY = 1 << 20
 
 
 @pytest.fixture
-async def served() -> AsyncIterator[tuple[TestClient[Any, Any], WebhookReceiver, Queue]]:
+async def served() -> AsyncIterator[tuple[TestClient[Any, Any], WebhookReceiver, RecordingQueue]]:
     """The receiver as the agent serves it: 1 MiB bodies, aiohttp decompressing nothing."""
-    queue = Queue()
+    queue = RecordingQueue()
     receiver = receiver_of(queue, body_timeout=0.5)
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_post("/webhook/alertmanager", receiver.handle)
@@ -46,7 +46,7 @@ async def send(
     client: TestClient[Any, Any], body: bytes, headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, Any]]:
     resp = await client.post(
-        "/webhook/alertmanager", data=body, headers={**AUTH, **(headers or {})}
+        "/webhook/alertmanager", data=body, headers={**WEBHOOK_AUTH, **(headers or {})}
     )
     return resp.status, await resp.json()
 

@@ -25,38 +25,11 @@ from nodeguard.sampler import Sampler, SamplerConfig, node_hot
 from nodeguard.snapshot import MemInfo, NodeSnapshot
 from nodeguard.sources.hugepages import parse_pool_dir_name, read_hugepage_pools
 from nodeguard.sources.meminfo import derive_meminfo, parse_meminfo, read_meminfo
-from tests.conftest import HOSTS
+from tests.support.hosts import HOSTS
+from tests.support.hugepages import HUGE_NODE, hugepages, meminfo_text
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def meminfo_text(fields: dict[str, int] | None = None, /, **kb: int) -> str:
-    """Meminfo lines in the kernel's format: ``kB`` fields by name (``Hugetlb=...``); page
-    counts (``HugePages_Total`` ...) for the names that start with ``HugePages_``."""
-    lines = []
-    for name, value in {**(fields or {}), **kb}.items():
-        if name.startswith("HugePages_"):
-            lines.append(f"{name + ':':<16}{value:>8}")
-        else:
-            lines.append(f"{name + ':':<16}{value:>8} kB")
-    return "\n".join(lines) + "\n"
-
-
-def hugepages(
-    *, total: int, free: int, surp: int = 0, size_kb: int = 2048, hugetlb_kb: int | None = None
-) -> dict[str, int]:
-    """The default size's pool as meminfo writes it (``hugetlb_report_meminfo``): the
-    ``HugePages_*`` page counts (none reserved), ``Hugepagesize`` and, where given (4.16 and
-    later), the ``Hugetlb:`` sum over every size, in kB; for :func:`meminfo_text`."""
-    lines = {
-        "HugePages_Total": total,
-        "HugePages_Free": free,
-        "HugePages_Rsvd": 0,
-        "HugePages_Surp": surp,
-        "Hugepagesize": size_kb,
-    }
-    return lines if hugetlb_kb is None else {**lines, "Hugetlb": hugetlb_kb}
 
 
 def mem(text: str) -> MemInfo:
@@ -240,22 +213,6 @@ def test_another_nodes_usable_memory_from_its_capacity() -> None:
     assert hugepages_bytes({"memory": "1Gi", "cpu": "4"}) == 0
     assert node_meta({"status": {"capacity": {"memory": "64Gi"}}}).usable_memory_bytes == 64 * GiB
     assert node_meta({"status": {}}).usable_memory_bytes is None
-
-
-# -- a node whose RAM is 90 % huge pages ------------------------------------------------------
-HUGE_NODE = {
-    "MemTotal": 320 * MiB,
-    "MemFree": 12 * MiB,
-    "Buffers": 64 * KiB,
-    "Cached": 2 * MiB,
-    "Shmem": 64 * KiB,
-    "Active(file)": 1 * MiB,
-    "Inactive(file)": 1 * MiB,
-    "SReclaimable": 512 * KiB,
-    "SUnreclaim": 1 * MiB,
-    # 288 x 1 GiB pages, all backing VMs (KubeVirt with GPU passthrough).
-    **hugepages(total=288, free=0, size_kb=1048576, hugetlb_kb=288 * MiB),
-}
 
 
 def huge_node_host(tmp_path: Path, *, available_gib: int) -> HostPaths:

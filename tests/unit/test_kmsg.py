@@ -10,8 +10,8 @@ from pathlib import Path
 from nodeguard.paths import HostPaths
 from nodeguard.sources.kmsg import OomEventParser, OomLogReader, parse_record
 from nodeguard.sources.oom_events import ParsedKill
-from tests.conftest import HOSTS, host_paths
 from tests.fixtures.make_hosts import B_SLICE, CID, UID_B, kmsg, oom_records
+from tests.support.hosts import HOSTS, host_paths
 
 BOOT = 1_700_000_000.0
 

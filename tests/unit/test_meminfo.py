@@ -8,7 +8,7 @@ import pytest
 
 from nodeguard.sources import NoDataError
 from nodeguard.sources.meminfo import derive_meminfo, parse_meminfo, read_meminfo
-from tests.conftest import host_paths
+from tests.support.hosts import host_paths
 
 GiB = 1 << 30
 MiB = 1 << 20

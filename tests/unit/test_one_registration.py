@@ -36,8 +36,8 @@ from nodeguard.families import Families, Family
 from nodeguard.rules import signals
 from nodeguard.rules.signals import SHARE, SIGNALS
 from nodeguard.snapshot import NodeSnapshot
+from tests.support.hosts import host_flags
 from tests.unit import test_docs_tables, test_registry
-from tests.conftest import host_flags
 
 if TYPE_CHECKING:
     from collections.abc import Iterator as Iter

@@ -23,8 +23,8 @@ from nodeguard.paths import HostPaths
 from nodeguard.rules.signals import SIGNALS, History, targets
 from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import NodeSnapshot
-from tests.conftest import HOSTS
 from tests.fixtures.make_hosts import CID, kmsg, oom_records, v1_cgroup, v2_cgroup, write
+from tests.support.hosts import HOSTS
 from tests.support.pod_list import PodList as Cluster
 from tests.support.pod_list import Runtime, status
 

@@ -14,7 +14,7 @@ from nodeguard.paths import HostPaths
 from nodeguard.sampler import SamplerConfig
 from nodeguard.sources import NoDataError, files
 from nodeguard.sources.pressure import parse_pressure, read_node_pressure
-from tests.conftest import host_paths
+from tests.support.hosts import host_paths
 
 
 def test_parse_some_and_full() -> None:

@@ -49,7 +49,7 @@ from nodeguard.snapshot import (
     Pressure,
     PressureLine,
 )
-from tests.conftest import fixture_snapshot
+from tests.support.hosts import fixture_snapshot
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hosts"
 HOSTS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())

@@ -18,8 +18,8 @@ from nodeguard.rules.signals import (
     targets,
 )
 from nodeguard.sampler import Sampler, SamplerConfig
-from tests.conftest import host_paths
 from tests.fixtures.make_hosts import CID, UID_G
+from tests.support.hosts import host_paths
 
 MiB = 1 << 20
 GiB = 1 << 30

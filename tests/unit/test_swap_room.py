@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nodeguard.paths import HostPaths
 from nodeguard.sources.cgroups import CgroupReader
-from tests.unit.test_unreclaimable import _cgroup, _host, _stat
+from tests.support.memory_host import memory_cgroup, memory_host, memory_stat
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -35,7 +35,7 @@ def _v2_root(tmp: Path) -> Path:
 
 
 def _anon(n: int) -> str:
-    return _stat(anon=n, active_anon=n)
+    return memory_stat(anon=n, active_anon=n)
 
 
 def _pod_of(
@@ -51,15 +51,15 @@ def _pod_of(
     cg = _v2_root(tmp)
     total = sum(a for a, _ in containers) + extra_pod_anon
     kp = cg / "kubepods.slice"
-    _cgroup(kp, current=total, stat=_anon(total), limit=30 * GiB)
+    memory_cgroup(kp, current=total, stat=_anon(total), limit=30 * GiB)
     qos = kp / "kubepods-burstable.slice"
-    _cgroup(qos, current=total, stat=_anon(total), swap=("max", 0))
+    memory_cgroup(qos, current=total, stat=_anon(total), swap=("max", 0))
     pod = qos / "kubepods-burstable-pod0000000a_0000_4000_8000_000000000000.slice"
-    _cgroup(pod, current=total, stat=_anon(total), limit=8 * GiB, swap=pod_swap)
+    memory_cgroup(pod, current=total, stat=_anon(total), limit=8 * GiB, swap=pod_swap)
     dirs = []
     for i, (anon, swap) in enumerate(containers):
         d = pod / f"cri-containerd-{str(i) * 64}.scope"
-        _cgroup(d, current=anon, stat=_anon(anon), limit=4 * GiB, swap=swap)
+        memory_cgroup(d, current=anon, stat=_anon(anon), limit=4 * GiB, swap=swap)
         dirs.append(d)
     return HostPaths(procfs=tmp / "proc", sysfs=tmp / "sys"), kp, dirs
 
@@ -74,7 +74,7 @@ def _unreclaimable(paths: HostPaths, *, swap_free: int) -> tuple[int | None, int
 
 def test_noswap_container_anon_is_unreclaimable_in_its_pod_and_kubepods(tmp_path: Path) -> None:
     anon = 800 * MiB
-    paths, _uid, _cid = _host(
+    paths, _uid, _cid = memory_host(
         tmp_path, container=_anon(anon), current=anon, swap=(0, 0), pod_swap=("max", 0)
     )
     reader = CgroupReader(paths=paths)
@@ -97,13 +97,13 @@ def test_noswap_node_pods_at_allocatable_are_seen_at_it(tmp_path: Path) -> None:
     each = 7 * GiB + 256 * MiB
     total = 4 * each
     kp = cg / "kubepods.slice"
-    _cgroup(kp, current=total, stat=_anon(total), limit=30 * GiB)
+    memory_cgroup(kp, current=total, stat=_anon(total), limit=30 * GiB)
     qos = kp / "kubepods-burstable.slice"
-    _cgroup(qos, current=total, stat=_anon(total), swap=("max", 0))
+    memory_cgroup(qos, current=total, stat=_anon(total), swap=("max", 0))
     for i in range(4):
         pod = qos / f"kubepods-burstable-pod0000000{i}_0000_4000_8000_000000000000.slice"
-        _cgroup(pod, current=each, stat=_anon(each), limit=8 * GiB, swap=("max", 0))
-        _cgroup(
+        memory_cgroup(pod, current=each, stat=_anon(each), limit=8 * GiB, swap=("max", 0))
+        memory_cgroup(
             pod / f"cri-containerd-{str(i) * 64}.scope",
             current=each,
             stat=_anon(each),

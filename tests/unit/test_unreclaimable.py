@@ -9,105 +9,31 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from nodeguard.paths import HostPaths
 from nodeguard.rules.signals import SIGNALS, History, counter_rate, targets
-from nodeguard.snapshot import CgroupMemory, NodeSnapshot
-from nodeguard.sources.cgroups import CgroupReader
-
-MiB = 1 << 20
-GiB = 1 << 30
-LIMIT = 1 * GiB
-
-
-_KEYS = (
-    "anon file kernel kernel_stack pagetables sec_pagetables percpu sock vmalloc shmem "
-    "file_mapped file_dirty file_writeback swapcached anon_thp inactive_anon active_anon "
-    "inactive_file active_file unevictable slab_reclaimable slab_unreclaimable slab "
-    "workingset_refault_anon workingset_refault_file workingset_activate_anon "
-    "workingset_activate_file pgscan pgsteal"
+from nodeguard.snapshot import CgroupMemory
+from tests.support.memory_host import (
+    LIMIT,
+    GiB,
+    MiB,
+    memory_host,
+    memory_snapshot,
+    memory_stat,
+    read_host,
 )
-
-
-def _stat(**kv: int) -> str:
-    """A v2 memory.stat as a 6.x kernel writes it (every key, in its order)."""
-    keys = _KEYS.split()
-    return "".join(f"{k} {kv.get(k, 0)}\n" for k in keys)
-
-
-def _cgroup(
-    d: Path,
-    *,
-    current: int,
-    stat: str,
-    limit: int | str = "max",
-    swap: tuple[int | str, int] | None = None,
-) -> None:
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "memory.current").write_text(f"{current}\n")
-    (d / "memory.max").write_text(f"{limit}\n")
-    (d / "memory.stat").write_text(stat)
-    (d / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-    if swap is not None:
-        (d / "memory.swap.max").write_text(f"{swap[0]}\n")
-        (d / "memory.swap.current").write_text(f"{swap[1]}\n")
-
-
-def _host(
-    tmp: Path,
-    *,
-    container: str,
-    current: int,
-    swappiness: int = 60,
-    swap: tuple[int | str, int] | None = None,
-    pod_swap: tuple[int | str, int] | None = None,
-    uid: str = "5b5c5d5e-6061-4263-b4b5-b6b7b8b9babb",
-) -> tuple[HostPaths, str, str]:
-    """A v2 host with kubepods (30 GiB, allocatable), one burstable pod and one container of
-    ``current`` bytes and memory.stat ``container`` at a 1 GiB limit."""
-    cg = tmp / "sys/fs/cgroup"
-    cg.mkdir(parents=True)
-    (cg / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    (cg / "memory.stat").write_text("anon 0\nfile 0\n")
-    vm = tmp / "proc/sys/vm"
-    vm.mkdir(parents=True)
-    (vm / "swappiness").write_text(f"{swappiness}\n")
-    cid = "ab" * 32
-    kp = cg / "kubepods.slice"
-    _cgroup(kp, current=current, stat=container, limit=30 * GiB)
-    qos = kp / "kubepods-burstable.slice"
-    _cgroup(qos, current=current, stat=container)
-    pod = qos / f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
-    _cgroup(pod, current=current, stat=container, swap=pod_swap)
-    _cgroup(
-        pod / f"cri-containerd-{cid}.scope",
-        current=current,
-        stat=container,
-        limit=LIMIT,
-        swap=swap,
-    )
-    return HostPaths(procfs=tmp / "proc", sysfs=tmp / "sys"), uid, cid
-
-
-def _read(paths: HostPaths, *, swap_free: int | None = None) -> tuple[CgroupMemory, CgroupMemory]:
-    """The container's and the kubepods cgroup's memory."""
-    reader = CgroupReader(paths=paths)
-    _, pods = reader.read(mem_total=64 * GiB, swap_free=swap_free)
-    assert reader.kubepods is not None
-    return pods[0].containers[0].memory, reader.kubepods
 
 
 def test_page_cache_active_and_inactive_is_reclaimable(tmp_path: Path) -> None:
     # A data loader re-reading its dataset: 900 MiB of cache, 600 of it active (read twice),
     # beside 60 MiB of anon: the working set counts the active 600.
-    stat = _stat(
+    stat = memory_stat(
         anon=60 * MiB,
         file=900 * MiB,
         active_anon=60 * MiB,
         active_file=600 * MiB,
         inactive_file=300 * MiB,
     )
-    paths, _, _ = _host(tmp_path, container=stat, current=960 * MiB)
-    mem, kubepods = _read(paths)
+    paths, _, _ = memory_host(tmp_path, container=stat, current=960 * MiB)
+    mem, kubepods = read_host(paths)
     assert mem.working_set_bytes == 660 * MiB
     assert mem.unreclaimable_bytes == 60 * MiB
     assert mem.unreclaimable_ratio == 60 * MiB / LIMIT
@@ -120,7 +46,7 @@ def test_shmem_and_kernel_memory_count_reclaimable_slab_does_not(tmp_path: Path)
     # 200 MiB written to a memory-backed emptyDir (shmem: on the anon LRU, in `file` too),
     # 100 MiB of anon, 64 MiB of dentries (reclaimable slab), 40 MiB of socket buffers and
     # page tables, 100 MiB of page cache.
-    stat = _stat(
+    stat = memory_stat(
         anon=100 * MiB,
         file=300 * MiB,
         shmem=200 * MiB,
@@ -134,16 +60,16 @@ def test_shmem_and_kernel_memory_count_reclaimable_slab_does_not(tmp_path: Path)
         slab_reclaimable=64 * MiB,
     )
     current = 100 * MiB + 300 * MiB + 104 * MiB
-    paths, _, _ = _host(tmp_path, container=stat, current=current)
-    mem, _ = _read(paths)
+    paths, _, _ = memory_host(tmp_path, container=stat, current=current)
+    mem, _ = read_host(paths)
     assert mem.unreclaimable_bytes == 100 * MiB + 200 * MiB + 40 * MiB
 
 
 def _anon_hog(tmp: Path, **kw: object) -> CgroupMemory:
-    stat = _stat(anon=800 * MiB, active_anon=800 * MiB, file=100 * MiB, active_file=100 * MiB)
+    stat = memory_stat(anon=800 * MiB, active_anon=800 * MiB, file=100 * MiB, active_file=100 * MiB)
     swap_free = kw.pop("swap_free", None)
-    paths, _, _ = _host(tmp, container=stat, current=900 * MiB, **kw)  # type: ignore[arg-type]
-    return _read(paths, swap_free=swap_free)[0]  # type: ignore[arg-type]
+    paths, _, _ = memory_host(tmp, container=stat, current=900 * MiB, **kw)  # type: ignore[arg-type]
+    return read_host(paths, swap_free=swap_free)[0]  # type: ignore[arg-type]
 
 
 def test_without_swap_all_anon_counts(tmp_path: Path) -> None:
@@ -183,45 +109,23 @@ def test_swap_room_bounds_what_anon_leaves_out(tmp_path: Path) -> None:
 
 def test_refaults_of_either_kernel_line(tmp_path: Path) -> None:
     page = 4096
-    new = _stat(active_file=MiB, inactive_file=MiB, workingset_refault_file=1000)
-    paths, _, _ = _host(tmp_path / "a", container=new, current=2 * MiB)
-    assert _read(paths)[0].refault_file_bytes == 1000 * page
+    new = memory_stat(active_file=MiB, inactive_file=MiB, workingset_refault_file=1000)
+    paths, _, _ = memory_host(tmp_path / "a", container=new, current=2 * MiB)
+    assert read_host(paths)[0].refault_file_bytes == 1000 * page
     old = new.replace("workingset_refault_file", "workingset_refault") + "x 0\n"
     old = old.replace("workingset_refault_anon 0\n", "")
-    paths, _, _ = _host(tmp_path / "b", container=old, current=2 * MiB)
-    assert _read(paths)[0].refault_file_bytes == 1000 * page
+    paths, _, _ = memory_host(tmp_path / "b", container=old, current=2 * MiB)
+    assert read_host(paths)[0].refault_file_bytes == 1000 * page
     assert counter_rate([(0.0, 0), (2.0, 8 * MiB)], window=10) == 4 * MiB
     assert counter_rate([(0.0, 8 * MiB), (2.0, 0)], window=10) == 0  # a reset counts from 0
     assert counter_rate([(0.0, 0)], window=10) is None
 
 
 def test_no_lru_lines_no_value(tmp_path: Path) -> None:
-    paths, _, _ = _host(tmp_path, container="anon 5\nfile 0\n", current=5)
-    mem, _ = _read(paths)
+    paths, _, _ = memory_host(tmp_path, container="anon 5\nfile 0\n", current=5)
+    mem, _ = read_host(paths)
     assert mem.unreclaimable_bytes is None
     assert mem.unreclaimable_ratio is None
-
-
-def _snapshot(t: float, mem: CgroupMemory, uid: str, cid: str) -> NodeSnapshot:
-    from nodeguard.snapshot import ContainerMemory, PodMemory
-
-    pod = PodMemory(
-        uid=uid,
-        qos_class="burstable",
-        memory=mem,
-        containers=(ContainerMemory(container_id=cid, runtime="containerd", memory=mem),),
-    )
-    return NodeSnapshot(
-        timestamp=t,
-        node_name="n",
-        meminfo=None,
-        pressure=None,
-        pods=(pod,),
-        oom=None,
-        processes=(),
-        collectors=(),
-        kubepods=mem,
-    )
 
 
 def test_growth_of_cache_is_not_growth_toward_the_kill(tmp_path: Path) -> None:
@@ -231,10 +135,10 @@ def test_growth_of_cache_is_not_growth_toward_the_kill(tmp_path: Path) -> None:
     snaps = []
     for i in range(12):
         cache = 700 * MiB + i * 20 * MiB
-        stat = _stat(anon=50 * MiB, active_anon=50 * MiB, file=cache, active_file=cache)
-        paths, uid, cid = _host(tmp_path / str(i), container=stat, current=cache + 50 * MiB)
-        mem = _read(paths)[0]
-        snap = _snapshot(float(i), mem, uid, cid)
+        stat = memory_stat(anon=50 * MiB, active_anon=50 * MiB, file=cache, active_file=cache)
+        paths, uid, cid = memory_host(tmp_path / str(i), container=stat, current=cache + 50 * MiB)
+        mem = read_host(paths)[0]
+        snap = memory_snapshot(float(i), mem, uid, cid)
         history.observe(snap)
         snaps.append(snap)
     (target,) = targets(snaps[-1], "container")

@@ -13,8 +13,8 @@ from nodeguard.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import VmStat
 from nodeguard.sources import NoDataError
 from nodeguard.sources.vmstat import parse_vmstat
-from tests.conftest import HOSTS, exposition, fixture_snapshot
 from tests.fixtures.make_hosts import VMSTAT_6X, VMSTAT_310, VMSTAT_415
+from tests.support.hosts import HOSTS, exposition, fixture_snapshot
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_the_collector_on_the_fixture_hosts(host: str, direct_pages: int) -> Non
 def test_no_vmstat_file_is_no_data(tmp_path: Path) -> None:
     shutil.copytree(HOSTS / "v2-systemd-containerd", tmp_path / "h")
     (tmp_path / "h/proc/vmstat").unlink()
-    from tests.conftest import host_paths
+    from tests.support.hosts import host_paths
 
     paths = host_paths("v2-systemd-containerd")
     paths = type(paths)(procfs=tmp_path / "h/proc", sysfs=tmp_path / "h/sys", kmsg=paths.kmsg)

@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         bad = stale()
         for p in bad:
-            print(f"out of date: {p.relative_to(REPO)} (run python -m tests.support.deploy.generate)")
+            print(
+                f"out of date: {p.relative_to(REPO)} (run python -m tests.support.deploy.generate)"
+            )
         return 1 if bad else 0
     for path, data in expected().items():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ binary is built once and cached outside the repository, under
 with ``go.mod``/``go.sum``. A cold build downloads the modules through the Go module proxy and
 takes about a minute on 2 cores.
 
-    python -m tests.support.deploy.kustomize build daemonset/     # kustomize build, building it first
+    python -m tests.support.deploy.kustomize build daemonset/  # kustomize build, building it first
 """
 
 from __future__ import annotations
