@@ -225,7 +225,8 @@ def node_exporter(*, log_path: Path) -> Iterator[Proc]:
 def agent(
     *, args: list[str], log_path: Path, ready_timeout: float = 60.0, src: Path | None = None
 ) -> Iterator[Agent]:
-    """``nodeguard run ARGS`` from ``src`` (:data:`SRC`) (tests/agent.py's ``running_agent``),
+    """``nodeguard run ARGS`` from ``src`` (:data:`SRC`) (tests/support/agent.py's
+    ``running_agent``),
     logging at warning so the log does not cost CPU; yields its base URL (with ``.pid``)."""
     with running_agent(
         args=["--log.level=warning", *args],

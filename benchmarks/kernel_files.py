@@ -7,7 +7,8 @@
   and reads 2,200 cgroup files (330 containers' worth) and keeps them open; the cgroup's
   ``memory.usage_in_bytes`` (v1) or ``memory.current`` (v2) before and after, and after closing.
 
-Needs root and a writable memory controller (tests/kernel_cgroup.py); everything made is removed.
+Needs root and a writable memory controller (tests/support/kernel_cgroup.py); everything made is
+removed.
 
     python benchmarks/kernel_files.py        -> one JSON object on stdout
 """

@@ -48,7 +48,7 @@ def katib(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Katib]:
     """Katib's real Experiment controller on the test control plane, one a test module
-    (tests/katib.py), its log in a temporary directory."""
+    (tests/support/katib.py), its log in a temporary directory."""
     log = tmp_path_factory.mktemp("katib") / "katib-experiment-controller.log"
     with running_katib(control_plane=control_plane, cluster=cluster, log_path=log) as k:
         yield k
@@ -88,7 +88,7 @@ def gpu_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture
 def proxied(control_plane: TestCluster, tmp_path: Path) -> Iterator[Any]:  # noqa: F811
-    """The test control plane behind the fault-injecting proxy (tests/apiproxy.py)."""
+    """The test control plane behind the fault-injecting proxy (tests/support/apiproxy.py)."""
     from tests.support.apiproxy import api_proxy
 
     with api_proxy(control_plane=control_plane, workdir=tmp_path) as proxy:

@@ -1,8 +1,8 @@
 """The GPU source against a real NVIDIA driver, beside what ``nvidia-smi`` reports.
 
-Run by ``scripts/gpu-check`` on a machine with a GPU (``pytest tests/gpu/real_driver.py``); not
+Run by ``scripts/gpu-check`` on a machine with a GPU (``pytest tests/agent/real_driver.py``); not
 collected by the normal run (its name does not match ``test_*.py``), since CI has no GPU. The
-stub-backed tests in tests/test_gpu.py cover the cases a real driver cannot be made to show.
+stub-backed tests in tests/agent/test_gpu.py cover the cases a real driver cannot be made to show.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The GPU source through the real nvidia-ml-py bindings, against a stub ``libnvidia-ml.so``
-built here with gcc (tests/gpu/nvml_stub.c), end to end: ``nodeguard snapshot --json`` and
+built here with gcc (tests/support/gpu/nvml_stub.c), end to end: ``nodeguard snapshot --json`` and
 ``nodeguard run`` (``/metrics``, ``/snapshot``, ``/incidents``) in subprocesses, on a fixture
 procfs whose ``/proc/<pid>/cgroup`` files put the stub's host PIDs in kubepods containers.
 

@@ -1,6 +1,6 @@
 """Every process that holds GPU memory: NVML's compute, graphics and MPS compute lists
 (``nvmlDevice{Compute,Graphics,MPSCompute}RunningProcesses_v3``, else ``_v2``), merged by PID,
-through the real nvidia-ml-py bindings against the stub (tests/gpu/nvml_stub.c).
+through the real nvidia-ml-py bindings against the stub (tests/support/gpu/nvml_stub.c).
 
 The forms, each a test:
 

@@ -3,7 +3,7 @@
 Each must come back as a ``RuleError`` of ``FILE:LINE: FIELD: message`` lines, quickly and
 without building the value it describes; ``nodeguard check`` reports every file and never a
 traceback; a reload keeps the last good rules and counts the failure. The agent process under
-these files is in tests/test_hostile_agent.py.
+these files is in tests/cluster/test_hostile_agent.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Faults of one agent acting for a node (issue 22 point 3: nodeguard/remediation/actor.py),
-against the test kube-apiserver and the fault-injecting proxy (tests/apiproxy.py), on a fake
-monotonic clock as tests/test_actor.py does.
+against the test kube-apiserver and the fault-injecting proxy (tests/support/apiproxy.py), on a fake
+monotonic clock as tests/cluster/test_actor.py does.
 
 Each test is one fault found in review; its docstring says what happened before the fix and
 what happens now, with the rule relied on (client-go ``tools/leaderelection/leaderelection.go``;

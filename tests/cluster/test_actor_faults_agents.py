@@ -1,5 +1,5 @@
 """Faults of one agent acting for a node (issue 22 point 3), with real agent processes against
-the test kube-apiserver (tests/test_actor_faults.py has the ones on the Lease itself)."""
+the test kube-apiserver (tests/cluster/test_actor_faults.py has the ones on the Lease itself)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Smoke test of the real Kubernetes test control plane (tests/controlplane)."""
+"""Smoke test of the real Kubernetes test control plane (tests/support/controlplane)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The DaemonSet manifests (``daemonset/``), proven against the real tools and the real API server.
 
-- Rendered by kustomize (the real one, built from Go modules: ``tests/deploy/kustomize.py``),
+- Rendered by kustomize (the real one, built from Go modules:
+``tests/support/deploy/kustomize.py``),
   base, components and overlay; the files generated from ``rules/`` are current.
 - Accepted by the test control plane: server-side apply as a dry run (``dryRun=All``) with
   ``fieldValidation=Strict``, the Prometheus Operator's published CRDs installed. The Namespace
@@ -116,7 +117,8 @@ ROLE: set[Triple] = {
 }
 
 
-# -- fixtures (kustomize_bin, manifests, applier: tests/deploy/fixtures.py) --------------------
+# -- fixtures (kustomize_bin, manifests, applier: tests/support/deploy/fixtures.py)
+# --------------------
 @dataclass
 class ServiceAccount:
     namespace: str
@@ -1056,7 +1058,7 @@ def test_the_install_doc_matches_the_manifests(manifests: list[Obj]) -> None:
 
 
 def test_the_image_matches_the_daemonset(manifests: list[Obj]) -> None:
-    """The Dockerfile as text; tests/test_image.py builds it and runs the image."""
+    """The Dockerfile as text; tests/image/test_image.py builds it and runs the image."""
     text = (REPO / "Dockerfile").read_text()
     stages = re.split(r"^FROM\s+", text, flags=re.M)[1:]
     assert len(stages) == 2, "a build stage and a final stage"

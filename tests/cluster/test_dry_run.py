@@ -1,7 +1,8 @@
 """The dry run is the real plan: the same scenario, dry then real on the same cluster state (the
 dry run changes nothing), gives the same decisions: eviction limits, PodDisruptionBudget
 refusals, backoffs and gangs; the cordon budget under its Lease. (The Katib pause: in
-tests/test_katib.py.) The fault it guards against: with a limit of 1 and 3 units, the dry run
+tests/cluster/test_katib.py.) The fault it guards against: with a limit of 1 and 3 units, the dry
+run
 said "would evict 3" where the real run evicted 1 and refused."""
 
 from __future__ import annotations

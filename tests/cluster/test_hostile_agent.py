@@ -195,7 +195,7 @@ def test_stalled_connections_at_a_low_descriptor_limit(tmp_path: Path) -> None:
     ):
         port = int(base.rsplit(":", 1)[1])
         # Never a whole request head, a head that never ends, a body that never comes (a client
-        # that does not read its answers is tests/test_connections.py's).
+        # that does not read its answers is tests/unit/test_connections.py's).
         shapes = ["silent", "head", "body"]
         held = []
         for i in range(600):  # more than the descriptors the agent may open

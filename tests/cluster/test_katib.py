@@ -1,5 +1,5 @@
 """Pausing Katib experiments against Katib's real Experiment controller (v0.19.0, built from Go
-modules and run on the test control plane; tests/katib.py plays its suggestion service and
+modules and run on the test control plane; tests/support/katib.py plays its suggestion service and
 Trial controller). The pause must never delete or kill a trial, must stop new ones from
 starting, and the resume must make Katib start the trials it is owed."""
 

@@ -1,6 +1,6 @@
 """One agent acts for a node (nodeguard/remediation/actor.py): real agent processes, two for one
 node with their own ``--path.state``, killed with SIGKILL at the worst moment, against the test
-kube-apiserver (RBAC on) and the fault-injecting proxy (tests/apiproxy.py).
+kube-apiserver (RBAC on) and the fault-injecting proxy (tests/support/apiproxy.py).
 
 The faults: a second agent for a node evicted a second round (2 pods where 1 was due, two sets
 of Events and incidents, no warning); and an alert delivery claimed by an agent that then died

@@ -11,7 +11,8 @@ through ``--path.sysfs``) and the same 64 MiB limit, both growing at 5 MiB/s:
 - ``hog`` allocates anonymous memory, which the kernel cannot reclaim without swap: it must be
   evicted (policy/v1 Eviction, visible on the API server) before the kernel kills it.
 
-The eviction request is held in a proxy (tests/apiproxy.py) and the agent is killed with SIGKILL
+The eviction request is held in a proxy (tests/support/apiproxy.py) and the agent is killed with
+SIGKILL
 there, right after it decided: the restarted agent finishes that runbook, and the hog is evicted
 exactly once, with one Event, the loader never."""
 

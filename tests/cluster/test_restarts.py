@@ -4,7 +4,7 @@ Nothing may be done twice, nothing lost, nothing left half-done without a record
 
 The agent reads a fixture host (its unreclaimable slab is 31 % of RAM: the node rules below
 hold) and acts on Nodes and Pods of the test control plane, through a fault-injecting proxy
-(tests/apiproxy.py) where a test must stop it inside one API call."""
+(tests/support/apiproxy.py) where a test must stop it inside one API call."""
 
 from __future__ import annotations
 

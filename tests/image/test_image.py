@@ -1,4 +1,5 @@
-"""The image: built from the repository's Dockerfile (tests/image.py: buildah on a Debian base
+"""The image: built from the repository's Dockerfile (tests/support/image.py: buildah on a Debian
+base
 made from Debian packages, no registry), then ``nodeguard --version``, ``nodeguard snapshot``
 on a fixture host, and the DaemonSet's own arguments run inside it."""
 

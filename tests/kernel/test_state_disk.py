@@ -3,7 +3,8 @@ steps while it is down; killed with SIGKILL at the worst moment and started agai
 
 The agent reads the v2 fixture host (its unreclaimable slab is 31 % of RAM, so the local rule
 below holds), takes Alertmanager deliveries on its webhook, and keeps its state in
-``--path.state``: in the first test a 64 KiB tmpfs (tests/fullfs.py) filled up while it runs.
+``--path.state``: in the first test a 64 KiB tmpfs (tests/support/fullfs.py) filled up while it
+runs.
 """
 
 from __future__ import annotations

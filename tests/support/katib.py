@@ -1,7 +1,7 @@
 """Katib on the test control plane: its real Experiment controller, and stand-ins for the rest.
 
 The Experiment controller (kubeflow/katib v0.19.0, ``pkg/controller.v1beta1/experiment``) is
-built from Go modules with the control plane (``tests/controlplane/go/katib-experiment-
+built from Go modules with the control plane (``tests/support/controlplane/go/katib-experiment-
 controller``) and run against the test kube-apiserver with its webhooks off. It is the part
 that creates and deletes Trials (``ReconcileTrials``, ``createTrials``, ``deleteTrials``), the
 part nodeguard's pause must get right. Katib's other parts cannot run here, so this module

@@ -76,6 +76,6 @@ def test_the_metric_table_names_every_family_of_a_snapshot() -> None:
         for name in _expand(token)
     }
     # No GPU in the fixture hosts: the GPU families are documented under "GPU" and tested
-    # against the stub driver (tests/test_gpu.py).
+    # against the stub driver (tests/agent/test_gpu.py).
     gpu = {n for n in documented if n.startswith("nodeguard_gpu_")}
     assert rendered == documented - gpu

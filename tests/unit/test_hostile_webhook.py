@@ -3,7 +3,7 @@ not what their encoding says, headers that are not text, slow bodies, lone surro
 
 Each is answered 4xx (never 500), with the field at fault named where there is one, and counted
 in ``requests``; a good delivery afterwards still acts. The same against the agent process, under
-its memory limit, is in tests/test_hostile_agent.py.
+its memory limit, is in tests/cluster/test_hostile_agent.py.
 """
 
 from __future__ import annotations

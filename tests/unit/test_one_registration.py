@@ -8,7 +8,7 @@ removed after), reach
   description, the value validated by the field) and its settings' flags;
 - ``nodeguard check``, which takes a rule using the toy signal and the toy action (and refuses
   it once they are gone);
-- the README checks (tests/test_docs_tables.py, tests/test_registry.py), which see the toy
+- the README checks (tests/unit/test_docs_tables.py, tests/unit/test_registry.py), which see the toy
   and fail because the README does not document it: a contributor who forgets the README line
   is told.
 """

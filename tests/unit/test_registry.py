@@ -37,7 +37,8 @@ def test_every_action_module_registers_and_act_offers_each() -> None:
     registering = {a.run.__module__.rsplit(".", 1)[1] for a in shipped().values()}
     assert modules == registering, modules ^ registering
     assert len(shipped()) >= 6
-    # The stand-ins (tests/standin_actions.py, registered once a test module imports them) are
+    # The stand-ins (tests/support/standin_actions.py, registered once a test module imports them)
+    # are
     # subcommands too while the suite runs: only the shipped ones are compared.
     offered = {a for a in act_actions() if not a.startswith("test-")}
     assert offered == {n.replace("_", "-") for n, a in shipped().items() if a.by_hand}

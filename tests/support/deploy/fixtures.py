@@ -18,7 +18,8 @@ __all__ = ["admin_config", "applier", "kustomize_bin", "manifests"]
 
 @pytest.fixture(scope="session")
 def kustomize_bin() -> Path:
-    """kustomize, built from tests/deploy/go/kustomize on first use (about a minute), cached."""
+    """kustomize, built from tests/support/deploy/go/kustomize on first use (about a minute),
+    cached."""
     return kustomize.ensure_built()
 
 

@@ -16,7 +16,7 @@ StubFactory = Callable[..., StubEnv]
 
 @pytest.fixture(scope="session")
 def stub_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The stub NVML builds (tests/gpu/stub.py ``VARIANTS``) and a directory whose
+    """The stub NVML builds (tests/support/gpu/stub.py ``VARIANTS``) and a directory whose
     libnvidia-ml.so.1 does not load."""
     try:
         return build(tmp_path_factory.mktemp("nvml-stub"))

@@ -1,5 +1,5 @@
 // Builds Katib's Experiment controller for nodeguard's Katib pause tests.
-// Only consumed by tests/controlplane/cluster.py; built and cached by ensure_built().
+// Only consumed by tests/support/controlplane/cluster.py; built and cached by ensure_built().
 module nodeguard.test/katib-experiment-controller
 
 go 1.25.0

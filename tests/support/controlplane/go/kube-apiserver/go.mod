@@ -1,5 +1,5 @@
 // Builds kube-apiserver for nodeguard's integration-test control plane.
-// Only consumed by tests/controlplane/cluster.py; built and cached by ensure_built().
+// Only consumed by tests/support/controlplane/cluster.py; built and cached by ensure_built().
 module nodeguard.test/controlplane/kube-apiserver
 
 go 1.25.0
