@@ -14,7 +14,14 @@ import pytest
 
 from tests.support.agent import get, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
-from tests.support.kernel_cgroup import hog_in, kubelet_cgroup, writable_memory_controller
+from tests.support.kernel_cgroup import (
+    KubeletCgroup,
+    hog_in,
+    pod_container,
+    private_kubepods,
+    remove_cgroups,
+    writable_memory_controller,
+)
 from tests.support.kube_helpers import Cluster
 
 MiB = 1 << 20
@@ -45,43 +52,77 @@ def _scenario(
     uid = pod["metadata"]["uid"]
     cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
     out: dict[str, Any] = {"ns": ns}
-    with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid, container_id=cid) as cg:
-        args = [
-            f"--kubeconfig={control_plane.kubeconfig_path}",
-            f"--rules={DEFAULT_RULES}",
-            f"--node-name={node}",
-            "--interval=100ms",
-            f"--path.state={tmp_path / 'state'}",
-            "--dry-run" if dry_run else "--no-dry-run",
-        ]
-        with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
-            wait_until(
-                "the agent to list the pod",
-                lambda: (json.loads(get(f"{base}/snapshot")[1]).get("pod_meta") or {}).get(uid),
-                timeout=15,
+    # A kubepods of its own (tests/support/kernel_cgroup.py): the agent reads these cgroups
+    # alone, never the machine's kubepods (a kubelet's, or another test's).
+    with private_kubepods(tmp_path) as (sysfs, kubepods):
+        made: list[Path] = []
+        try:
+            cg = pod_container(kubepods, made, pod_uid=uid, container_id=cid, limit_bytes=LIMIT)
+            _run(
+                cluster,
+                control_plane,
+                tmp_path,
+                out,
+                node=node,
+                cg=cg,
+                sysfs=sysfs,
+                dry_run=dry_run,
             )
-            # 5 MiB/s: the 95 % line is 3.2 MiB (0.64 s) below the limit.
-            with hog_in(cg, step=1 * MiB, pause=0.2, up_to=4 * LIMIT) as hog:
-                deadline = time.monotonic() + 40
-                while time.monotonic() < deadline and hog.poll() is None:
-                    incidents = json.loads(get(f"{base}/incidents")[1])
-                    live = cluster.pod_json(ns, "pandas-prep")
-                    if incidents and (
-                        dry_run or live is None or live["metadata"].get("deletionTimestamp")
-                    ):
-                        out["hog_alive_at_eviction"] = hog.poll() is None
-                        break
-                    time.sleep(0.05)
-                hog.wait(timeout=30)  # no kubelet kills it: the kernel's OOM killer will
-            (summary,) = [
-                i
-                for i in json.loads(get(f"{base}/incidents")[1])
-                if i["rule"] == "container-near-limit"
-            ]
-            out["incident"] = json.loads(get(f"{base}/incidents/{summary['id']}")[1])
-            out["pod"] = cluster.pod_json(ns, "pandas-prep")
-            out["uid"], out["cid"] = uid, cid
+        finally:
+            remove_cgroups(made)
     return out
+
+
+def _run(
+    cluster: Cluster,
+    control_plane: TestCluster,
+    tmp_path: Path,
+    out: dict[str, Any],
+    *,
+    node: str,
+    cg: KubeletCgroup,
+    sysfs: Path,
+    dry_run: bool,
+) -> None:
+    """The agent on the private kubepods at ``sysfs`` while the hog in ``cg`` grows; what it
+    did goes into ``out``."""
+    ns, uid, cid = out["ns"], cg.pod_uid, cg.container_id
+    args = [
+        f"--kubeconfig={control_plane.kubeconfig_path}",
+        f"--rules={DEFAULT_RULES}",
+        f"--node-name={node}",
+        f"--path.sysfs={sysfs}",
+        "--interval=100ms",
+        f"--path.state={tmp_path / 'state'}",
+        "--dry-run" if dry_run else "--no-dry-run",
+    ]
+    with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
+        wait_until(
+            "the agent to list the pod",
+            lambda: (json.loads(get(f"{base}/snapshot")[1]).get("pod_meta") or {}).get(uid),
+            timeout=15,
+        )
+        # 5 MiB/s: the 95 % line is 3.2 MiB (0.64 s) below the limit.
+        with hog_in(cg, step=1 * MiB, pause=0.2, up_to=4 * LIMIT) as hog:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline and hog.poll() is None:
+                incidents = json.loads(get(f"{base}/incidents")[1])
+                live = cluster.pod_json(ns, "pandas-prep")
+                if incidents and (
+                    dry_run or live is None or live["metadata"].get("deletionTimestamp")
+                ):
+                    out["hog_alive_at_eviction"] = hog.poll() is None
+                    break
+                time.sleep(0.05)
+            hog.wait(timeout=30)  # no kubelet kills it: the kernel's OOM killer will
+        (summary,) = [
+            i
+            for i in json.loads(get(f"{base}/incidents")[1])
+            if i["rule"] == "container-near-limit"
+        ]
+        out["incident"] = json.loads(get(f"{base}/incidents/{summary['id']}")[1])
+        out["pod"] = cluster.pod_json(ns, "pandas-prep")
+        out["uid"], out["cid"] = uid, cid
 
 
 def _check_incident(out: dict[str, Any], *, dry_run: bool) -> None:
