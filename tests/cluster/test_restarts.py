@@ -9,6 +9,7 @@ hold) and acts on Nodes and Pods of the test control plane, through a fault-inje
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -32,7 +33,6 @@ from tests.support.remediation import (
     MiB,
     agent_args,
     alert_delivery,
-    contextlib_exit,
     evicted_pods,
     host_args,
     katib_gang,
@@ -244,7 +244,7 @@ def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_dow
     token = "t" * 40
     (tmp_path / "token").write_text(token)
     agents = []
-    with contextlib_exit() as stack:
+    with contextlib.ExitStack() as stack:
         for name in ("agent-a", "agent-b"):
             cluster.node(name=f"{name}-{ns}")
             args = [

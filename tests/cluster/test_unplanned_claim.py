@@ -12,6 +12,7 @@ behind the Service exactly one acts"."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -24,7 +25,6 @@ from tests.support.kube_helpers import Cluster
 from tests.support.remediation import (
     ALERT_RULES,
     alert_delivery,
-    contextlib_exit,
     evicted_pods,
     low_priority_pods,
     metric_value,
@@ -60,7 +60,7 @@ def test_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
     # Agent A, on the alert's node, never gets its pod list: its eviction is abandoned.
     proxied.hold("GET", pod_list_request(target), times=1000)
     delivery = alert_delivery(target, "2026-11-30T10:00:00Z")
-    with contextlib_exit() as stack:
+    with contextlib.ExitStack() as stack:
         a = stack.enter_context(
             running_agent(
                 args=args(target, proxied.kubeconfig, "a", "--remediation.pod-list-wait=1s"),

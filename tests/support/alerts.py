@@ -37,6 +37,7 @@ def alert(
     starts: str = "2026-11-30T06:00:00.123456789Z",
     **labels: str,
 ) -> dict[str, Any]:
+    """One alert of a delivery (labels ``alertname``, ``node=gpu-1`` and ``labels``)."""
     return {
         "status": status,
         "labels": {"alertname": name, "node": "gpu-1", **labels},
@@ -49,6 +50,7 @@ def alert(
 
 
 def payload(*alerts: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A version-4 webhook body holding ``alerts``, ``extra`` fields on top."""
     return {
         "version": "4",
         "groupKey": "{}:{}",
@@ -65,6 +67,8 @@ def payload(*alerts: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 class RecordingQueue:
+    """The remediator's ``submit`` stand-in: keeps each firing, refuses past ``capacity``."""
+
     def __init__(self, capacity: int = 100) -> None:
         self.items: list[Firing] = []
         self.capacity = capacity

@@ -308,6 +308,7 @@ def running_katib(
 
 
 def experiment(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
+    """Experiment ``ns/name`` as JSON."""
     exp = custom_json(
         cluster.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "experiments", name)
     )
@@ -332,4 +333,5 @@ def quota_refusals(katib: Katib, ns: str) -> int:
 
 
 def nodeguard_command() -> list[str]:
+    """The ``nodeguard`` command of this interpreter."""
     return [sys.executable, "-m", "nodeguard"]

@@ -38,6 +38,8 @@ def memory_cgroup(
     limit: int | str = "max",
     swap: tuple[int | str, int] | None = None,
 ) -> None:
+    """A v2 memory cgroup at ``d``: ``memory.current``, ``memory.max`` (``limit``), ``memory.stat``
+    (``stat``), no events, and ``memory.swap.{max,current}`` when ``swap`` is given."""
     d.mkdir(parents=True, exist_ok=True)
     (d / "memory.current").write_text(f"{current}\n")
     (d / "memory.max").write_text(f"{limit}\n")
@@ -95,6 +97,8 @@ def read_host(
 
 
 def memory_snapshot(t: float, mem: CgroupMemory, uid: str, cid: str) -> NodeSnapshot:
+    """A snapshot at time ``t`` of one burstable pod ``uid`` whose one container ``cid`` has
+    ``mem``, nothing else read."""
     from nodeguard.snapshot import ContainerMemory, PodMemory
 
     pod = PodMemory(

@@ -5,7 +5,6 @@ series of its ``/metrics``). Shared by the restart, Lease and Katib tests of tes
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -33,6 +32,8 @@ spec:
 
 
 def slab_rules(tmp_path: Path, *, actions: str, cooldown: str = "5m") -> Path:
+    """``tmp_path/rules.yaml``: :data:`SLAB_RULES` with ``actions`` (a YAML flow list) and
+    ``cooldown``."""
     path = tmp_path / "rules.yaml"
     path.write_text(SLAB_RULES.format(actions=actions, cooldown=cooldown))
     return path
@@ -41,6 +42,9 @@ def slab_rules(tmp_path: Path, *, actions: str, cooldown: str = "5m") -> Path:
 def agent_args(
     tmp_path: Path, *, node: str, kubeconfig: Path, rules: Path, extra: tuple[str, ...] = ()
 ) -> list[str]:
+    """``nodeguard run`` flags of a real agent on the v2 fixture host acting (not dry run) on
+    ``node`` of the control plane at ``kubeconfig``, with ``rules``, its state in
+    ``tmp_path/state``; ``extra`` flags last."""
     return [
         *host_flags("v2-systemd-containerd"),
         f"--kubeconfig={kubeconfig}",
@@ -55,11 +59,13 @@ def agent_args(
 
 
 def is_gone(cluster: Cluster, ns: str, name: str) -> bool:
+    """Whether pod ``ns/name`` is deleted or being deleted."""
     pod = cluster.pod_json(ns, name)
     return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def evicted_pods(cluster: Cluster, ns: str, names: list[str]) -> list[str]:
+    """Those of ``names`` (pods of ``ns``) that are gone or going."""
     return [n for n in names if is_gone(cluster, ns, n)]
 
 
@@ -69,6 +75,8 @@ def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 
 def metric_value(base: str, name: str, **labels: str) -> float:
+    """The value of series ``name{labels}`` on the agent's ``/metrics`` at ``base``; 0 when
+    absent."""
     for line in get(f"{base}/metrics")[1].splitlines():
         head, _, value = line.rpartition(" ")
         if head.split("{")[0] == name and all(f'{k}="{v}"' in head for k, v in labels.items()):
@@ -77,6 +85,8 @@ def metric_value(base: str, name: str, **labels: str) -> float:
 
 
 def low_priority_pods(cluster: Cluster, ns: str, node: str, n: int) -> list[str]:
+    """``n`` pods ``batch-<i>`` of 1 GiB request in ``ns`` on ``node`` at the lowest test priority;
+    their names."""
     names = [f"batch-{i}" for i in range(n)]
     for name in names:
         cluster.pod(
@@ -86,6 +96,8 @@ def low_priority_pods(cluster: Cluster, ns: str, node: str, n: int) -> list[str]
 
 
 def katib_gang(cluster: Cluster, ns: str, here: str, there: str) -> list[str]:
+    """A Katib trial of two pods (``t1-master`` on ``here``, ``t1-worker`` on ``there``) and a
+    higher-priority ``bystander`` on ``here``; their names."""
     trial = {"katib.kubeflow.org/experiment": "e", "katib.kubeflow.org/trial": "e-t1"}
     cluster.pod(
         namespace=ns,
@@ -125,6 +137,8 @@ spec:
 
 
 def alert_delivery(node: str, starts: str) -> bytes:
+    """An Alertmanager (version 4) body: ``NodeguardNodeMemoryLow`` firing on ``node`` since
+    ``starts`` (RFC 3339)."""
     return json.dumps(
         {
             "version": "4",
@@ -144,6 +158,7 @@ def alert_delivery(node: str, starts: str) -> bytes:
 
 
 async def post_delivery(url: str, body: bytes, token: str) -> int:
+    """POST ``body`` to ``url`` with the bearer ``token``; the HTTP status."""
     import aiohttp
 
     async with (
@@ -151,11 +166,6 @@ async def post_delivery(url: str, body: bytes, token: str) -> int:
         s.post(url, data=body, headers={"Authorization": f"Bearer {token}"}) as resp,
     ):
         return resp.status
-
-
-def contextlib_exit() -> Any:
-
-    return contextlib.ExitStack()
 
 
 # -- a runbook resumed before the pod list arrives -----------------------------------------------
@@ -209,6 +219,8 @@ def starved_host(tmp_path: Path, cluster: Cluster, ns: str, node: str) -> Path:
 
 
 def host_args(host: Path, tmp_path: Path, *, node: str, kubeconfig: Path) -> list[str]:
+    """``nodeguard run`` flags of a real agent on ``host`` (a copy of a fixture host, as
+    :func:`starved_host` makes) cordoning and evicting 1 GiB on ``node`` when slab-high holds."""
     rules = slab_rules(tmp_path, actions='[{action: cordon}, {action: evict, args: {free: "1Gi"}}]')
     return [
         f"--path.procfs={host / 'proc'}",
@@ -236,6 +248,8 @@ LEASE_SECONDS = 2  # --actor.lease-duration: seconds
 
 
 def actor_args(tmp_path: Path, name: str, *, node: str, kubeconfig: Path, rules: Path) -> list[str]:
+    """:func:`agent_args` for agent ``name`` of several on one node: a state directory of its own
+    and a Lease of :data:`LEASE_SECONDS`."""
     args = agent_args(tmp_path, node=node, kubeconfig=kubeconfig, rules=rules)
     state = f"--path.state={tmp_path / 'state'}"
     return [
@@ -245,13 +259,16 @@ def actor_args(tmp_path: Path, name: str, *, node: str, kubeconfig: Path, rules:
 
 
 def incidents(base: str) -> list[dict[str, Any]]:
+    """The agent's ``/incidents`` list at ``base``."""
     items: list[dict[str, Any]] = json.loads(get(f"{base}/incidents")[1])
     return items
 
 
 def evicted_events(cluster: Cluster, ns: str, names: list[str]) -> int:
+    """``NodeguardEvicted`` Events on the pods ``names`` of ``ns``."""
     return sum(len(cluster.events(ns, name=n, reason="NodeguardEvicted")) for n in names)
 
 
 def actor_state(base: str, state: str) -> float:
+    """``nodeguard_actor{state}`` of the agent at ``base``: 1 when it is in that state."""
     return metric_value(base, "nodeguard_actor", state=state)

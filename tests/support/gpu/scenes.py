@@ -63,6 +63,7 @@ def procfs(root: Path, host: Path = V2_HOST, extra: dict[int, str] | None = None
 
 
 def flags(proc: Path, host: Path = V2_HOST) -> list[str]:
+    """``--path.*`` flags for ``proc`` (from :func:`procfs`) and the rest of ``host``."""
     return [f"--path.procfs={proc}", f"--path.sysfs={host / 'sys'}", f"--path.kmsg={host / 'kmsg'}"]
 
 
@@ -84,9 +85,11 @@ def agent(stub: StubEnv, args: list[str], tmp: Path) -> Iterator[Agent]:
 
 
 def metrics(base: str) -> str:
+    """The agent's ``/metrics`` text at ``base``."""
     return get(f"{base}/metrics")[1]
 
 
 def snapshot_of(base: str) -> dict[str, Any]:
+    """The agent's ``/snapshot`` at ``base``."""
     data: dict[str, Any] = json.loads(get(f"{base}/snapshot")[1])
     return data
