@@ -1,5 +1,5 @@
 """Do nodeguard and cAdvisor say the same about the same cgroups? The value check of the
-benchmarks' peer (and of ``tests/test_cadvisor_peer.py``): per live container, usage, working
+benchmarks' peer (and of ``tests/kernel/test_cadvisor_peer.py``): per live container, usage, working
 set, anon, file, limit, limit hits and OOM kills, from each exporter's ``/metrics`` text.
 
 What each side reads (cgroup v1; v2 in brackets):

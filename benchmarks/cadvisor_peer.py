@@ -1,7 +1,7 @@
 """The per-container peer: cAdvisor as the kubelet embeds it (benchmarks/cadvisor/main.go: the
 library module ``github.com/google/cadvisor/lib`` v0.60.6, raw cgroup handler, memory and OOM
 metrics, 10 s housekeeping), built from Go modules once and cached like the test control plane
-(``tests/controlplane/cluster.py``): under ``${NODEGUARD_CADVISOR_CACHE:-~/.cache/nodeguard/
+(``tests/support/controlplane/cluster.py``): under ``${NODEGUARD_CADVISOR_CACHE:-~/.cache/nodeguard/
 cadvisor}/<key>/cadvisor-peer``, the key a hash of ``go.mod``, ``go.sum`` and ``main.go``, so
 ``go build`` runs on first use and after a change. A cold build downloads the modules through
 the Go module proxy (about a minute here).
@@ -24,8 +24,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import Proc, serving  # noqa: E402
-from tests.agent import free_port  # noqa: E402
-from tests.controlplane.cluster import cached_go_build  # noqa: E402
+from tests.support.agent import free_port  # noqa: E402
+from tests.support.controlplane.cluster import cached_go_build  # noqa: E402
 
 __all__ = ["CADVISOR_VERSION", "MODULE", "cadvisor", "ensure_built"]
 

@@ -29,8 +29,8 @@ for _p in dict.fromkeys((str(ROOT), str(SRC))):  # SRC ends up first: its nodegu
         sys.path.remove(_p)
     sys.path.insert(0, _p)
 
-from tests.agent import Agent, free_port, running_agent, wait_ready  # noqa: E402
-from tests.controlplane.cluster import terminate  # noqa: E402
+from tests.support.agent import Agent, free_port, running_agent, wait_ready  # noqa: E402
+from tests.support.controlplane.cluster import terminate  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MiB = 1 << 20
@@ -225,7 +225,8 @@ def node_exporter(*, log_path: Path) -> Iterator[Proc]:
 def agent(
     *, args: list[str], log_path: Path, ready_timeout: float = 60.0, src: Path | None = None
 ) -> Iterator[Agent]:
-    """``nodeguard run ARGS`` from ``src`` (:data:`SRC`) (tests/agent.py's ``running_agent``),
+    """``nodeguard run ARGS`` from ``src`` (:data:`SRC`) (tests/support/agent.py's
+    ``running_agent``),
     logging at warning so the log does not cost CPU; yields its base URL (with ``.pid``)."""
     with running_agent(
         args=["--log.level=warning", *args],

@@ -407,8 +407,9 @@ def kernel_host(*, containers: int, seed: int = 8) -> Iterator[Path]:
     <id>``, a limit on every guaranteed container), so that reading them costs what the
     kernel's cgroupfs costs (kernfs computes ``memory.stat`` on every read). Yields the
     hierarchy root; removes everything on exit. Needs root and a writable memory controller
-    (tests/kernel_cgroup.py); the cgroups are empty, so their files read the same each time."""
-    from tests.kernel_cgroup import remove_cgroups, writable_memory_controller
+    (tests/support/kernel_cgroup.py); the cgroups are empty, so their files read the same each
+    time."""
+    from tests.support.kernel_cgroup import remove_cgroups, writable_memory_controller
 
     found = writable_memory_controller()
     if found is None:

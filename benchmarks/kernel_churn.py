@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.controlplane.cluster import terminate  # noqa: E402
+from tests.support.controlplane.cluster import terminate  # noqa: E402
 
 __all__ = ["containers_under", "kernel_churn"]
 

@@ -7,7 +7,8 @@
   and reads 2,200 cgroup files (330 containers' worth) and keeps them open; the cgroup's
   ``memory.usage_in_bytes`` (v1) or ``memory.current`` (v2) before and after, and after closing.
 
-Needs root and a writable memory controller (tests/kernel_cgroup.py); everything made is removed.
+Needs root and a writable memory controller (tests/support/kernel_cgroup.py); everything made is
+removed.
 
     python benchmarks/kernel_files.py        -> one JSON object on stdout
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.kernel_cgroup import remove_cgroups, writable_memory_controller
+from tests.support.kernel_cgroup import remove_cgroups, writable_memory_controller
 
 FILES = {
     1: (

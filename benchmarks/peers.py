@@ -28,8 +28,8 @@ from benchmarks.common import ROOT, Proc, agent
 from benchmarks.hosts import kernel_host
 from benchmarks.kernel_churn import containers_under, kernel_churn
 from benchmarks.scrape_loop import Target, scrape_loop
-from tests.agent import get
-from tests.kernel_cgroup import writable_memory_controller
+from tests.support.agent import get
+from tests.support.kernel_cgroup import writable_memory_controller
 
 __all__ = ["MINIMAL", "beside_peers"]
 

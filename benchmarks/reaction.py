@@ -1,4 +1,5 @@
-"""Reaction on the real kernel: memory hogs in kubelet-shaped cgroups (tests/kernel_cgroup.py) grow
+"""Reaction on the real kernel: memory hogs in kubelet-shaped cgroups
+(tests/support/kernel_cgroup.py) grow
 toward their limits; how soon after their unreclaimable memory crosses 95 % of the limit each
 agent fires, and how much time that leaves before the kernel OOM-kills the hog; and page-cache
 readers at their limits, which must never fire. Two agents watch the same hogs
@@ -23,7 +24,7 @@ Hogs (``1 MiB`` allocations, every page touched):
 - the slow-growth cases, from the start: three ``medium`` hogs (8 MiB/s up to 93 % of a 512 MiB
   limit, then 0.5 MiB/s: 51 s from 95 % to the limit) and three ``slow`` ones (then 0.125 MiB/s:
   205 s), growth too slow for a short fit to tell from noise;
-- the look-alikes, from the start to the end: page-cache readers (tests/kernel_cgroup.py
+- the look-alikes, from the start to the end: page-cache readers (tests/support/kernel_cgroup.py
   ``READER``) re-reading a cold 500 MiB file at 8 and 32 MiB/s in 512 MiB limits. From their
   second pass the cache is active and their working set sits at 95 % of the limit and more,
   while the kernel reclaims it there and kills nothing: a firing on one is a false positive.
@@ -70,7 +71,7 @@ import yaml
 
 from benchmarks.common import CLK_TCK, ROOT, MiB, agent
 from nodeguard.sources.unreclaimable import unreclaimable_v1, unreclaimable_v2
-from tests.kernel_cgroup import (
+from tests.support.kernel_cgroup import (
     READER,
     KubeletCgroup,
     cold_file,

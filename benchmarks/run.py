@@ -90,7 +90,7 @@ def machine() -> dict[str, str]:
 
 def cadvisor_go_version() -> str:
     """The Go toolchain the cAdvisor peer was built with (``go version`` of the binary)."""
-    from tests.controlplane.cluster import find_go
+    from tests.support.controlplane.cluster import find_go
 
     out = subprocess.run(
         [find_go(), "version", str(ensure_built())], capture_output=True, text=True, check=False

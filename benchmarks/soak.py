@@ -33,7 +33,7 @@ from benchmarks.common import (
     rss_bytes,
 )
 from benchmarks.hosts import Churn, HostTree, rename_pods
-from tests.agent import Agent
+from tests.support.agent import Agent
 
 SCRAPE_EVERY = 15.0
 RECORD_EVERY = 30.0

@@ -3,7 +3,7 @@
     python grafana/build.py        # rewrites grafana/*.json
 
 The JSON is committed (import it in Grafana, or mount it with a dashboard provider);
-tests/test_dashboards.py checks it, and the end-to-end test runs every query against a real
+tests/agent/test_promtool_and_dashboards.py checks it, and the end-to-end test runs every query against a real
 Prometheus scraping nodeguard. Variables: ``datasource`` (a Prometheus data source), ``node``
 (from ``nodeguard_node_info``) and the hidden ``instance`` that ``node`` selects, which every
 query filters on, so no query depends on how the scrape config labels targets.

@@ -1,0 +1,1 @@
+"""Tests of the agent tier (see CONTRIBUTING.md, "Test tiers")."""

@@ -1,0 +1,277 @@
+"""Rule files: every shipped file passes ``nodeguard check``; broken files give exact errors
+with file, line and field."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeguard.cli.check import check_files
+from nodeguard.rules.load import RuleError, load_rules
+from tests.support.rule_texts import GOOD_RULE
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted([ROOT / "rules" / "default.yaml", *(ROOT / "rules" / "examples").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_rule_files_pass_check(path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "check", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_shipped_rules_load_together() -> None:
+    rules = load_rules([ROOT / "rules" / "default.yaml", ROOT / "rules" / "examples"]).rules
+    assert {r.name for r in rules} >= {
+        "container-near-limit",
+        "node-memory-low",
+        "slab-unreclaimable-high",
+        "memory-pressure-high",
+        "container-thrashing-at-limit",
+    }
+
+
+def _check(tmp_path: Path, text: str) -> tuple[int, str]:
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    out = io.StringIO()
+    return check_files([path], out=out), out.getvalue().replace(str(path), "F")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "apiVersion: nodeguard.io/v1alpha1\nkind: RuleSet\nspec:\n  rules: [\n",
+            "F:5: (yaml): invalid YAML",
+        ),
+        (
+            GOOD_RULE.replace("node_memory_available_ratio", "node_memory_free_ratio"),
+            "F:8: spec.rules[0].when[0].signal: unknown signal 'node_memory_free_ratio'",
+        ),
+        (
+            GOOD_RULE.replace("action: cordon", "action: reboot"),
+            "F:10: spec.rules[0].actions[0]: unknown action 'reboot'",
+        ),
+        (
+            GOOD_RULE.replace("value: 0.05", "value: five percent"),
+            "F:8: spec.rules[0].when[0].value: Input should be a valid number",
+        ),
+        (
+            GOOD_RULE.replace("      scope: node\n", "      scope: node\n      for: -1m\n"),
+            "F:7: spec.rules[0].for: negative duration '-1m'",
+        ),
+        (
+            GOOD_RULE + GOOD_RULE.split("  rules:\n")[1],
+            "F:11: spec.rules[1].name: duplicate rule name 'low' (also at F:5)",
+        ),
+        (
+            GOOD_RULE.replace("      scope: node\n", "      scope: node\n      severity: high\n"),
+            "F:7: spec.rules[0].severity: unknown field 'severity'; allowed: name, description, "
+            "scope, when, for, clear, cooldown, maxFirings, dryRun, actions, resolve",
+        ),
+        (
+            GOOD_RULE.replace("      scope: node\n", "      scope: node\n      cooldwn: 5m\n"),
+            "F:7: spec.rules[0].cooldwn: unknown field 'cooldwn' (did you mean 'cooldown'?); "
+            "allowed: name, description, scope, when, for, clear, cooldown, maxFirings, dryRun",
+        ),
+        (
+            GOOD_RULE.replace("{signal:", "{sigal:"),
+            "F:8: spec.rules[0].when[0].sigal: unknown field 'sigal' (did you mean 'signal'?); "
+            "allowed: signal, op, value",
+        ),
+        (
+            GOOD_RULE.replace("- action: cordon", "- action: evict\n          args: {frees: 5%}"),
+            "F:10: spec.rules[0].actions[0]: evict: args.frees: unknown field 'frees' (did you "
+            "mean 'free'?); allowed: free, maxPriority, priorityClasses, namespaces, selector",
+        ),
+        (
+            GOOD_RULE.replace("action: cordon", "action: cordn"),
+            "F:10: spec.rules[0].actions[0]: unknown action 'cordn' (did you mean 'cordon'?)",
+        ),
+        (
+            GOOD_RULE.replace("value: 0.05", "value: -0.05"),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_ratio is a ratio, 0 to 1: "
+            "-0.05 is outside it, so the condition never holds",
+        ),
+        (
+            GOOD_RULE.replace("value: 0.05", "value: 30"),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_ratio is a ratio, 0 to 1: "
+            "30 is outside it, so the condition always holds (a ratio: 5 % is 0.05)",
+        ),
+        (
+            GOOD_RULE.replace('op: "<", value: 0.05', 'op: "<", value: 0'),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_ratio is a ratio, 0 to 1: "
+            "node_memory_available_ratio < 0 never holds",
+        ),
+        (
+            GOOD_RULE.replace("node_memory_available_ratio", "node_memory_available_bytes").replace(
+                "value: 0.05", "value: -1Gi"
+            ),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_bytes is in bytes, 0 or "
+            "more: -1073741824 is outside it, so the condition never holds",
+        ),
+        (
+            GOOD_RULE.replace("node_memory_available_ratio", "node_memory_available_bytes").replace(
+                "value: 0.05", "value: lots"
+            ),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_bytes is in bytes: 'lots' "
+            "is not a quantity (8Gi, 500M, or bytes)",
+        ),
+        (
+            GOOD_RULE.replace("scope: node", "scope: container"),
+            "F:5: spec.rules[0]: signal 'node_memory_available_ratio' is a node signal, but the "
+            "rule's scope is container",
+        ),
+        (
+            GOOD_RULE.replace("- action: cordon", "- action: evict\n          args: {free: lots}"),
+            "F:10: spec.rules[0].actions[0]: evict: args.free: not a memory quantity or percent",
+        ),
+        (
+            GOOD_RULE.replace("kind: RuleSet", "kind: PrometheusRule"),
+            "F:2: kind: Input should be 'RuleSet'",
+        ),
+        (
+            GOOD_RULE.replace(
+                "      scope: node\n", "      scope: node\n      for: 1m\n      for: 0s\n"
+            ),
+            "F:8: spec.rules[0].for: duplicate key 'for'",
+        ),
+    ],
+    ids=[
+        "yaml",
+        "signal",
+        "action",
+        "type",
+        "negative-duration",
+        "duplicate",
+        "unknown-key",
+        "misspelt-key",
+        "misspelt-condition-key",
+        "misspelt-action-argument",
+        "misspelt-action",
+        "ratio-below-its-range",
+        "ratio-as-a-percent",
+        "ratio-below-zero-never",
+        "bytes-below-zero",
+        "bytes-not-a-quantity",
+        "scope",
+        "action-args",
+        "kind",
+        "duplicate-key",
+    ],
+)
+def test_broken_files_give_exact_errors(tmp_path: Path, text: str, error: str) -> None:
+    rc, out = _check(tmp_path, text)
+    assert rc == 1
+    assert "FAILED" in out
+    assert error in out, out
+
+
+def test_good_file(tmp_path: Path) -> None:
+    rc, out = _check(tmp_path, GOOD_RULE)
+    assert (rc, out) == (0, "Checking F\n  SUCCESS: 1 rules found\n")
+
+
+def test_duplicate_names_across_files(tmp_path: Path) -> None:
+    # One check for both: the agent's load and `nodeguard check` give the same line, at the
+    # second file's name, pointing at the first.
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(GOOD_RULE)
+    b.write_text("# the same rule again\n" + GOOD_RULE)
+    message = f"{b}:6: spec.rules[0].name: duplicate rule name 'low' (also at {a}:5)"
+    with pytest.raises(RuleError) as err:
+        load_rules([tmp_path])
+    assert err.value.messages == [message]
+    out = io.StringIO()
+    assert check_files([tmp_path], out=out) == 1
+    assert out.getvalue() == (
+        f"Checking {a}\n  SUCCESS: 1 rules found\nChecking {b}\n  FAILED: 1 error(s)\n{message}\n"
+    )
+
+
+def test_a_file_named_twice_is_read_once(tmp_path: Path) -> None:
+    # Given twice, or as a directory and a file in it: not a duplicate of itself.
+    a = tmp_path / "a.yaml"
+    a.write_text(GOOD_RULE)
+    for paths in ([a, a], [tmp_path, a], [a, tmp_path / "." / "a.yaml"]):
+        assert [r.name for r in load_rules(paths).rules] == ["low"]
+
+
+def test_thresholds_take_their_signals_unit(tmp_path: Path) -> None:
+    """A bytes signal takes a quantity, a seconds signal a duration: both as the signal's
+    unit, so `check` and the engine compare like with like."""
+    text = (
+        GOOD_RULE.replace("node_memory_available_ratio", "node_memory_available_bytes")
+        .replace("value: 0.05", "value: 2Gi")
+        .replace(
+            "      actions:",
+            "      clear:\n        - {signal: node_memory_available_bytes, op: '>', value: 4e9}\n"
+            "      actions:",
+        )
+    )
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    rule = load_rules([path]).rules[0]
+    assert rule.when[0].value == 2 << 30
+    assert rule.clear is not None and rule.clear[0].value == 4e9
+    eta = GOOD_RULE.replace("scope: node", "scope: container").replace(
+        '{signal: node_memory_available_ratio, op: "<", value: 0.05}',
+        '{signal: container_seconds_to_limit, op: "<", value: 1m30s}',
+    )
+    path.write_text(eta)
+    assert load_rules([path]).rules[0].when[0].value == 90.0
+
+
+def test_duplicate_names_on_one_line(tmp_path: Path) -> None:
+    rule = "{name: low, scope: node, when: [{signal: node_memory_available_ratio, op: '<', value: 0.05}], actions: [{action: cordon}]}"  # noqa: E501
+    text = f"apiVersion: nodeguard.io/v1alpha1\nkind: RuleSet\nspec: {{rules: [{rule}, {rule}]}}\n"
+    rc, out = _check(tmp_path, text)
+    assert rc == 1
+    assert "F:3: spec.rules[1].name: duplicate rule name 'low' (also at F:3)" in out
+
+
+def _check_cli(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nodeguard", "check", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_directory_without_rule_files_fails_check(tmp_path: Path) -> None:
+    # The agent given this directory would run with no rule in force: `check` says so and
+    # fails, instead of exiting 0 with nothing printed.
+    (tmp_path / "rules.txt").write_text(GOOD_RULE)
+    (tmp_path / ".hidden.yaml").write_text("not read: hidden, as ConfigMap's ..data links")
+    done = _check_cli(tmp_path)
+    assert done.returncode == 1
+    assert done.stdout == (
+        f"{tmp_path}: not read (not *.yaml or *.yml): rules.txt\n"
+        f"{tmp_path}: FAILED: no rule file (*.yaml, *.yml) in this directory\n"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _check_cli(empty).returncode == 1
+
+
+def test_a_directory_names_what_it_does_not_read(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD_RULE)
+    (tmp_path / "b.yaml.bak").write_text(GOOD_RULE)
+    done = _check_cli(tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert done.stdout == (
+        f"{tmp_path}: not read (not *.yaml or *.yml): b.yaml.bak\n"
+        f"Checking {tmp_path / 'a.yaml'}\n  SUCCESS: 1 rules found\n"
+    )

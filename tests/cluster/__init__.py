@@ -1,0 +1,1 @@
+"""Tests of the cluster tier (see CONTRIBUTING.md, "Test tiers")."""

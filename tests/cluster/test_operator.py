@@ -1,0 +1,273 @@
+"""Issue 17, the operator's first hour: what someone new runs from README.md, as they run it,
+read at 80 columns (``kubectl exec`` without a TTY).
+
+- The README's "try act" steps on the test control plane, read from the README itself and
+  carried out (``kubectl`` by its API calls, ``nodeguard act`` as a process): the plan fits 80
+  columns, sizes are human, every blocked pod is named, dry-run Events promise nothing a
+  one-shot command will not do, ``--json`` has exact bytes.
+- ``nodeguard snapshot --kubeconfig``: containers named, each "no data" said once, no retry
+  promised by a one-shot command.
+- ``nodeguard incidents``: 80 columns, ids shortened to a unique start, any unique start taken.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import utils
+
+from nodeguard.actions.base import ActionResult
+from nodeguard.cli.incidents import short_ids
+from nodeguard.firing import Firing
+from nodeguard.remediation.incidents import IncidentStore
+from tests.support.agent import running_agent
+from tests.support.controlplane.cluster import TestCluster
+from tests.support.hosts import host_flags
+from tests.support.kube_helpers import Cluster, mirror_pod
+
+REPO = Path(__file__).resolve().parents[2]
+WIDTH = 80
+
+
+def nodeguard(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``nodeguard ARGV`` as a process at 80 columns, without a TTY."""
+    return subprocess.run(
+        [sys.executable, "-m", "nodeguard", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"COLUMNS": str(WIDTH), "PATH": "", **(env or {})},
+        timeout=120,
+    )
+
+
+def readme_steps(section: str) -> list[list[str]]:
+    """The commands of the first ``sh`` block of a README section, continuation lines joined,
+    a ``for X in ...; do ...; done`` loop unrolled, comments dropped."""
+    text = (REPO / "README.md").read_text()
+    body = text[text.index(f"## {section}\n") :]
+    block = body[body.index("```sh\n") + 6 : body.index("```\n", body.index("```sh\n") + 6)]
+    lines = block.replace("\\\n", " ").splitlines()
+    steps: list[list[str]] = []
+    loop: tuple[str, list[str]] | None = None
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        if words[0] == "for":
+            loop = (words[1], [w.rstrip(";") for w in words[3 : words.index("do")]])
+            continue
+        if words == ["done"]:
+            loop = None
+            continue
+        if loop is None:
+            steps.append(words)
+        else:
+            var, values = loop
+            steps += [[w.replace(f"${var}", v) for w in words] for v in values]
+    return steps
+
+
+def _lines_within(text: str, width: int = WIDTH) -> list[str]:
+    """The lines longer than ``width`` that are not results (a result is one line, whatever
+    its length: grep-able)."""
+    return [
+        line
+        for line in text.splitlines()
+        if len(line) > width
+        and not re.match(r"(DRY RUN )?\w+ (done|noop|refused|blocked|failed)", line)
+    ]
+
+
+def test_try_act_on_the_test_control_plane_as_the_readme_says(
+    cluster: Cluster, control_plane: TestCluster
+) -> None:
+    kubeconfig = str(control_plane.kubeconfig_path)
+    outputs: list[tuple[list[str], subprocess.CompletedProcess[str]]] = []
+    events: list[dict[str, Any]] = []
+    for step in readme_steps("The test control plane"):
+        if step[0] == "export":
+            continue  # KUBECONFIG: the test control plane's, given to each command below
+        if step[:3] == ["kubectl", "apply", "-f"]:
+            # kubernetes.utils carries no annotations.
+            utils.create_from_yaml(cluster.api, str(REPO / step[3]))  # type: ignore[no-untyped-call]
+        elif step[0] == "kubectl" and "patch" in step:
+            patch = json.loads(step[step.index("-p") + 1])
+            assert "--subresource=status" in step and "--type=merge" in step, step
+            if step[1:3] == ["patch", "node"]:
+                cluster.core.patch_node_status(step[3], patch)
+            else:
+                assert step[1] == "-n" and step[3:5] == ["patch", "pod"], step
+                cluster.core.patch_namespaced_pod_status(step[5], step[2], patch)
+        elif step[0] == ".venv/bin/nodeguard":
+            outputs.append((step, nodeguard(*step[1:], "--kubeconfig", kubeconfig)))
+        elif step[:3] == ["kubectl", "get", "events"]:
+            namespace = step[step.index("-n") + 1]
+            events = [e.to_dict() for e in cluster.core.list_namespaced_event(namespace).items]
+        else:
+            raise AssertionError(f"the README runs a step this test does not know: {step}")
+    (first, plan), (_, blocked), (_, cordon) = outputs
+
+    # The plan: every line within 80 columns, sizes in binary units, the exclusion named.
+    assert plan.returncode == 0, plan.stderr
+    assert _lines_within(plan.stdout) == [], plan.stdout
+    # What the rank counts is what eviction frees: unreclaimable memory (none known here:
+    # no agent was asked), not the working set, whose page cache the kernel reclaims anyway.
+    assert re.search(r"1\. pod try/preprocess: request 2\.0 GiB, priority 100 *\n", plan.stdout)
+    assert re.search(r"\n +unreclaimable memory: unknown *\n", plan.stdout), plan.stdout
+    assert "No unreclaimable memory known (pass --agent-url" in plan.stdout
+    assert "pods: trial-a-worker-0, trial-a-worker-1" in plan.stdout
+    assert "try/trainer: priority 100000 above the rule's maximum 999" in plan.stdout
+    result = [ln for ln in plan.stdout.splitlines() if ln.startswith("DRY RUN evict")]
+    assert result == [
+        "DRY RUN evict done: would evict 1 unit(s) (pod/try/preprocess: try/preprocess), 0 B "
+        "of unreclaimable memory (target 0: the first unit alone)"
+    ]
+    assert not re.search(r"\d{4,} B\b", plan.stdout), "raw bytes where people read"
+
+    # Blocked by the budget: the pod named, with why; exit status 3; no retry promised.
+    assert blocked.returncode == 3, blocked.stdout + blocked.stderr
+    (line,) = [ln for ln in blocked.stdout.splitlines() if ln.startswith("DRY RUN evict")]
+    # The gang counted against its budget whole (minAvailable 2 of 2 pods: 0 allowed, 2 needed).
+    assert "would not evict gang katib-trial/try/trial-a: budget try/trial-a allows 0 of 2" in line
+    assert line.endswith("not tried again: nodeguard act runs once)")
+
+    assert cordon.returncode == 0 and "DRY RUN cordon done" in cordon.stdout, cordon.stdout
+
+    # The Events of a one-shot dry run promise nothing it will not do.
+    (would_block,) = [e for e in events if e["reason"] == "NodeguardWouldBeBlocked"]
+    assert would_block["involved_object"]["name"] == "trial-a-worker-0"
+    assert would_block["message"].endswith(
+        "never by DELETE; not tried again: nodeguard act runs once"
+    )
+    for e in events:
+        assert not re.search(r"try again|retr(y|ied)|tried again after", e["message"]), e
+
+    # --json: the same result with exact bytes.
+    data = json.loads(
+        nodeguard(*first[1:], "--json", "--kubeconfig", str(control_plane.kubeconfig_path)).stdout
+    )
+    (evict,) = data
+    assert evict["outcome"] == "done" and evict["exit_status"] == 0
+    ranked = evict["details"]["plan"]["ranked"]
+    assert ranked[0]["request_bytes"] == 2 << 30 and evict["details"]["target_bytes"] == 0
+
+
+def test_snapshot_names_containers_with_a_kubeconfig(
+    cluster: Cluster, control_plane: TestCluster
+) -> None:
+    ns, node = cluster.namespace("snap"), cluster.node()
+    mirror_pod(cluster, namespace=ns, node=node)
+    flags = [*host_flags("v2-cgroupns"), f"--node-name={node}"]
+    named = nodeguard("snapshot", *flags, "--kubeconfig", str(control_plane.kubeconfig_path))
+    assert named.returncode == 0, named.stderr
+    # At 80 columns a long name folds within its column: nothing is cut, no column lost.
+    assert _lines_within(named.stdout) == [] and "…" not in named.stdout, named.stdout
+    # Unreclaimable memory beside the working set, and its share of the limit (what the
+    # default rules read).
+    assert re.search(r"working +unreclaim- +of +OOM", named.stdout), named.stdout
+    wide = nodeguard(
+        "snapshot",
+        *flags,
+        "--kubeconfig",
+        str(control_plane.kubeconfig_path),
+        env={"COLUMNS": "200"},
+    )
+    assert f"{ns}/kube-apiserver-{node}/kube-apiserver" in wide.stdout
+    # Each "no data" is said once, by its section, and a one-shot command promises no retry.
+    assert named.stdout.count("no data") == named.stdout.count("GPUs: no data") == 1
+    assert "retried" not in named.stdout + named.stderr
+    assert named.stderr == ""  # one-shot commands log warnings and worse only
+    anonymous = nodeguard("snapshot", *flags, env={"COLUMNS": "200"})
+    assert f"kube-apiserver-{node}" not in anonymous.stdout
+    # A cluster that cannot be reached: the report all the same, and one line that says why.
+    missing = nodeguard("snapshot", *flags, "--kubeconfig", "/nonexistent/kubeconfig")
+    assert missing.returncode == 0 and "Node memory" in missing.stdout
+    assert "pod names unknown: no usable Kubernetes config" in missing.stderr
+    assert "tried --kubeconfig /nonexistent/kubeconfig" in missing.stderr
+
+
+def _firing(rule: str, t: float, target: str) -> Firing:
+    return Firing(
+        rule=rule,
+        kind="firing",
+        scope="node",
+        target=target,
+        node="gpu-node-with-a-long-name-7",
+        time=t,
+        steps=(),
+        dry_run=True,
+        source="local",
+        summary="test",
+    )
+
+
+def test_incidents_fit_80_columns_and_take_any_unique_start(tmp_path: Path) -> None:
+    store = IncidentStore(directory=tmp_path / "incidents")
+    done = [
+        ActionResult(action=a, node="n", dry_run=True, outcome="done", message="would").to_record()
+        for a in ("cordon", "evict", "record")
+    ]
+    t = 1_764_497_700.0  # 2025-11-30T10:15:00Z
+    ids = [
+        store.write(firing=_firing("slab-unreclaimable-high", t, "n"), results=done)["id"],
+        # Two in the same second: their ids differ only after the second.
+        store.write(firing=_firing("node-memory-low", t + 60.25, "a"), results=done)["id"],
+        store.write(firing=_firing("node-memory-low", t + 60.5, "b"), results=done)["id"],
+    ]
+    state = f"--path.state={tmp_path}"
+    listing = nodeguard("incidents", state)
+    assert listing.returncode == 0
+    assert _lines_within(listing.stdout) == [], listing.stdout
+    assert "…" not in listing.stdout  # nothing cut
+    short = short_ids(ids)
+    assert short[ids[0]] == "20251130T101500"
+    assert short[ids[1]].startswith("20251130T101600.2") and short[ids[1]] != short[ids[2]]
+    for i in ids:
+        assert short[i] in listing.stdout, short[i]
+        shown = nodeguard("incidents", state, short[i])
+        assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == i
+    both = nodeguard("incidents", state, "20251130T1016")
+    assert both.returncode == 1
+    assert "is the start of 2 incident ids" in both.stdout and ids[1] in both.stdout
+    assert nodeguard("incidents", state, "2024").returncode == 1
+
+
+def test_short_ids_are_unique_starts() -> None:
+    ids = ["20251130T101500.000000Z-a", "20251130T101500.500000Z-b", "20251201T000000.000000Z-c"]
+    assert short_ids(ids) == {
+        ids[0]: "20251130T101500.0",
+        ids[1]: "20251130T101500.5",
+        ids[2]: "20251201T000000",
+    }
+    assert all(sum(other.startswith(s) for other in ids) == 1 for s in short_ids(ids).values())
+
+
+def test_docs_try_cluster_is_what_the_readme_applies() -> None:
+    steps = readme_steps("The test control plane")
+    applied = [s[3] for s in steps if s[:3] == ["kubectl", "apply", "-f"]]
+    assert applied == ["docs/try/cluster.yaml"]
+    kinds = [d["kind"] for d in yaml.safe_load_all((REPO / applied[0]).read_text()) if d]
+    assert kinds.count("Pod") == 4 and "Node" in kinds and "PodDisruptionBudget" in kinds
+
+
+def test_the_first_log_line_counts_alert_rules(tmp_path: Path) -> None:
+    """With only the alert mapping, the agent's first line says it has 4 alert rules (and the
+    webhook off without a token), not "rules=0" alone."""
+    args = [
+        *host_flags("v2-systemd-containerd"),
+        f"--path.state={tmp_path / 'state'}",
+        f"--rules={REPO / 'rules' / 'alertmanager.yaml'}",
+    ]
+    with running_agent(args=args, log_path=tmp_path / "agent.log"):
+        pass
+    log = (tmp_path / "agent.log").read_text()
+    assert "rules=0 alert_rules=4" in log, log
+    assert "alert rules are loaded but the webhook is off" in log

@@ -1,0 +1,1 @@
+"""Tests of the image tier (see CONTRIBUTING.md, "Test tiers")."""

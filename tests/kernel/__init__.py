@@ -1,0 +1,1 @@
+"""Tests of the kernel tier (see CONTRIBUTING.md, "Test tiers")."""

@@ -1,0 +1,1 @@
+"""Tests of the unit tier (see CONTRIBUTING.md, "Test tiers")."""
