@@ -41,12 +41,11 @@ from nodeguard.alerts.claims import AlertClaims
 from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
 from nodeguard.connections import ConnectionGuard, ConnectionLimits, ConnectionsCollector
+from nodeguard.exposition.metric_filter import MetricFilter
 from nodeguard.firing import Firing
-from nodeguard.focus import FocusCollector, Notifications, NotifyConfig, threshold_levels
 from nodeguard.kube.client import REQUEST_TIMEOUT_SECONDS, KubeClient
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.logs import AUDIT, report_dropped
-from nodeguard.metric_filter import MetricFilter
 from nodeguard.remediation.actor import (
     ActorCollector,
     ClaimantWatch,
@@ -59,7 +58,8 @@ from nodeguard.remediation.recovery import adopt_from_cluster, resume_check
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import RuleSource
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.focus import FocusCollector, Notifications, NotifyConfig, threshold_levels
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.server import make_app
 from nodeguard.snapshot import NodeSnapshot
 from nodeguard.statefile import StateFile

@@ -17,9 +17,9 @@ from nodeguard.cli import build_parser
 from nodeguard.cli.run import metric_filter
 from nodeguard.collectors import base
 from nodeguard.collectors.base import Collector, Parts, ordered, register
-from nodeguard.families import Families, Family
-from nodeguard.metric_filter import MetricFilter
-from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+from nodeguard.collectors.families import Families, Family
+from nodeguard.exposition.metric_filter import MetricFilter
+from nodeguard.sampling.sampler import COLLECTORS, Sampler, SamplerConfig
 from nodeguard.server import make_app
 from nodeguard.snapshot import NodeSnapshot
 from tests.conftest import host_paths

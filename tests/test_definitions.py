@@ -28,10 +28,10 @@ KNOWN = {
     "sources/gpu.py:NvmlReader",
     "statefile.py:StateFile",
     "kube/client.py:KubeClient",
-    "notify/hub.py:NotificationHub",
+    "sampling/notify/hub.py:NotificationHub",
     "sources/kmsg.py:OomLogReader",
     "alerts/webhook.py:WebhookReceiver",
-    "sampler.py:Sampler",
+    "sampling/sampler.py:Sampler",
     "kube/watch.py:PodWatcher",
     # Came with the per-node Lease (issue 22 point 3), after the split: the same.
     "remediation/actor.py:NodeActor",

@@ -18,7 +18,7 @@ from kubernetes import client
 
 from nodeguard.actions.ranking import EvictFilter, never_evicted, plan_eviction
 from nodeguard.kube.objects import pod_meta
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from tests.conftest import exposition, host_paths, synced_watcher
 from tests.controlplane.cluster import TestCluster
 from tests.fixtures.make_hosts import CID, UID_STATIC

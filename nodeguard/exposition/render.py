@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from prometheus_client.utils import floatToGoString
 
-from nodeguard.families import Family, Value
+from nodeguard.collectors.families import Family, Value
 
 __all__ = ["Chunk", "Renderer", "go_float"]
 
