@@ -51,7 +51,7 @@ def _timed(
 def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
     import nodeguard
     from nodeguard.paths import HostPaths
-    from nodeguard.sampling.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
 
     paths = HostPaths(procfs=tree / "proc", sysfs=tree / "sys", kmsg=tree / "kmsg", state=None)
     config: dict[str, Any] = {}
@@ -63,7 +63,7 @@ def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
         config=SamplerConfig(
             paths=paths,
             node_name="bench",
-            collectors=frozenset(COLLECTORS) - {"gpu"},
+            collectors=frozenset(COLLECTOR_NAMES) - {"gpu"},
             **config,
         )
     )
@@ -174,7 +174,7 @@ def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
     from benchmarks.hosts import kernel_host
     from benchmarks.kernel_churn import containers_under, kernel_churn
     from nodeguard.paths import HostPaths
-    from nodeguard.sampling.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
     from nodeguard.sources.open_files import descriptor_budget
 
     paths = HostPaths(procfs=Path("/proc"), sysfs=Path("/sys"), kmsg=Path("/dev/kmsg"))
@@ -185,7 +185,7 @@ def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
                 config=SamplerConfig(
                     paths=paths,
                     node_name="bench",
-                    collectors=frozenset(COLLECTORS) - {"gpu"},
+                    collectors=frozenset(COLLECTOR_NAMES) - {"gpu"},
                     max_open_files=n,
                 )
             )

@@ -39,7 +39,7 @@ def main() -> None:
     from nodeguard.exposition.exporter import snapshot_families
     from nodeguard.exposition.handler import Exposition
     from nodeguard.paths import HostPaths
-    from nodeguard.sampling.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
     from nodeguard.sources.open_files import descriptor_budget
 
     tree = args.tree
@@ -48,7 +48,7 @@ def main() -> None:
         config=SamplerConfig(
             paths=paths,
             node_name="profile",
-            collectors=frozenset(COLLECTORS) - {"gpu"},
+            collectors=frozenset(COLLECTOR_NAMES) - {"gpu"},
             max_open_files=descriptor_budget(raise_limit=True),
         )
     )

@@ -33,11 +33,11 @@ def host_paths(name: str, *, state: Path | None = None) -> HostPaths:
 
 def fixture_snapshot(name: str) -> NodeSnapshot:
     """One snapshot of a committed fixture host tree, every collector but gpu."""
-    from nodeguard.sampling.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
 
     sampler = Sampler(
         config=SamplerConfig(
-            paths=host_paths(name), node_name="n", collectors=frozenset(COLLECTORS) - {"gpu"}
+            paths=host_paths(name), node_name="n", collectors=frozenset(COLLECTOR_NAMES) - {"gpu"}
         )
     )
     try:

@@ -31,7 +31,7 @@ from nodeguard.collectors.families import Family, Kind
 from nodeguard.exposition.exporter import snapshot_families
 from nodeguard.exposition.handler import Exposition, encoder_for, plain_body
 from nodeguard.exposition.render import Renderer, go_float
-from nodeguard.sampling.sampler import COLLECTORS
+from nodeguard.sampling.sampler import COLLECTOR_NAMES
 from nodeguard.snapshot import (
     CgroupMemory,
     CollectorStatus,
@@ -279,7 +279,7 @@ def _snapshot(rng: random.Random, uids: list[str], t: float) -> NodeSnapshot:
                 duration_seconds=rng.random() / 100,
                 skipped={"unreadable": 2} if rng.random() < 0.2 else {},
             )
-            for name in COLLECTORS
+            for name in COLLECTOR_NAMES
         ),
         cgroup_version=2,
         pod_meta=meta,

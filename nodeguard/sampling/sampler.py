@@ -39,12 +39,12 @@ from nodeguard.collectors.base import Collector, Parts, ordered, run, run_refres
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory, CollectorStatus, NodeMeta, NodeSnapshot, PodMeta
 
-__all__ = ["COLLECTORS", "MIN_WAKE_GAP", "Sampler", "SamplerConfig", "hot_keys", "node_hot"]
+__all__ = ["COLLECTOR_NAMES", "MIN_WAKE_GAP", "Sampler", "SamplerConfig", "hot_keys", "node_hot"]
 
 log = logging.getLogger(__name__)
 
 #: Every collector's name, in the order they read (also their ``--collector.<name>`` flags).
-COLLECTORS: tuple[str, ...] = tuple(c.name for c in ordered())
+COLLECTOR_NAMES: tuple[str, ...] = tuple(c.name for c in ordered())
 
 
 class ClusterView(Protocol):
