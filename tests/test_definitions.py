@@ -31,7 +31,6 @@ KNOWN = {
     "sampling/notify/hub.py:NotificationHub",
     "sources/kmsg.py:OomLogReader",
     "alerts/webhook.py:WebhookReceiver",
-    "sampling/sampler.py:Sampler",
     "kube/watch.py:PodWatcher",
     # Came with the per-node Lease (issue 22 point 3), after the split: the same.
     "remediation/actor.py:NodeActor",

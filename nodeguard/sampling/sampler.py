@@ -23,63 +23,33 @@ most one a second.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import math
-import threading
-import time
 from asyncio import FIRST_COMPLETED
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Protocol
 
-from nodeguard.collectors.base import Collector, Parts, ordered, run, run_refresh
-from nodeguard.paths import HostPaths
-from nodeguard.snapshot import CgroupMemory, CollectorStatus, NodeMeta, NodeSnapshot, PodMeta
+from nodeguard.sampling.builder import (
+    COLLECTOR_NAMES,
+    ClusterView,
+    SamplerConfig,
+    SnapshotBuilder,
+)
+from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 
-__all__ = ["COLLECTOR_NAMES", "MIN_WAKE_GAP", "Sampler", "SamplerConfig", "hot_keys", "node_hot"]
+__all__ = [
+    "COLLECTOR_NAMES",
+    "MIN_WAKE_GAP",
+    "ClusterView",
+    "Sampler",
+    "SamplerConfig",
+    "hot_keys",
+    "node_hot",
+]
 
 log = logging.getLogger(__name__)
 
-#: Every collector's name, in the order they read (also their ``--collector.<name>`` flags).
-COLLECTOR_NAMES: tuple[str, ...] = tuple(c.name for c in ordered())
-
-
-class ClusterView(Protocol):
-    """What the sampler needs from the Kubernetes layer (the pod watcher), without importing
-    it: this node's pods by UID and the node, once the first list has completed."""
-
-    def is_synced(self) -> bool: ...
-
-    def pods(self) -> Mapping[str, PodMeta]: ...
-
-    def node(self) -> NodeMeta | None: ...
-
-
 Listener = Callable[[NodeSnapshot], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SamplerConfig:
-    """What to sample and how often. ``interval`` is seconds; ``collectors`` the enabled names
-    (``None``: every registered collector); ``top_processes`` how many processes to keep;
-    ``max_open_files`` how many cgroup files may stay open between samples (0: none;
-    :mod:`nodeguard.sources.open_files`). Focus sampling (module docstring): every
-    ``focus_interval`` seconds (0: off, as by default here; ``nodeguard run`` turns it on) for
-    cgroups at ``focus_share`` (0..1) of their limit or more and the node below
-    ``node_focus_share`` of usable memory available."""
-
-    paths: HostPaths
-    node_name: str
-    interval: float = 5.0
-    collectors: frozenset[str] | None = None
-    top_processes: int = 10
-    max_open_files: int = 0
-    focus_interval: float = 0.0
-    focus_share: float = 0.8
-    node_focus_share: float = 0.1
 
 
 #: The least time between two full samples that a wake-up asks for (a PSI trigger fires at
@@ -115,62 +85,26 @@ def node_hot(snapshot: NodeSnapshot, *, share: float) -> bool:
     return m.available_bytes < share * m.usable_bytes
 
 
-class Sampler:
-    """Builds snapshots from the enabled collectors, in :func:`~nodeguard.collectors.base.ordered`
-    order; keeps the latest.
+class Sampler(SnapshotBuilder):
+    """The sampler of ``nodeguard run``: snapshots (:class:`SnapshotBuilder`) on the schedule
+    of the module docstring, each handed to the listeners.
 
     ``sample_once()`` is synchronous (for ``nodeguard snapshot`` and tests); ``run()`` is the
-    asyncio loop of ``nodeguard run``. With a ``cluster`` view, snapshots carry this node's pod
-    metadata and the node's allocatable memory. Listeners are awaited with each new snapshot,
-    in order; a failing listener is logged and never stops sampling.
+    asyncio loop of ``nodeguard run``, sampling in the sampler's own thread. Listeners are
+    awaited with each new snapshot, in order; a failing listener is logged and never stops
+    sampling.
     """
 
     def __init__(self, *, config: SamplerConfig, cluster: ClusterView | None = None) -> None:
-        registered = ordered()
-        names = {cls.name for cls in registered}
-        enabled = names if config.collectors is None else set(config.collectors)
-        unknown = enabled - names
-        if unknown:
-            raise ValueError(f"unknown collectors: {sorted(unknown)}")
-        self.config = config
-        self.cluster = cluster
-        self.latest: NodeSnapshot | None = None
-        self.collectors: list[Collector] = [
-            cls(settings=config) for cls in registered if cls.name in enabled
-        ]
+        super().__init__(config=config, cluster=cluster)
         self._listeners: list[Listener] = []
-        self._statuses: list[Callable[[], Iterable[CollectorStatus]]] = []
-        self._lock = threading.Lock()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
         self._woken: set[str] = set()
         self._full_wanted = False
         self._wakeup: asyncio.Event | None = None
-        #: Samples taken: full and focused (``nodeguard_sampler_samples_total``).
-        self.samples = Counter[str]()
         #: Pods and containers focused now, and whether the node is.
         self.focus: frozenset[str] = frozenset()
         self.node_focused = False
-
-    def add_statuses(self, source: Callable[[], Iterable[CollectorStatus]]) -> None:
-        """Statuses to add to every snapshot's ``collectors`` (the kernel notifications say
-        how they fare as ``nodeguard_collector_*{collector="notify_..."}``)."""
-        self._statuses.append(source)
-
-    def refresh_statuses(self) -> None:
-        """Put the added statuses as they are now into :attr:`latest`: the notifications
-        register on a snapshot after it is taken, so that its statuses are one sample old.
-        Skipped while a sample is in flight (it takes them as they are)."""
-        if not self._lock.acquire(blocking=False):
-            return
-        try:
-            base = self.latest
-            if base is None:
-                return
-            collectors = self._with_current_statuses(base)
-            if collectors != base.collectors:
-                self.latest = dataclasses.replace(base, collectors=collectors)
-        finally:
-            self._lock.release()
 
     def wake(self, key: str | None) -> None:
         """Sample ``key`` (a pod UID or ``<pod uid>/<container id>``) at once, in a focused
@@ -186,70 +120,6 @@ class Sampler:
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(snapshot)`` after every sample of :meth:`run`."""
         self._listeners.append(listener)
-
-    def sample_once(self) -> NodeSnapshot:
-        """Run every enabled collector once and return the snapshot (also kept as ``latest``).
-        Thread-safe against :meth:`close`, which waits for a sample in flight."""
-        with self._lock:
-            return self._sample()
-
-    def _sample(self) -> NodeSnapshot:
-        started = time.time()
-        parts = Parts()
-        statuses = tuple(run(collector, parts) for collector in self.collectors)
-        snapshot = NodeSnapshot(
-            timestamp=started,
-            node_name=self.config.node_name,
-            collectors=(*statuses, *self._extra_statuses()),
-            **self._cluster_parts(),
-            **parts.fields(),
-        )
-        self.latest = snapshot
-        self.samples["full"] += 1
-        return snapshot
-
-    def _extra_statuses(self) -> list[CollectorStatus]:
-        out: list[CollectorStatus] = []
-        for source in self._statuses:
-            out.extend(source())
-        return out
-
-    def _with_current_statuses(self, base: NodeSnapshot) -> tuple[CollectorStatus, ...]:
-        """``base``'s statuses with the added ones as they are now."""
-        extra = self._extra_statuses()
-        names = {s.name for s in extra}
-        return (*(s for s in base.collectors if s.name not in names), *extra)
-
-    def _cluster_parts(self) -> dict[str, Any]:
-        cluster = self.cluster
-        return {
-            "pod_meta": cluster.pods() if cluster and cluster.is_synced() else None,
-            "node_meta": cluster.node() if cluster else None,
-        }
-
-    def sample_focused(self, keys: frozenset[str]) -> NodeSnapshot:
-        """A focused sample (module docstring) of ``keys`` on top of :attr:`latest` (a full
-        sample when there is none yet); kept as ``latest``."""
-        with self._lock:
-            base = self.latest
-            if base is None:
-                return self._sample()
-            started = time.time()
-            parts = Parts.of(base)
-            done: set[str] = set()
-            for collector in self.collectors:
-                done |= run_refresh(collector, parts, keys)
-            snapshot = dataclasses.replace(
-                base,
-                timestamp=started,
-                collectors=self._with_current_statuses(base),
-                focused=tuple(sorted(done)),
-                **self._cluster_parts(),
-                **parts.fields(),
-            )
-            self.latest = snapshot
-            self.samples["focused"] += 1
-            return snapshot
 
     def _refocus(self, snapshot: NodeSnapshot) -> None:
         cfg = self.config
@@ -299,9 +169,7 @@ class Sampler:
                     task.cancel()
 
     def close(self) -> None:
-        """Close what the collectors hold (cgroup files, the kernel log, whose state is kept;
-        NVML)."""
-        with self._lock:  # a sample in its worker thread finishes with what it holds first
-            for collector in self.collectors:
-                collector.close()
+        """Close what the collectors hold (:meth:`SnapshotBuilder.close`, after a sample in
+        flight), then the sampler's thread."""
+        super().close()
         self._thread.shutdown(wait=False)
