@@ -51,7 +51,7 @@ def _timed(
 def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
     import nodeguard
     from nodeguard.paths import HostPaths
-    from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
 
     paths = HostPaths(procfs=tree / "proc", sysfs=tree / "sys", kmsg=tree / "kmsg", state=None)
     config: dict[str, Any] = {}
@@ -63,7 +63,7 @@ def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
         config=SamplerConfig(
             paths=paths,
             node_name="bench",
-            collectors=frozenset(COLLECTORS) - {"gpu"},
+            collectors=frozenset(COLLECTOR_NAMES) - {"gpu"},
             **config,
         )
     )
@@ -97,7 +97,7 @@ def measure(tree: Path, *, repeats: int) -> dict[str, Any]:
 
 def _render(sampler: Any, repeats: int, churn: Churn) -> dict[str, Any]:
     """The snapshot's part of ``/metrics`` as the agent writes it, from a new snapshot each time
-    (memory moved and a sample taken before each, not timed): ``nodeguard.exposition``'s
+    (memory moved and a sample taken before each, not timed): ``nodeguard.exposition.handler``'s
     ``Exposition`` where the tree has it, else the tree's ``render`` over its
     ``SnapshotCollector`` (the code before this page's third round)."""
     import nodeguard
@@ -116,8 +116,8 @@ def _render(sampler: Any, repeats: int, churn: Churn) -> dict[str, Any]:
     if (here / "collectors").is_dir():
         from prometheus_client.exposition import choose_encoder
 
-        from nodeguard.exporter import snapshot_families
-        from nodeguard.exposition import Exposition, plain_body
+        from nodeguard.exposition.exporter import snapshot_families
+        from nodeguard.exposition.handler import Exposition, plain_body
 
         ex = Exposition(latest=lambda: sampler.latest, families=snapshot_families)
         cases: dict[str, Callable[[], bytes]] = {
@@ -174,7 +174,7 @@ def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
     from benchmarks.hosts import kernel_host
     from benchmarks.kernel_churn import containers_under, kernel_churn
     from nodeguard.paths import HostPaths
-    from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
     from nodeguard.sources.open_files import descriptor_budget
 
     paths = HostPaths(procfs=Path("/proc"), sysfs=Path("/sys"), kmsg=Path("/dev/kmsg"))
@@ -185,7 +185,7 @@ def measure_kernel(containers: int, *, repeats: int) -> dict[str, Any]:
                 config=SamplerConfig(
                     paths=paths,
                     node_name="bench",
-                    collectors=frozenset(COLLECTORS) - {"gpu"},
+                    collectors=frozenset(COLLECTOR_NAMES) - {"gpu"},
                     max_open_files=n,
                 )
             )

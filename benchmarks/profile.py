@@ -1,6 +1,6 @@
 """A loop to profile: snapshots (or renders) of one host tree for a while, under py-spy, as the
 agent takes them (cgroup files held open; memory moving between samples unless ``--static``;
-the render in OpenMetrics through ``nodeguard.exposition``).
+the render in OpenMetrics through ``nodeguard.exposition.handler``).
 
     .venv/bin/python benchmarks/hosts.py /tmp/host330 330
     .venv/bin/py-spy record -r 500 -o /tmp/snapshot.svg -- \\
@@ -36,10 +36,10 @@ def main() -> None:
 
     from benchmarks.common import PROMETHEUS_HEADERS
     from benchmarks.hosts import Churn
-    from nodeguard.exporter import snapshot_families
-    from nodeguard.exposition import Exposition
+    from nodeguard.exposition.exporter import snapshot_families
+    from nodeguard.exposition.handler import Exposition
     from nodeguard.paths import HostPaths
-    from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
     from nodeguard.sources.open_files import descriptor_budget
 
     tree = args.tree
@@ -48,7 +48,7 @@ def main() -> None:
         config=SamplerConfig(
             paths=paths,
             node_name="profile",
-            collectors=frozenset(COLLECTORS) - {"gpu"},
+            collectors=frozenset(COLLECTOR_NAMES) - {"gpu"},
             max_open_files=descriptor_budget(raise_limit=True),
         )
     )

@@ -1,7 +1,8 @@
 """nodeguard: keeps GPU/ML Kubernetes nodes from being eaten by memory.
 
-Public surface: :mod:`nodeguard.snapshot` (the data), :mod:`nodeguard.sampler` (building it),
-:mod:`nodeguard.exporter` (rendering it), :mod:`nodeguard.cli` (the ``nodeguard`` command).
+Public surface: :mod:`nodeguard.snapshot` (the data), :mod:`nodeguard.sampling.sampler`
+(building it), :mod:`nodeguard.exposition.exporter` (rendering it), :mod:`nodeguard.cli` (the
+``nodeguard`` command).
 """
 
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 
 - ``GET /metrics``: Prometheus exposition of the latest snapshot and of ``registry``
   (prometheus_client's writers and OpenMetrics negotiation, rendered in a worker thread, gzip;
-  :mod:`nodeguard.exposition`).
+  :mod:`nodeguard.exposition.handler`).
 - ``GET /healthz``: 200 while the sampler keeps sampling; 503 when the latest snapshot (or the
   first, at start) is more than three intervals + 5 s late (a wedged sampler should get the pod
   restarted).
@@ -22,11 +22,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from nodeguard.connections import ConnectionGuard, deadline_middleware
-from nodeguard.exporter import snapshot_families
-from nodeguard.exposition import Exposition, make_metrics_handler
-from nodeguard.metric_filter import MetricFilter
+from nodeguard.exposition.exporter import snapshot_families
+from nodeguard.exposition.handler import Exposition, make_metrics_handler
+from nodeguard.exposition.metric_filter import MetricFilter
 from nodeguard.remediation.incidents import IncidentStore
-from nodeguard.sampler import Sampler
+from nodeguard.sampling.sampler import Sampler
 from nodeguard.snapshot import to_jsonable
 
 __all__ = ["make_app"]

@@ -675,7 +675,7 @@ class NodeSnapshot:
     memory hierarchy the pods' ``CgroupMemory.path`` are relative to. ``vmstat``: the node's
     global reclaim counters (:class:`VmStat`), ``None`` where ``/proc/vmstat`` is absent.
 
-    ``focused``: ``None`` for a full sample. A focused sample (:mod:`nodeguard.sampler`)
+    ``focused``: ``None`` for a full sample. A focused sample (:mod:`nodeguard.sampling.sampler`)
     re-reads ``/proc/meminfo``, PSI and only the pod and container cgroups whose keys it lists
     (a pod's UID, ``<pod uid>/<container id>``); everything else is the last sample's, carried.
     """

@@ -71,8 +71,8 @@ class Env:
         ``None`` while there is none yet. Its own snapshot where that one has it, else the
         newest (a firing decided, or resumed, on the first sample after a start carries one
         taken before the pod list arrived: ``pod_meta`` is ``None`` there, see
-        :meth:`nodeguard.sampler.Sampler`). Unchanged where this process keeps no pod list or
-        the firing is for another node: its plan lists that node's pods from the API."""
+        :meth:`nodeguard.sampling.sampler.Sampler`). Unchanged where this process keeps no pod
+        list or the firing is for another node: its plan lists that node's pods from the API."""
         if self.pods_synced is None or firing.node != self.node:
             return firing
         own = firing.snapshot

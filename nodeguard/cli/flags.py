@@ -24,7 +24,7 @@ from nodeguard.collectors.base import ordered
 from nodeguard.kube.objects import parse_bytes
 from nodeguard.logs import install_log_filters
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import SamplerConfig
+from nodeguard.sampling.sampler import SamplerConfig
 from nodeguard.units import DURATION_EXAMPLES, parse_duration
 
 __all__ = [

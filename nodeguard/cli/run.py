@@ -16,11 +16,11 @@ from nodeguard.agent import AgentConfig, run_agent
 from nodeguard.cli.flags import cordon_config, sampler_config
 from nodeguard.cli.run_flags import DEFAULT_FOCUS_INTERVAL, RUN_FLAG_GROUPS
 from nodeguard.connections import ConnectionLimits, connection_cap
-from nodeguard.focus import NotifyConfig
+from nodeguard.exposition.metric_filter import MetricFilter
 from nodeguard.kube.client import KUBE_THREAD_PREFIX
 from nodeguard.kube.errors import KubeError
-from nodeguard.metric_filter import MetricFilter
 from nodeguard.rules.load import RuleError
+from nodeguard.sampling.focus import NotifyConfig
 from nodeguard.sources.open_files import descriptor_budget
 from nodeguard.units import format_duration
 

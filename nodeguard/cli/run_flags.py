@@ -121,8 +121,8 @@ def _psi_window(text: str) -> float:
 
 
 def focus(parser: argparse.ArgumentParser) -> None:
-    """Focus sampling and the kernel's notifications (:mod:`nodeguard.sampler`,
-    :mod:`nodeguard.focus`)."""
+    """Focus sampling and the kernel's notifications (:mod:`nodeguard.sampling.sampler`,
+    :mod:`nodeguard.sampling.focus`)."""
     g = parser.add_argument_group(
         "focus sampling and kernel notifications (react within a second, whatever --interval)"
     )
@@ -336,7 +336,7 @@ def _patterns(text: str) -> tuple[str, ...]:
 
 def metrics(parser: argparse.ArgumentParser) -> None:
     """``--metric-allowlist`` / ``--metric-denylist`` (mutually exclusive, as in
-    kube-state-metrics; :mod:`nodeguard.metric_filter`)."""
+    kube-state-metrics; :mod:`nodeguard.exposition.metric_filter`)."""
     group = parser.add_argument_group("metric families (as kube-state-metrics takes them)")
     flags = group.add_mutually_exclusive_group()
     flags.add_argument(

@@ -22,7 +22,7 @@ from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import KubeError
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.report import render_report
-from nodeguard.sampler import Sampler
+from nodeguard.sampling.sampler import Sampler
 from nodeguard.snapshot import NodeSnapshot, to_jsonable
 
 __all__ = ["add_arguments", "run", "take"]

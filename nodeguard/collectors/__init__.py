@@ -4,7 +4,7 @@ metric families (:mod:`nodeguard.collectors.base` says what one is).
 Every collector is one module of this package that registers its class with
 :func:`~nodeguard.collectors.base.register`; importing the package imports each of its modules,
 so the registry is complete as soon as anything of ``nodeguard.collectors`` is imported, and
-adding a collector is one module and one registration (``tests/test_collectors.py`` registers
+adding a collector is one module and one registration (``tests/unit/test_collectors.py`` registers
 a stand-in and finds its series and its status in ``/metrics``).
 """
 

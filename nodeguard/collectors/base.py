@@ -14,8 +14,8 @@ nothing else lists them.
   :class:`~nodeguard.sources.NoDataError` when the data does not exist on this host (PSI off,
   no kubepods): ``success=1, available=0``; any other exception fails that collector alone.
 - ``render(snapshot, out)`` yields the collector's families from a snapshot, made with ``out``
-  (:class:`~nodeguard.families.Families`, which applies the metric filter). It reads only the
-  snapshot, never the host.
+  (:class:`~nodeguard.collectors.families.Families`, which applies the metric filter). It reads
+  only the snapshot, never the host.
 - A collector whose data no other part reads keeps it in ``parts.extra[name]``; one whose data
   rules, reports or incidents read gets a typed field of
   :class:`~nodeguard.snapshot.NodeSnapshot`.
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from nodeguard.families import Families, Family
+from nodeguard.collectors.families import Families, Family
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import (
     CgroupMemory,
@@ -130,7 +130,7 @@ class Collector(abc.ABC):
         """Read the host and set this collector's fields of ``parts``."""
 
     def refresh(self, parts: Parts, *, keys: frozenset[str]) -> frozenset[str]:
-        """A focused sample's read (:mod:`nodeguard.sampler`): ``parts`` holds the last
+        """A focused sample's read (:mod:`nodeguard.sampling.sampler`): ``parts`` holds the last
         sample's values; re-read what is cheap and node-wide, and of the pods and containers
         only those whose keys (a pod's UID, ``<pod uid>/<container id>``) are in ``keys``.
         Returns the keys re-read. By default the whole part when :attr:`refresh_whole`, else

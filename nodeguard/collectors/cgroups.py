@@ -15,8 +15,8 @@ import operator
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, Settings, register
+from nodeguard.collectors.families import Families, Family
 from nodeguard.collectors.labels import NO_WORKLOAD, WORKLOAD_LABELS, add_stall, node_gauge
-from nodeguard.families import Families, Family
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from nodeguard.sources.cgroups import CgroupReader
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, Settings, register
+from nodeguard.collectors.families import Families, Family
 from nodeguard.collectors.labels import NO_WORKLOAD, WORKLOAD_LABELS, node_counter
-from nodeguard.families import Families, Family
 from nodeguard.snapshot import NodeSnapshot
 from nodeguard.sources.kmsg import OomLogReader
 

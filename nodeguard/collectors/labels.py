@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nodeguard.families import Families, Family
+from nodeguard.collectors.families import Families, Family
 from nodeguard.snapshot import PodMemory, Pressure
 
 __all__ = [

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, register
+from nodeguard.collectors.families import Families, Family
 from nodeguard.collectors.labels import NO_WORKLOAD, node_gauge
-from nodeguard.families import Families, Family
 from nodeguard.snapshot import NODE_MEMORY_BREAKDOWN, NodeSnapshot
 from nodeguard.sources.meminfo import read_meminfo
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, register
+from nodeguard.collectors.families import Families, Family
 from nodeguard.collectors.labels import NO_WORKLOAD, add_stall, node_counter, node_gauge
-from nodeguard.families import Families, Family
 from nodeguard.snapshot import NodeSnapshot
 from nodeguard.sources.pressure import read_node_pressure
 from nodeguard.stall import stall_outside_limits

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.collectors.base import Collector, Parts, register
+from nodeguard.collectors.families import Families, Family
 from nodeguard.collectors.labels import container_pods
-from nodeguard.families import Families, Family
 from nodeguard.snapshot import NodeSnapshot
 from nodeguard.sources.processes import read_top_processes
 

@@ -1,4 +1,5 @@
-"""One cgroup's memory files read and parsed into :class:`~nodeguard.sources.cgroup_memory.Parts`.
+"""One cgroup's memory files read and parsed into
+:class:`~nodeguard.sources.cgroup_memory.ParsedFiles`.
 
 Only the ``memory.stat`` and ``memory.events`` keys that are used are parsed (a full node has
 some 450 cgroups read every sample: docs/benchmarks.md). A file that cannot be read, is not
@@ -22,7 +23,7 @@ from nodeguard.sources.cgroup_limits import (
     normalise_limit,
     parse_int,
 )
-from nodeguard.sources.cgroup_memory import Parts
+from nodeguard.sources.cgroup_memory import ParsedFiles
 from nodeguard.sources.files import parse_flat_keyed
 from nodeguard.sources.open_files import OpenFiles
 from nodeguard.sources.pressure import parse_pressure
@@ -123,7 +124,7 @@ class CgroupFiles:
         """The raw limit of the cgroup at ``path`` (``None``: absent or skipped)."""
         return self.file(f"{path}/{limit_file(version)}", parse_int, ino=ino)
 
-    def parts(self, base: str, version: Literal[1, 2], ino: int, *, swap: bool) -> Parts:
+    def parts(self, base: str, version: Literal[1, 2], ino: int, *, swap: bool) -> ParsedFiles:
         """Every file of the cgroup at ``base``; ``swap``: the node has swap free, so the
         ``memory.swap.*`` files are read (v2)."""
         if version == 2:
@@ -131,7 +132,7 @@ class CgroupFiles:
             # memory.high only where it has throttled (a stall there is the cgroup's own:
             # nodeguard.stall); on most nodes no cgroup has, and the file is not read.
             throttled = bool(events and events.get("high"))
-            return Parts(
+            return ParsedFiles(
                 stat=self.file(f"{base}/memory.stat", _stat_v2, ino=ino),
                 usage=self.file(f"{base}/memory.current", parse_int, ino=ino),
                 events=events,
@@ -144,7 +145,7 @@ class CgroupFiles:
                 else None,
                 high=self._optional(f"{base}/memory.high", ino=ino) if throttled else None,
             )
-        return Parts(
+        return ParsedFiles(
             stat=self.file(f"{base}/memory.stat", _stat_v1, ino=ino),
             usage=self.file(f"{base}/memory.usage_in_bytes", parse_int, ino=ino),
             events=self.file(f"{base}/memory.oom_control", _oom_v1, ino=ino),

@@ -21,7 +21,16 @@ from nodeguard.sources.unreclaimable import (
     unreclaimable_v2,
 )
 
-__all__ = ["EMPTY", "NO_SWAP", "Key", "Parts", "Swap", "build_memory", "own_swap_room", "swappable"]
+__all__ = [
+    "EMPTY",
+    "NO_SWAP",
+    "Key",
+    "ParsedFiles",
+    "Swap",
+    "build_memory",
+    "own_swap_room",
+    "swappable",
+]
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")  # memory.stat counts refaults in pages
 EMPTY: dict[str, int] = {}
@@ -29,8 +38,8 @@ EMPTY: dict[str, int] = {}
 Stat = dict[str, int] | None
 
 
-class Parts(NamedTuple):
-    """What one cgroup's files said, parsed (``None``: absent or skipped). Equal parts (and
+class ParsedFiles(NamedTuple):
+    """What one cgroup's files said, parsed (``None``: absent or skipped). Equal files (and
     parent limit, MemTotal) build an equal CgroupMemory."""
 
     stat: Stat
@@ -58,11 +67,11 @@ class Swap(NamedTuple):
 
 NO_SWAP = Swap(node_free=None, swappiness=None, parent_room=None)
 
-#: What a CgroupMemory is built from: its parts, parent limit, MemTotal and swap bounds.
-Key = tuple[Parts, int | None, int | None, Swap]
+#: What a CgroupMemory is built from: its files, parent limit, MemTotal and swap bounds.
+Key = tuple[ParsedFiles, int | None, int | None, Swap]
 
 
-def own_swap_room(parts: Parts) -> int | None:
+def own_swap_room(parts: ParsedFiles) -> int | None:
     """``memory.swap.max - memory.swap.current``; ``None`` for no bound (``max``, or files
     absent: swap accounting off, or the node has no swap free and they were not read)."""
     if parts.swap_max is None or parts.swap_max >= UNLIMITED_FLOOR or parts.swap_current is None:
@@ -70,7 +79,7 @@ def own_swap_room(parts: Parts) -> int | None:
     return max(0, parts.swap_max - parts.swap_current)
 
 
-def _room(parts: Parts, swap: Swap) -> int:
+def _room(parts: ParsedFiles, swap: Swap) -> int:
     """The cgroup's swap room: every bound of :class:`Swap` and its own files."""
     return swap_room(
         rooms=(swap.node_free, swap.parent_room, own_swap_room(parts), swap.children),
@@ -88,7 +97,7 @@ def build_memory(
     *,
     rel: str,
     version: Literal[1, 2],
-    parts: Parts,
+    parts: ParsedFiles,
     parent_limit: int | None,
     mem_total: int | None,
     swap: Swap,

@@ -21,7 +21,7 @@ from nodeguard.sources.cgroup_memory import (
     EMPTY,
     NO_SWAP,
     Key,
-    Parts,
+    ParsedFiles,
     Swap,
     build_memory,
     swappable,
@@ -62,7 +62,7 @@ class CgroupRecords:
         """This read done: it becomes the last one."""
         self.built, self.building = self.building, {}
 
-    def parts(self, path: str, version: Literal[1, 2], ino: int) -> Parts:
+    def parts(self, path: str, version: Literal[1, 2], ino: int) -> ParsedFiles:
         """The files of the cgroup at ``path`` (the swap files where the node has swap free)."""
         return self.files.parts(path, version, ino, swap=bool(self.node_swap.node_free))
 
@@ -124,7 +124,7 @@ class CgroupRecords:
         return memory
 
     def children_swap(
-        self, layout: CgroupLayout, parts: Parts, children: Iterable[str]
+        self, layout: CgroupLayout, parts: ParsedFiles, children: Iterable[str]
     ) -> int | None:
         """What the cgroups at ``children`` (built in this read, or else in the last) let of
         the parent's anon go to swap (:func:`children_swap_bound`); ``None`` where swap cannot
@@ -144,7 +144,7 @@ class CgroupRecords:
         layout: CgroupLayout,
         path: str,
         ino: int,
-        parts: Parts,
+        parts: ParsedFiles,
         parent_limit: int | None,
         total: int | None,
         swap: Swap,

@@ -6,7 +6,7 @@ pages, times the page size; the name is what psutil's ``name()`` gives: ``comm``
 line's first word when that starts with it. Both are read here, from the procfs given (psutil
 reads only through its one process-wide ``PROCFS_PATH``, and its per-process machinery costs ten
 times the read on a node with a thousand processes, docs/benchmarks.md); psutil is the oracle
-of the tests (tests/test_real_proc.py). The memory cgroup comes from ``/proc/<pid>/cgroup``
+of the tests (tests/agent/test_real_proc.py). The memory cgroup comes from ``/proc/<pid>/cgroup``
 (proc(5)): the ``memory`` controller's line on v1, the ``0::`` line on v2, relative to the
 agent's cgroup namespace where it has one (see
 :mod:`nodeguard.sources.cgroup_paths`). Processes exit between listing and reading; those are

@@ -264,10 +264,10 @@ def test_nvml_is_not_loaded_at_import_nor_by_registering_the_exporter(
 import pynvml
 from prometheus_client import CollectorRegistry, generate_latest
 import nodeguard.agent, nodeguard.cli
-from nodeguard.exporter import snapshot_families
-from nodeguard.exposition import Exposition
+from nodeguard.exposition.exporter import snapshot_families
+from nodeguard.exposition.handler import Exposition
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 sampler = Sampler(config=SamplerConfig(paths=HostPaths(procfs={str(tmp_path / "proc")!r}),
                                        node_name="n", collectors=frozenset({{"gpu"}})))
 exposition = Exposition(latest=lambda: sampler.latest, families=snapshot_families)
@@ -284,16 +284,16 @@ sampler.close()
 
 
 def test_gpu_families_render_the_librarys_bytes(make_stub: StubFactory, tmp_path: Path) -> None:
-    """The fast writer (nodeguard.render) gives prometheus_client's bytes over the GPU
+    """The fast writer (nodeguard.exposition.render) gives prometheus_client's bytes over the GPU
     families too (MIG included), in OpenMetrics and in the text format."""
     stub = make_stub(mig_scenario())
     proc = procfs(tmp_path)
     code = f"""
 from prometheus_client.exposition import choose_encoder
-from nodeguard.exporter import snapshot_families
-from nodeguard.exposition import Exposition, plain_body
+from nodeguard.exposition.exporter import snapshot_families
+from nodeguard.exposition.handler import Exposition, plain_body
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from pathlib import Path
 host = Path({str(V2_HOST)!r})
 paths = HostPaths(procfs=Path({str(proc)!r}), sysfs=host / "sys", kmsg=host / "kmsg")

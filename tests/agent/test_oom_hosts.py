@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from tests.fixtures.make_hosts import CID, UID_B, UID_BE, UID_G
 from tests.support.hosts import exposition, host_flags, host_paths
 

@@ -18,7 +18,7 @@ import pytest
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher, _Relist
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from tests.fixtures.make_hosts import kmsg, oom_records, v2_cgroup
 from tests.support.agent import wait_until_async
 from tests.support.controlplane.cluster import TestCluster

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nodeguard.actions.ranking import EvictFilter, never_evicted, plan_eviction
 from nodeguard.kube.objects import pod_meta
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from tests.fixtures.make_hosts import CID, UID_STATIC
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.hosts import exposition, host_paths

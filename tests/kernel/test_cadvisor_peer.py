@@ -20,10 +20,10 @@ import pytest
 
 from benchmarks.agreement import compare
 from benchmarks.cadvisor_peer import cadvisor
-from nodeguard.exporter import snapshot_families
-from nodeguard.exposition import plain_body
+from nodeguard.exposition.exporter import snapshot_families
+from nodeguard.exposition.handler import plain_body
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from tests.support.agent import get
 from tests.support.kernel_cgroup import (
     KubeletCgroup,

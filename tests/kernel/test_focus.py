@@ -27,7 +27,7 @@ import pytest
 from nodeguard.paths import HostPaths
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.schema import Rule
-from nodeguard.sampler import Sampler, SamplerConfig, hot_keys
+from nodeguard.sampling.sampler import Sampler, SamplerConfig, hot_keys
 from nodeguard.snapshot import CgroupMemory, ContainerMemory, NodeSnapshot, PodMemory
 from tests.support.agent import get, running_agent
 from tests.support.hosts import cgroup_memory

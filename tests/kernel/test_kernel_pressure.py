@@ -20,7 +20,7 @@ import pytest
 from nodeguard.paths import HostPaths
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import load_rules
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from nodeguard.sources.vmstat import read_vmstat
 from nodeguard.stall import at_own_limit

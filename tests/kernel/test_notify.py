@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeguard.notify.hub import NotificationHub, PsiSpec, Wakeup, Watched
-from nodeguard.notify.psi import open_trigger
-from nodeguard.notify.thresholds import register
+from nodeguard.sampling.notify.hub import NotificationHub, PsiSpec, Wakeup, Watched
+from nodeguard.sampling.notify.psi import open_trigger
+from nodeguard.sampling.notify.thresholds import register
 from tests.support.kernel_cgroup import (
     kubelet_cgroup,
     memory_stall,

@@ -18,7 +18,7 @@ import pytest
 
 from nodeguard.collectors.cgroups import CgroupsCollector
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import to_jsonable
 from nodeguard.sources import NoDataError
 from nodeguard.sources.cgroups import CgroupReader

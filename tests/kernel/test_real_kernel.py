@@ -15,7 +15,7 @@ import pytest
 
 from nodeguard.paths import HostPaths
 from nodeguard.rules.signals import SIGNALS, History, targets
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import PodMemory
 from nodeguard.sources.cgroups import CgroupReader
 from tests.support.agent import get, running_agent, wait_until

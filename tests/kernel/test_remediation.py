@@ -21,7 +21,7 @@ from nodeguard.firing import Firing
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.schema import ActionSpec
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import NodeSnapshot, PodMeta
 from nodeguard.statefile import StateFile
 from tests.support.acting import env_for

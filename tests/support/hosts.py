@@ -20,11 +20,11 @@ def host_paths(name: str, *, state: Path | None = None) -> HostPaths:
 
 def fixture_snapshot(name: str) -> NodeSnapshot:
     """One snapshot of a committed fixture host tree, every collector but gpu."""
-    from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+    from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
 
     sampler = Sampler(
         config=SamplerConfig(
-            paths=host_paths(name), node_name="n", collectors=frozenset(COLLECTORS) - {"gpu"}
+            paths=host_paths(name), node_name="n", collectors=frozenset(COLLECTOR_NAMES) - {"gpu"}
         )
     )
     try:
@@ -68,8 +68,8 @@ def exposition(snap: NodeSnapshot) -> str:
     exporter's families (the plain path, which the fast writer equals)."""
     from prometheus_client import generate_latest
 
-    from nodeguard.exporter import snapshot_families
-    from nodeguard.exposition import plain_body
+    from nodeguard.exposition.exporter import snapshot_families
+    from nodeguard.exposition.handler import plain_body
 
     body = plain_body(families=snapshot_families(snap), own=(), encoder=generate_latest)
     return body.decode()

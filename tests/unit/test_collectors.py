@@ -17,9 +17,9 @@ from nodeguard.cli import build_parser
 from nodeguard.cli.run import metric_filter
 from nodeguard.collectors import base
 from nodeguard.collectors.base import Collector, Parts, ordered, register
-from nodeguard.families import Families, Family
-from nodeguard.metric_filter import MetricFilter
-from nodeguard.sampler import COLLECTORS, Sampler, SamplerConfig
+from nodeguard.collectors.families import Families, Family
+from nodeguard.exposition.metric_filter import MetricFilter
+from nodeguard.sampling.sampler import COLLECTOR_NAMES, Sampler, SamplerConfig
 from nodeguard.server import make_app
 from nodeguard.snapshot import NodeSnapshot
 from tests.support.hosts import host_paths
@@ -117,7 +117,7 @@ def test_every_collector_module_registers_its_collector_in_reading_order() -> No
     }
     shipped = {n for n, c in base.COLLECTORS.items() if c.__module__.startswith("nodeguard.")}
     assert defined == shipped and len(shipped) >= 7, defined ^ shipped
-    assert set(COLLECTORS) == shipped
+    assert set(COLLECTOR_NAMES) == shipped
     order = [c.name for c in ordered()]
     for cls in base.COLLECTORS.values():  # each after those whose parts it reads
         assert all(order.index(a) < order.index(cls.name) for a in cls.after), cls.name

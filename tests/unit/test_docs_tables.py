@@ -59,8 +59,8 @@ def _expand(token: str) -> list[str]:
 def test_the_metric_table_names_every_family_of_a_snapshot() -> None:
     # Every family a snapshot renders (both fixture hosts, every collector), by the name its
     # series carry, is in the README's table, and the table names nothing else.
-    from nodeguard.exporter import snapshot_families
-    from nodeguard.sampler import Sampler, SamplerConfig
+    from nodeguard.exposition.exporter import snapshot_families
+    from nodeguard.sampling.sampler import Sampler, SamplerConfig
     from tests.support.hosts import host_paths
 
     rendered = set()

@@ -1,4 +1,4 @@
-"""``/metrics`` (nodeguard/exposition.py): prometheus_client's negotiation and writers, the
+"""``/metrics`` (nodeguard/exposition/handler.py): prometheus_client's negotiation and writers, the
 OpenMetrics writer swap that must give the library's own bytes, the ``name[]`` filter, gzip, and
 the render kept off the event loop."""
 
@@ -16,9 +16,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import choose_encoder
 
-from nodeguard.exporter import snapshot_families
-from nodeguard.exposition import Exposition, encoder_for, make_metrics_handler, plain_body
-from nodeguard.families import Family
+from nodeguard.collectors.families import Family
+from nodeguard.exposition.exporter import snapshot_families
+from nodeguard.exposition.handler import Exposition, encoder_for, make_metrics_handler, plain_body
 from nodeguard.snapshot import NodeSnapshot
 from tests.support.hosts import fixture_snapshot
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from nodeguard.sources.files import MAX_FILE_BYTES, FileTooLargeError, read_optional
 from tests.fixtures.make_hosts import CID, UID_B, UID_G

@@ -21,7 +21,7 @@ from nodeguard.paths import HostPaths
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import load_rules
 from nodeguard.rules.signals import SIGNALS, History, targets
-from nodeguard.sampler import Sampler, SamplerConfig, node_hot
+from nodeguard.sampling.sampler import Sampler, SamplerConfig, node_hot
 from nodeguard.snapshot import MemInfo, NodeSnapshot
 from nodeguard.sources.hugepages import parse_pool_dir_name, read_hugepage_pools
 from nodeguard.sources.meminfo import derive_meminfo, parse_meminfo, read_meminfo

@@ -147,7 +147,7 @@ def test_missing_file_is_a_failure_not_no_data(tmp_path: Path) -> None:
     from nodeguard.collectors.base import Parts, run
     from nodeguard.collectors.meminfo import MeminfoCollector
     from nodeguard.paths import HostPaths
-    from nodeguard.sampler import SamplerConfig
+    from nodeguard.sampling.sampler import SamplerConfig
 
     config = SamplerConfig(paths=HostPaths(procfs=tmp_path), node_name="n")
     parts = Parts()

@@ -22,7 +22,7 @@ from nodeguard.paths import HostPaths
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import load_rules
 from nodeguard.rules.signals import SIGNALS, targets
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import NodeSnapshot
 from tests.fixtures.make_hosts import CID, VMSTAT_6X, proc_tree, v1_cgroup, v2_cgroup, write
 

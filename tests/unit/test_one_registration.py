@@ -32,7 +32,7 @@ from nodeguard.cli.act import action_args
 from nodeguard.cli.flags import sampler_config, settings_value
 from nodeguard.collectors import base
 from nodeguard.collectors.base import Collector, Parts
-from nodeguard.families import Families, Family
+from nodeguard.collectors.families import Families, Family
 from nodeguard.rules import signals
 from nodeguard.rules.signals import SHARE, SIGNALS
 from nodeguard.snapshot import NodeSnapshot

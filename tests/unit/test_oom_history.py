@@ -21,7 +21,7 @@ from nodeguard.kube.objects import pod_meta
 from nodeguard.kube.watch import EARLIER_IDS_PER_CONTAINER, with_earlier_ids
 from nodeguard.paths import HostPaths
 from nodeguard.rules.signals import SIGNALS, History, targets
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import NodeSnapshot
 from tests.fixtures.make_hosts import CID, kmsg, oom_records, v1_cgroup, v2_cgroup, write
 from tests.support.hosts import HOSTS

@@ -11,7 +11,7 @@ import pytest
 from nodeguard.collectors.base import Parts, run
 from nodeguard.collectors.pressure import PressureCollector
 from nodeguard.paths import HostPaths
-from nodeguard.sampler import SamplerConfig
+from nodeguard.sampling.sampler import SamplerConfig
 from nodeguard.sources import NoDataError, files
 from nodeguard.sources.pressure import parse_pressure, read_node_pressure
 from tests.support.hosts import host_paths

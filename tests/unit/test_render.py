@@ -1,6 +1,6 @@
-"""The fast writer of ``/metrics`` (nodeguard/render.py) against its oracle, prometheus_client's
-own writers (the plain path, ``nodeguard.exposition.plain_body``): the same bytes in the text
-format 0.0.4 and OpenMetrics 1.0.0, gzipped or not, for
+"""The fast writer of ``/metrics`` (nodeguard/exposition/render.py) against its oracle,
+prometheus_client's own writers (the plain path, ``nodeguard.exposition.handler.plain_body``):
+the same bytes in the text format 0.0.4 and OpenMetrics 1.0.0, gzipped or not, for
 
 - every fixture host's snapshot (the golden bodies' hosts among them), with the agent's own
   families after the snapshot's;
@@ -27,11 +27,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
-from nodeguard.exporter import snapshot_families
-from nodeguard.exposition import Exposition, encoder_for, plain_body
-from nodeguard.families import Family, Kind
-from nodeguard.render import Renderer, go_float
-from nodeguard.sampler import COLLECTORS
+from nodeguard.collectors.families import Family, Kind
+from nodeguard.exposition.exporter import snapshot_families
+from nodeguard.exposition.handler import Exposition, encoder_for, plain_body
+from nodeguard.exposition.render import Renderer, go_float
+from nodeguard.sampling.sampler import COLLECTOR_NAMES
 from nodeguard.snapshot import (
     CgroupMemory,
     CollectorStatus,
@@ -279,7 +279,7 @@ def _snapshot(rng: random.Random, uids: list[str], t: float) -> NodeSnapshot:
                 duration_seconds=rng.random() / 100,
                 skipped={"unreadable": 2} if rng.random() < 0.2 else {},
             )
-            for name in COLLECTORS
+            for name in COLLECTOR_NAMES
         ),
         cgroup_version=2,
         pod_meta=meta,
@@ -409,7 +409,7 @@ def test_go_float_is_the_librarys_float_to_go_string() -> None:
 
 def test_the_swap_and_the_fast_format_cover_only_what_they_write_alike() -> None:
     """Formats the fast writer does not write go to the library (other versions, escapings)."""
-    from nodeguard.exposition import fast_format
+    from nodeguard.exposition.handler import fast_format
 
     assert fast_format(encoder_for("")[0]) == "text"
     assert fast_format(encoder_for(OPENMETRICS)[0]) == "openmetrics"

@@ -17,7 +17,7 @@ from nodeguard.rules.signals import (
     seconds_to_limit,
     targets,
 )
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from tests.fixtures.make_hosts import CID, UID_G
 from tests.support.hosts import host_paths
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nodeguard.rules.signals import RECLAIM_WINDOW, counter_rate
-from nodeguard.sampler import Sampler, SamplerConfig
+from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import VmStat
 from nodeguard.sources import NoDataError
 from nodeguard.sources.vmstat import parse_vmstat

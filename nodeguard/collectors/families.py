@@ -2,14 +2,14 @@
 
 A collector renders its part of a snapshot as :class:`Family` objects, made by a
 :class:`Families` factory that applies the metric filter (``--metric-allowlist`` /
-``--metric-denylist``; :mod:`nodeguard.metric_filter`): a family the filter drops is a
+``--metric-denylist``; :mod:`nodeguard.exposition.metric_filter`): a family the filter drops is a
 :class:`DroppedFamily`, whose ``add`` does nothing, so a dropped family costs neither its series
 nor their rendering.
 
-Two writers read families: :mod:`nodeguard.render` (the fast path, what ``/metrics`` serves) and
-prometheus_client's own writers over :meth:`Family.to_prometheus` (the plain path, which defines
-the formats: the tests render every golden body and thousands of random snapshots both ways and
-compare the bytes).
+Two writers read families: :mod:`nodeguard.exposition.render` (the fast path, what ``/metrics``
+serves) and prometheus_client's own writers over :meth:`Family.to_prometheus` (the plain path, which
+defines the formats: the tests render every golden body and thousands of random snapshots both ways
+and compare the bytes).
 
 Names are Prometheus legacy names (``[a-zA-Z_][a-zA-Z0-9_]*``, no ``:``; label names not starting
 with ``__``), checked when a family is made: for those, every escaping scheme writes them as

@@ -1,10 +1,10 @@
 """``GET /metrics``: negotiated as prometheus_client negotiates it, written by the fast writer
-(:mod:`nodeguard.render`) and checked against the library's writers in the tests, rendered off
-the event loop, and written once per snapshot however many servers scrape it.
+(:mod:`nodeguard.exposition.render`) and checked against the library's writers in the tests,
+rendered off the event loop, and written once per snapshot however many servers scrape it.
 
 The body has two parts. The snapshot's families (every collector's, built from an immutable
-snapshot: :func:`nodeguard.exporter.snapshot_families`) are written in a worker thread; the
-agent's own families (rule engine, webhook, actions, connections: prometheus_client collectors
+snapshot: :func:`nodeguard.exposition.exporter.snapshot_families`) are written in a worker thread;
+the agent's own families (rule engine, webhook, actions, connections: prometheus_client collectors
 over state the event loop changes, a few dozen series) are collected on the loop and written by
 prometheus_client after them.
 
@@ -15,19 +15,19 @@ writer does not write (anything but the text format 0.0.4 and OpenMetrics 1.0.0)
 definition of the bytes: the plain path (:func:`plain_body`) renders the same families through
 the library, and the tests hold the fast path to it.
 
-One snapshot, one render. The snapshot part of a body, and its gzip stream up to that point,
-are kept for the latest snapshot, per format: a second scrape of the same snapshot (a
-Prometheus HA pair scrapes every target twice per interval) writes and compresses only the
-agent's own families, and both scrapers get one well-formed gzip member. The gzip stream is
-made of a raw deflate stream per family, each ending in a full flush (which resets the
-compressor's history), so a family written the same as last time brings its compressed bytes
-along and only the families that changed are compressed again (:class:`nodeguard.render.Chunk`);
-the CRC-32 and length of the whole are counted over the bytes.
+One snapshot, one render. The snapshot part of a body, and its gzip stream up to that point, are
+kept for the latest snapshot, per format: a second scrape of the same snapshot (a Prometheus HA pair
+scrapes every target twice per interval) writes and compresses only the agent's own families, and
+both scrapers get one well-formed gzip member. The gzip stream is made of a raw deflate stream per
+family, each ending in a full flush (which resets the compressor's history), so a family written the
+same as last time brings its compressed bytes along and only the families that changed are
+compressed again (:class:`nodeguard.exposition.render.Chunk`); the CRC-32 and length of the whole
+are counted over the bytes.
 
-OpenMetrics with the default ``escaping=underscores``: prometheus_client 0.26 escapes every
-sample name character by character in Python (``openmetrics/exposition.py``: ``_escape`` with
-``_is_legacy_labelname_rune``). Escaping only changes names outside the legacy character set,
-and no name nodeguard writes is one (:class:`~nodeguard.families.Family` refuses them; the tests
+OpenMetrics with the default ``escaping=underscores``: prometheus_client 0.26 escapes every sample
+name character by character in Python (``openmetrics/exposition.py``: ``_escape`` with
+``_is_legacy_labelname_rune``). Escaping only changes names outside the legacy character set, and no
+name nodeguard writes is one (:class:`~nodeguard.collectors.families.Family` refuses them; the tests
 check the agent's own), so for the agent's own families the ``allow-utf-8`` writer, which leaves
 names alone, gives identical bytes; the Content-Type is still the one ``choose_encoder`` chose.
 """
@@ -52,8 +52,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
 
-from nodeguard.families import Family, exposed_name
-from nodeguard.render import Chunk, Renderer
+from nodeguard.collectors.families import Family, exposed_name
+from nodeguard.exposition.render import Chunk, Renderer
 from nodeguard.snapshot import NodeSnapshot
 
 __all__ = ["Exposition", "encoder_for", "fast_format", "make_metrics_handler", "plain_body"]

@@ -1,14 +1,14 @@
 """Which metric families ``/metrics`` keeps: ``--metric-allowlist`` / ``--metric-denylist``, as
 kube-state-metrics spells them.
 
-Each flag takes a comma-separated list of regular expressions, each matched against the whole
-name a family's series carry in Prometheus (a counter's with ``_total``): an exact name or a
-pattern such as ``nodeguard_pod_memory_.*``. An allowlist keeps only what it matches, a
-denylist drops what it matches; they are mutually exclusive (as in kube-state-metrics), and
-neither is the default: every family. A dropped family is neither built nor written
-(:class:`~nodeguard.families.DroppedFamily`), so dropping the big per-pod and per-container
-families saves their cost (docs/benchmarks.md measures a minimal set). It applies to the agent's
-own families too (rules, actions, webhook, connections).
+Each flag takes a comma-separated list of regular expressions, each matched against the whole name a
+family's series carry in Prometheus (a counter's with ``_total``): an exact name or a pattern such
+as ``nodeguard_pod_memory_.*``. An allowlist keeps only what it matches, a denylist drops what it
+matches; they are mutually exclusive (as in kube-state-metrics), and neither is the default: every
+family. A dropped family is neither built nor written
+(:class:`~nodeguard.collectors.families.DroppedFamily`), so dropping the big per-pod and
+per-container families saves their cost (docs/benchmarks.md measures a minimal set). It applies to
+the agent's own families too (rules, actions, webhook, connections).
 
 The flags are read by :mod:`nodeguard.cli.run_flags` (``nodeguard run``).
 """

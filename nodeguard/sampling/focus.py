@@ -1,7 +1,7 @@
 """The kernel's notifications wired to the sampler: what to watch, and what a wake-up samples.
 
 After every full sample, :class:`Notifications` keeps the kernel notifications
-(:mod:`nodeguard.notify`) on what the snapshot shows:
+(:mod:`nodeguard.sampling.notify`) on what the snapshot shows:
 
 - cgroup v1 memory thresholds on every pod and container cgroup with a limit, at the focus share
   of the limit and at each level the rules compare a working set with (``*_working_set_limit_
@@ -11,11 +11,11 @@ After every full sample, :class:`Notifications` keeps the kernel notifications
   ``memory.pressure``.
 
 A threshold or a ``memory.events`` change wakes the sampler for a focused sample of that cgroup
-(:meth:`nodeguard.sampler.Sampler.wake`): the rules then see it within milliseconds, not at the
-next interval. A usage threshold fires no later than the working set crosses the same level
+(:meth:`nodeguard.sampling.sampler.Sampler.wake`): the rules then see it within milliseconds, not at
+the next interval. A usage threshold fires no later than the working set crosses the same level
 (usage includes the page cache the working set leaves out), so the focused sample that follows
-decides on the working set, as always. A pod's PSI trigger wakes a focused sample of the pod;
-the node's, a full sample.
+decides on the working set, as always. A pod's PSI trigger wakes a focused sample of the pod; the
+node's, a full sample.
 
 What the kernel or the agent's privileges refuse is logged once and reported in every snapshot
 as ``nodeguard_collector_available{collector="notify_<kind>"} 0`` with its reason; the agent
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from nodeguard.notify.hub import KINDS, Kind, NotificationHub, PsiSpec, Wakeup, Watched
-from nodeguard.sampler import Sampler
+from nodeguard.sampling.notify.hub import KINDS, Kind, NotificationHub, PsiSpec, Wakeup, Watched
+from nodeguard.sampling.sampler import Sampler
 from nodeguard.snapshot import CollectorStatus, NodeSnapshot
 
 __all__ = ["FocusCollector", "Notifications", "NotifyConfig", "threshold_levels"]

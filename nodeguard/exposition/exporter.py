@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 
 from nodeguard import __version__
 from nodeguard.collectors.base import ordered
+from nodeguard.collectors.families import Families, Family
 from nodeguard.collectors.labels import NO_WORKLOAD, node_gauge
-from nodeguard.families import Families, Family
 from nodeguard.snapshot import NodeSnapshot
 
 __all__ = ["PREFIX", "snapshot_families"]

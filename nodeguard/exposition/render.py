@@ -6,7 +6,7 @@ prometheus_client defines both formats here (``exposition.generate_latest`` and
 render every golden body and thousands of random snapshots and families (label values with
 quotes, backslashes, newlines and non-ASCII; NaN, +Inf, -Inf, 0, -0.0, huge counters; families
 and series appearing and disappearing between renders) through both and compare the bytes
-(``tests/test_render.py``).
+(``tests/unit/test_render.py``).
 
 What makes it fast: a series' label text only changes when pods come and go, and whole
 families stay the same from one sample to the next (limits, OOM counters, limit hits, pod
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from prometheus_client.utils import floatToGoString
 
-from nodeguard.families import Family, Value
+from nodeguard.collectors.families import Family, Value
 
 __all__ = ["Chunk", "Renderer", "go_float"]
 

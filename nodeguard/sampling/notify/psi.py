@@ -22,7 +22,11 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from nodeguard.notify.kernfs import CGROUP2_SUPER_MAGIC, PROC_SUPER_MAGIC, require_kernel_file
+from nodeguard.sampling.notify.kernfs import (
+    CGROUP2_SUPER_MAGIC,
+    PROC_SUPER_MAGIC,
+    require_kernel_file,
+)
 
 __all__ = ["PsiTrigger", "open_trigger"]
 

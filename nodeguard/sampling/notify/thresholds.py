@@ -8,8 +8,8 @@ threshold in either direction; closing the eventfd unregisters it. Usage here is
 look at, so a threshold on usage wakes the sampler no later than the working set crosses the same
 level: the sample that follows decides on the working set, as always.
 
-cgroup v2 has no thresholds: there, :mod:`nodeguard.notify.events` and PSI triggers wake the
-sampler, and focus sampling does the rest.
+cgroup v2 has no thresholds: there, :mod:`nodeguard.sampling.notify.events` and PSI triggers
+wake the sampler, and focus sampling does the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-from nodeguard.notify.kernfs import CGROUP_SUPER_MAGIC, require_kernel_file
+from nodeguard.sampling.notify.kernfs import CGROUP_SUPER_MAGIC, require_kernel_file
 
 __all__ = ["Threshold", "register"]
 

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from nodeguard.notify.events import EventsWatch
-from nodeguard.notify.psi import PsiTrigger, open_trigger
-from nodeguard.notify.thresholds import Threshold, register
+from nodeguard.sampling.notify.events import EventsWatch
+from nodeguard.sampling.notify.psi import PsiTrigger, open_trigger
+from nodeguard.sampling.notify.thresholds import Threshold, register
 
 __all__ = ["KINDS", "NotificationHub", "NotifyStatus", "PsiSpec", "Wakeup", "Watched"]
 
