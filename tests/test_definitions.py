@@ -26,7 +26,6 @@ KNOWN = {
     # what it does and then taken off this list.
     "rules/engine.py:RuleEngine",
     "statefile.py:StateFile",
-    "notify/hub.py:NotificationHub",
     "sources/kmsg.py:OomLogReader",
     "alerts/webhook.py:WebhookReceiver",
     "sampler.py:Sampler",
