@@ -27,7 +27,6 @@ KNOWN = {
     "rules/engine.py:RuleEngine",
     "statefile.py:StateFile",
     "sources/kmsg.py:OomLogReader",
-    "alerts/webhook.py:WebhookReceiver",
     "sampler.py:Sampler",
     "kube/watch.py:PodWatcher",
     # Came with the per-node Lease (issue 22 point 3), after the split: the same.
