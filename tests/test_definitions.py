@@ -26,7 +26,6 @@ KNOWN = {
     # what it does and then taken off this list.
     "rules/engine.py:RuleEngine",
     "statefile.py:StateFile",
-    "sources/kmsg.py:OomLogReader",
     "sampler.py:Sampler",
     "kube/watch.py:PodWatcher",
     # Came with the per-node Lease (issue 22 point 3), after the split: the same.
