@@ -27,7 +27,6 @@ KNOWN = {
     "rules/engine.py:RuleEngine",
     "statefile.py:StateFile",
     "sampler.py:Sampler",
-    "kube/watch.py:PodWatcher",
     # Came with the per-node Lease (issue 22 point 3), after the split: the same.
     "remediation/actor.py:NodeActor",
     "alerts/claims.py:AlertClaims",
