@@ -32,37 +32,27 @@ deliberately skipped, with the outcome of each in the body.
 The bounds are on bytes, not only counts: every field of an alert is bounded by the payload
 model, and what is remembered of a delivery is a fixed-size digest (900 KB fingerprints once
 made 100 deliveries cost 87 MB).
+
+The receiver is made of what it does: the payload model (:mod:`~nodeguard.alerts.payload`),
+reading a request into it (:mod:`~nodeguard.alerts.delivery`), the deliveries taken
+(:mod:`~nodeguard.alerts.dedupe`) and the firing made of an alert
+(:mod:`~nodeguard.alerts.alert_firing`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
-import hashlib
-import hmac
-import json
 import logging
-import re
-import time
-import zlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from aiohttp import hdrs, web
-from pydantic import (
-    AfterValidator,
-    AwareDatetime,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    ValidatorFunctionWrapHandler,
-    field_validator,
-)
+from aiohttp import web
 
+from nodeguard.alerts.alert_firing import alert_firing
 from nodeguard.alerts.claims import AlertClaims
+from nodeguard.alerts.dedupe import AlertDedupe, Outcome, delivery_key, fingerprint_key
+from nodeguard.alerts.delivery import Refusal, authorized, parse_payload, read_body
+from nodeguard.alerts.payload import LIMITS, WebhookAlert, WebhookPayload
 from nodeguard.firing import Firing
 from nodeguard.rules.schema import AlertRule
 from nodeguard.snapshot import NodeSnapshot
@@ -71,211 +61,22 @@ from nodeguard.statefile import StateFile
 __all__ = [
     "LIMITS",
     "AlertDedupe",
+    "Outcome",
     "WebhookAlert",
     "WebhookPayload",
     "WebhookReceiver",
     "delivery_key",
+    "fingerprint_key",
 ]
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal[
-    "queued",
-    "duplicate",
-    "stale",
-    "unmatched",
-    "no_node",
-    "nothing_to_undo",
-    "queue_full",
-    "state_not_persisted",
-    "observer",
-]
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-# RFC 3339 section 5.6 date-time: full-date "T" full-time, the zone required.
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
-
-#: Bounds of the fields of an alert, in characters (and entries). Alertmanager's fingerprints
-#: are 16 hex digits and its times 20-35 characters; labels and annotations are Prometheus's,
-#: which sets no limit of its own, so these are generous.
-LIMITS = {
-    "fingerprint": 64,
-    "time": 64,
-    "labels": 64,
-    "label_name": 128,
-    "label_value": 1024,
-    "annotations": 64,
-    "annotation_value": 8192,
-    "text": 256,  # status, receiver
+#: The outcomes that stop a batch with a 503 (Alertmanager retries the whole batch), and why.
+_RETRY = {
+    "queue_full": "remediation queue full",
+    "state_not_persisted": "remediation state cannot be written",
+    "observer": "this agent only observes",
 }
-# An incident keeps the summary of its firing: cut, so 200 kept incidents stay small.
-_SUMMARY_CHARS = 2000
-_ERROR_PART_CHARS = 40
-
-
-def _unicode(value: str) -> str:
-    """Text that UTF-8 can write: JSON's ``"\\ud800"`` escape gives a lone surrogate, which
-    every later encode (an incident id, an API request, a log line) would fail on."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("not Unicode text (a lone surrogate)") from None
-    return value
-
-
-_Unicode = AfterValidator(_unicode)
-Fingerprint = Annotated[
-    str, StringConstraints(min_length=1, max_length=LIMITS["fingerprint"]), _Unicode
-]
-Time = Annotated[str, StringConstraints(max_length=LIMITS["time"]), _Unicode]
-LabelName = Annotated[str, StringConstraints(max_length=LIMITS["label_name"]), _Unicode]
-LabelValue = Annotated[str, StringConstraints(max_length=LIMITS["label_value"]), _Unicode]
-AnnotationValue = Annotated[str, StringConstraints(max_length=LIMITS["annotation_value"]), _Unicode]
-Text = Annotated[str, StringConstraints(max_length=LIMITS["text"]), _Unicode]
-
-
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
-
-
-class WebhookAlert(_Loose):
-    """One alert of a delivery (Alertmanager's webhook payload, ``alerts[]``). ``startsAt``
-    must be an RFC 3339 time with a zone (pydantic parses it; beyond microseconds the digits
-    are dropped): it is half of the alert instance's identity."""
-
-    status: Literal["firing", "resolved"]
-    labels: dict[LabelName, LabelValue] = Field(max_length=LIMITS["labels"])
-    annotations: dict[LabelName, AnnotationValue] = Field(
-        default_factory=dict, max_length=LIMITS["annotations"]
-    )
-    starts_at: AwareDatetime = Field(alias="startsAt")
-    ends_at: Time = Field(default="", alias="endsAt")
-    fingerprint: Fingerprint
-
-    @field_validator("starts_at", mode="wrap")
-    @classmethod
-    def _rfc3339(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> dt.datetime:
-        if isinstance(value, str) and len(value) > LIMITS["time"]:
-            raise ValueError(f"longer than {LIMITS['time']} characters")
-        if not isinstance(value, str) or not _RFC3339.fullmatch(value):
-            # pydantic also takes Unix times and dates without a zone: not Alertmanager's.
-            raise ValueError(f"not an RFC 3339 time with a zone: {str(value)[:64]!r}")
-        try:
-            parsed: dt.datetime = handler(value)
-        except ValidationError:
-            raise ValueError(f"not an RFC 3339 time with a zone: {str(value)[:64]!r}") from None
-        return parsed
-
-    @property
-    def instant(self) -> int:
-        """``startsAt`` as integer microseconds since the epoch, whatever its notation."""
-        return (self.starts_at - _EPOCH) // dt.timedelta(microseconds=1)
-
-
-class WebhookPayload(_Loose):
-    """The delivery: version ``"4"`` and its alerts; group fields are not needed."""
-
-    version: Literal["4"]
-    status: Text = ""
-    receiver: Text = ""
-    alerts: list[WebhookAlert]
-
-
-def _digest(*parts: object) -> str:
-    # Fixed-size keys: what is remembered costs the same whatever the sender put in a field.
-    return hashlib.sha256("\0".join(str(p) for p in parts).encode()).hexdigest()[:32]
-
-
-def delivery_key(alert: WebhookAlert) -> str:
-    """The identity of one delivery, ``FINGERPRINT-DIGEST:INSTANT:STATUS`` (the instant of
-    ``startsAt`` in microseconds): bounded in size whatever the fingerprint, and readable by
-    :func:`nodeguard.alerts.claims.parse_key`."""
-    return f"{fingerprint_key(alert)}:{alert.instant}:{alert.status}"
-
-
-def fingerprint_key(alert: WebhookAlert) -> str:
-    """A digest of the alert's fingerprint (what resolutions are remembered under)."""
-    return _digest(alert.fingerprint)
-
-
-class AlertDedupe:
-    """Deliveries this agent took, each remembered for ``ttl`` seconds (at most ``limit``,
-    oldest forgotten first), and the latest resolved instance of each fingerprint. Kept in
-    ``store`` (the state file's ``alerts`` section; ``changed()`` saves it). Keys are fixed-size
-    digests, so the memory is bounded in bytes (about 100 bytes an entry)."""
-
-    def __init__(
-        self,
-        *,
-        ttl: float = 24 * 3600.0,
-        limit: int = 20000,
-        clock: Callable[[], float] = time.time,
-        store: MutableMapping[str, Any] | None = None,
-        changed: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._ttl, self._limit, self._clock, self._changed = ttl, limit, clock, changed
-        store = store if store is not None else {}
-        self._seen: dict[str, float] = store.setdefault("seen", {})
-        self._resolved: dict[str, int] = store.setdefault("resolved", {})
-
-    def _prune(self) -> None:
-        now = self._clock()
-        for key in [k for k, expiry in self._seen.items() if float(expiry) < now]:
-            del self._seen[key]
-        for table in (self._seen, self._resolved):
-            while len(table) > self._limit:
-                del table[next(iter(table))]  # insertion order: the oldest first
-
-    def take(self, alert: WebhookAlert) -> Outcome | None:
-        """``duplicate``/``stale`` if the alert must not act; else ``None``, and the delivery
-        is taken: a copy arriving next is a duplicate. Give it back with :meth:`release` if it
-        could not be queued."""
-        self._prune()
-        key = delivery_key(alert)
-        if key in self._seen:
-            # An alert that keeps firing is re-sent every repeat_interval: keep its key alive
-            # for as long as it does, or it would act again when the key expired.
-            del self._seen[key]
-            self._seen[key] = self._clock() + self._ttl
-            return "duplicate"
-        resolved = self._resolved.get(fingerprint_key(alert))
-        if alert.status == "firing" and resolved is not None and alert.instant <= int(resolved):
-            return "stale"
-        self._seen[key] = self._clock() + self._ttl
-        if alert.status == "resolved":
-            fp = fingerprint_key(alert)
-            if int(self._resolved.get(fp, alert.instant)) <= alert.instant:
-                self._resolved.pop(fp, None)
-                self._resolved[fp] = alert.instant
-        self._prune()
-        self._changed()
-        return None
-
-    def release(self, alert: WebhookAlert) -> None:
-        """Forget a delivery taken by :meth:`take` (the queue was full: the retry is new)."""
-        self.forget(delivery_key(alert))
-
-    def forget(self, key: str) -> None:
-        """Forget the delivery :func:`delivery_key` ``key`` (a firing's ``key``): its next copy
-        acts. For an alert whose runbook could not plan (no pod list in time): Alertmanager
-        re-sends a firing alert every ``repeat_interval``, and that copy is not a duplicate."""
-        if self._seen.pop(key, None) is not None:
-            self._changed()
-
-
-def _not_json(name: str) -> None:
-    """``NaN``, ``Infinity`` and ``-Infinity``: Python's json takes them, RFC 8259 (section 6)
-    does not, and no Alertmanager writes them."""
-    raise ValueError(f"{name} is not JSON (RFC 8259 section 6)")
-
-
-def _where(loc: Sequence[int | str]) -> str:
-    """A pydantic error location as a field path, each part cut short (a label name in it can
-    be as long as the body)."""
-    parts = [str(p) for p in loc]
-    return ".".join(
-        p if len(p) <= _ERROR_PART_CHARS else p[: _ERROR_PART_CHARS - 3] + "..." for p in parts
-    )
 
 
 class WebhookReceiver:
@@ -338,43 +139,6 @@ class WebhookReceiver:
         headers = {"WWW-Authenticate": 'Bearer realm="nodeguard"'} if status == 401 else None
         return web.json_response(body, status=status, headers=headers)
 
-    def _authorized(self, request: web.Request) -> bool:
-        if not self._token:
-            return True
-        header = request.headers.get(hdrs.AUTHORIZATION, "")
-        scheme, _, credential = header.partition(" ")
-        # aiohttp decodes header bytes that are not UTF-8 to lone surrogates; surrogateescape
-        # gives those bytes back, so any header compares (and fails) instead of raising.
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            credential.strip().encode("utf-8", "surrogateescape"), self._token.encode()
-        )
-
-    async def _body(self, request: web.Request) -> bytes | web.Response:
-        """The body, decompressed, or the answer that refuses it."""
-        limit = request.client_max_size
-        try:
-            async with asyncio.timeout(self._body_timeout):
-                raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._answer(413, {"error": f"body over {limit} bytes"})
-        except TimeoutError:
-            return self._answer(408, {"error": f"body not received within {self._body_timeout:g}s"})
-        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
-        if encoding in ("", "identity"):
-            return raw
-        if encoding not in ("gzip", "x-gzip"):
-            return self._answer(415, {"error": "Content-Encoding: only gzip or identity"})
-        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            body = inflate.decompress(raw, limit + 1)  # never more than the limit in memory
-        except zlib.error as exc:
-            return self._answer(400, {"error": f"body is not gzip: {exc}"})
-        if len(body) > limit:
-            return self._answer(413, {"error": f"body over {limit} bytes once decompressed"})
-        if not inflate.eof or inflate.unused_data:
-            return self._answer(400, {"error": "body is not one whole gzip stream"})
-        return body
-
     async def handle(self, request: web.Request) -> web.Response:
         """``POST /webhook/alertmanager``."""
         if not self._token and not self._open:
@@ -385,27 +149,13 @@ class WebhookReceiver:
                     "(or --webhook.allow-unauthenticated, for a test on loopback)"
                 },
             )
-        if not self._authorized(request):
+        if not authorized(request, token=self._token):
             return self._answer(401, {"error": "missing or wrong bearer token"})
-        raw = await self._body(request)
-        if isinstance(raw, web.Response):
-            return raw
-        try:
-            data = json.loads(raw, parse_constant=_not_json)
-        except RecursionError:
-            return self._answer(400, {"error": "malformed JSON: nested too deeply"})
-        except ValueError as exc:  # UnicodeDecodeError too: bytes that are not UTF-8
-            return self._answer(400, {"error": f"malformed JSON: {exc}"})
-        try:
-            payload = WebhookPayload.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{_where(e['loc'])}: {e['msg']}"
-                for e in exc.errors(include_input=False, include_url=False)
-            )
-            return self._answer(400, {"error": f"not an Alertmanager v4 payload: {problems}"})
-        outcomes = []
-        full: str | None = None
+        raw = await read_body(request, timeout=self._body_timeout)
+        payload = raw if isinstance(raw, Refusal) else parse_payload(raw)
+        if isinstance(payload, Refusal):
+            return self._answer(payload.status, {"error": payload.error})
+        outcomes: list[dict[str, str]] = []
         for alert in payload.alerts:
             outcome = await self._decide(alert)
             self.counts[(alert.status, outcome)] += 1
@@ -417,19 +167,9 @@ class WebhookReceiver:
                     "outcome": outcome,
                 }
             )
-            if outcome in ("queue_full", "state_not_persisted", "observer"):
-                full = outcome
-                break  # Alertmanager retries the whole batch; the rest is handled then
-        if full and outcomes[-1]["outcome"] == "state_not_persisted":
-            return self._answer(
-                503, {"error": "remediation state cannot be written, retry", "alerts": outcomes}
-            )
-        if full:
-            why = {
-                "queue_full": "remediation queue full",
-                "state_not_persisted": "remediation state cannot be written",
-            }.get(str(full), "this agent only observes")
-            return self._answer(503, {"error": f"{why}, retry", "alerts": outcomes})
+            if outcome in _RETRY:
+                # Alertmanager retries the whole batch; the rest is handled then.
+                return self._answer(503, {"error": f"{_RETRY[outcome]}, retry", "alerts": outcomes})
         if self._state is not None and not await self._state.persist():
             # Taken and queued, but a kill now would lose it: Alertmanager must send it again
             # (the copy is a duplicate while this agent lives, and acts after a restart).
@@ -462,38 +202,12 @@ class WebhookReceiver:
         if not self._acting():
             self.dedupe.release(alert)
             return "observer"
-        if not self._submit(self._firing(alert, rule, node)):
+        firing = alert_firing(
+            alert, rule=rule, node=node, latest=self._latest(), global_dry_run=self._dry
+        )
+        if not self._submit(firing):
             self.dedupe.release(alert)  # Alertmanager's retry must find it new
             if self._state is not None and not self._state.persisted:
                 return "state_not_persisted"
             return "queue_full"
         return "queued"
-
-    def _firing(self, alert: WebhookAlert, rule: AlertRule, node: str) -> Firing:
-        ns, pod = alert.labels.get("namespace"), alert.labels.get("pod")
-        pod_ref = (ns, pod) if ns and pod else None
-        snap = self._latest()
-        text = alert.annotations.get("summary") or alert.annotations.get("description") or ""
-        labels = ",".join(f"{k}={v}" for k, v in sorted(alert.labels.items()))
-        summary = f"alert {alert.labels.get('alertname')} {alert.status} ({labels})" + (
-            f": {text}" if text else ""
-        )
-        if len(summary) > _SUMMARY_CHARS:  # an incident keeps it: bounded
-            summary = summary[: _SUMMARY_CHARS - 3] + "..."
-        return Firing(
-            rule=rule.name,
-            kind="firing" if alert.status == "firing" else "resolved",
-            scope="pod" if pod_ref else "node",
-            target=f"{ns}/{pod}" if pod_ref else node,
-            node=node,
-            time=time.time(),
-            steps=tuple(
-                a.step for a in (rule.actions if alert.status == "firing" else rule.resolve)
-            ),
-            dry_run=self._dry or bool(rule.dry_run),
-            pod_ref=pod_ref,
-            source="alertmanager",
-            summary=summary,
-            key=delivery_key(alert),
-            snapshot=snap if snap is not None and snap.node_name == node else None,
-        )

@@ -4,7 +4,7 @@ Why not ``kubernetes.client.CoreV1Api``: importing that module (and ``BatchV1Api
 and 9 MiB of RSS (they build the pydantic validators of some 250 and 150 model modules;
 kubernetes 37, measured with ``import nodeguard.agent`` already done), a third of the agent's
 memory, and nodeguard never uses the typed models: every call asks for the raw response and
-parses the JSON itself (:meth:`nodeguard.kube.client.KubeClient.read`). The requests here are
+parses the JSON itself (:meth:`nodeguard.kube.calls.ApiCalls.read`). The requests here are
 what the generated methods send: ``ApiClient.param_serialize`` with the ``BearerToken`` auth
 setting, ``ApiClient.call_api``, and ``ApiException.from_response`` on a status outside 2xx, as
 the client's own ``_call_with_legacy_options`` does for ``_preload_content=False``. The method

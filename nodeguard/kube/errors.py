@@ -26,8 +26,8 @@ message. The eviction handler (kubernetes pkg/registry/core/pod/storage/eviction
 ``createTooManyRequestsError``), and a pod that more than one budget selects with a Status of
 code 500 and the message "This pod has more than one PodDisruptionBudget, which the eviction
 subresource does not support." (no reason, no cause: the message is all it has, read in
-:func:`nodeguard.kube.client.translate_error` alone). Its 403s on a budget (``disruptionsAllowed``
-negative, ``DisruptedPods`` over 2000) stay :class:`Forbidden`.
+:func:`nodeguard.kube.translate.translate_error` alone). Its 403s on a budget
+(``disruptionsAllowed`` negative, ``DisruptedPods`` over 2000) stay :class:`Forbidden`.
 """
 
 from __future__ import annotations

@@ -6,28 +6,31 @@ watcher lists again (the API concepts doc, "Efficient detection of changes"); on
 failure it waits with capped exponential backoff and lists again. The node (allocatable memory)
 is read again with every list and every ``node_refresh`` seconds.
 
-What is kept of a pod is bounded: nodeguard reads names and flags from annotations (a PodGroup,
-``kubernetes.io/config.source``), never documents, so an annotation value over
-:data:`MAX_ANNOTATION_CHARS` (``kubectl.kubernetes.io/last-applied-configuration`` holds the
-whole manifest, up to the API server's 256 KiB for all annotations) is dropped from the copy:
-a node with thousands of evicted pods would otherwise hold each one's manifest.
+What is kept of a pod is bounded (:mod:`~nodeguard.kube.pod_store`: an annotation value over
+:data:`MAX_ANNOTATION_CHARS` is dropped from the copy); one watch is streamed in a worker thread
+(:mod:`~nodeguard.kube.watch_stream`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
 
-from nodeguard.kube.client import JSON, KubeClient, translate_error
+from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import KubeError
-from nodeguard.kube.objects import node_meta, pod_meta
+from nodeguard.kube.objects import node_meta
+from nodeguard.kube.pod_store import (
+    EARLIER_IDS_PER_CONTAINER,
+    MAX_ANNOTATION_CHARS,
+    PodStore,
+    trimmed,
+    with_earlier_ids,
+)
+from nodeguard.kube.watch_stream import PodWatchStream, Relist
 from nodeguard.snapshot import NodeMeta, PodMeta
 
 __all__ = [
@@ -39,44 +42,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: The longest annotation value kept of a pod (a Kubernetes name is at most 253 characters).
-MAX_ANNOTATION_CHARS = 1024
-#: Earlier container IDs kept per container name of a pod, beside those its status lists: a
-#: container restarted twice within the OOM window is named by neither ``containerID`` nor
-#: ``lastState`` for its first ID (CrashLoopBackOff's delay starts at 10 s).
-EARLIER_IDS_PER_CONTAINER = 8
-
-
-def trimmed(meta: PodMeta) -> PodMeta:
-    """``meta`` without its annotations longer than :data:`MAX_ANNOTATION_CHARS`."""
-    if all(len(v) <= MAX_ANNOTATION_CHARS for v in meta.annotations.values()):
-        return meta
-    kept = {k: v for k, v in meta.annotations.items() if len(v) <= MAX_ANNOTATION_CHARS}
-    return dataclasses.replace(meta, annotations=kept)
-
-
-def with_earlier_ids(meta: PodMeta, earlier: PodMeta | None) -> PodMeta:
-    """``meta`` whose ``containers`` also names the IDs ``earlier`` (the same pod, UID equal, as
-    last seen) named and ``meta``'s status no longer lists: the status keeps a container's
-    current and last ID only (``containerID``, ``lastState.terminated.containerID``), and a
-    kernel-log kill of an older one must still be named. At most
-    :data:`EARLIER_IDS_PER_CONTAINER` earlier IDs a container name, the newest."""
-    if earlier is None or earlier.uid != meta.uid:
-        return meta
-    gone: dict[str, list[str]] = {}
-    for cid, name in earlier.containers.items():  # oldest first: insertion order
-        if cid not in meta.containers:
-            gone.setdefault(name, []).append(cid)
-    if not gone:
-        return meta
-    ids = {cid: name for name, cids in gone.items() for cid in cids[-EARLIER_IDS_PER_CONTAINER:]}
-    ids.update(meta.containers)
-    return dataclasses.replace(meta, containers=ids)
-
-
-class _Relist(Exception):
-    """The watch cannot resume; list again."""
 
 
 class PodWatcher:
@@ -96,23 +61,22 @@ class PodWatcher:
     ) -> None:
         self._kube = kube
         self._node_name = node_name
-        self._watch_timeout = watch_timeout
         self._node_refresh = node_refresh
         self._max_backoff = max_backoff
-        self._lock = threading.Lock()
-        self._pods: dict[str, PodMeta] = {}
+        self._store = PodStore()
+        self._stream = PodWatchStream(
+            kube=kube, node_name=node_name, watch_timeout=watch_timeout, apply=self._store.apply
+        )
         self._node: NodeMeta | None = None
         self._node_read_at = float("-inf")
         self.synced = asyncio.Event()
         self.relists = 0
-        self._resp: Any = None  # the open watch response, shut down to stop the thread
 
     def pods(self) -> Mapping[str, PodMeta]:
         """A copy of the pods by the UID their cgroups carry (:attr:`PodMeta.cgroup_uid`: the
         config hash of a static pod's mirror, ``metadata.uid`` of any other), which is how the
         snapshot joins them to the cgroups; empty before the first list."""
-        with self._lock:
-            return {m.cgroup_uid: m for m in self._pods.values()}
+        return self._store.by_cgroup_uid()
 
     def is_synced(self) -> bool:
         """Whether the first pod list has completed."""
@@ -137,84 +101,12 @@ class PodWatcher:
 
     async def _list(self) -> str:
         items, rv = await self._kube.list_pods(node_name=self._node_name)
-        fresh = {m.uid: m for m in (trimmed(pod_meta(p)) for p in items)}
-        with self._lock:
-            self._pods = {u: with_earlier_ids(m, self._pods.get(u)) for u, m in fresh.items()}
+        count = self._store.replace(items)
         self.relists += 1
         await self._refresh_node()
         self.synced.set()
-        log.info("listed %d pods on node %s at resourceVersion %s", len(fresh), self._node_name, rv)
+        log.info("listed %d pods on node %s at resourceVersion %s", count, self._node_name, rv)
         return rv
-
-    def _apply(self, event: JSON) -> str | None:
-        """Apply one watch event; the new resourceVersion, or raise :class:`_Relist`."""
-        kind = event.get("type")
-        obj: JSON = event.get("object") or {}
-        if kind == "ERROR":
-            raise _Relist(f"watch ERROR: {obj.get('code')} {obj.get('message')}")
-        rv = obj.get("metadata", {}).get("resourceVersion")
-        if kind in ("ADDED", "MODIFIED"):
-            meta = trimmed(pod_meta(obj))
-            with self._lock:
-                self._pods[meta.uid] = with_earlier_ids(meta, self._pods.get(meta.uid))
-        elif kind == "DELETED":
-            with self._lock:
-                self._pods.pop(obj.get("metadata", {}).get("uid", ""), None)
-        return str(rv) if rv else None
-
-    def _watch_blocking(self, rv: str, stop: threading.Event) -> str:
-        """Stream watch events from ``rv`` until the server ends the watch; the last
-        resourceVersion seen. Raises :class:`_Relist` or a :class:`KubeError`."""
-        try:
-            resp: Any = self._kube.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={self._node_name}",
-                resource_version=rv,
-                watch=True,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self._watch_timeout,
-                _preload_content=False,
-                _request_timeout=(5.0, self._watch_timeout + 30.0),
-            )
-        except Exception as exc:
-            err = translate_error(exc)
-            if err.status == 410:
-                raise _Relist("410 Gone") from exc
-            raise err from exc
-        self._resp = resp
-        if stop.is_set():
-            resp.release_conn()
-            return rv
-        try:
-            buffer = b""
-            for chunk in resp.stream(65536):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        rv = self._apply(json.loads(line)) or rv
-                if stop.is_set():
-                    break
-        except _Relist:
-            raise
-        except Exception as exc:
-            if stop.is_set():
-                return rv  # shut down by run() on stop
-            raise translate_error(exc) from exc
-        finally:
-            self._resp = None
-            if stop.is_set():
-                resp.close()  # a shut-down socket must not go back to the pool
-            else:
-                resp.release_conn()
-        return rv
-
-    def _unblock(self, stop_thread: threading.Event) -> None:
-        """Stop the watch thread now rather than at the watch's server-side timeout."""
-        stop_thread.set()
-        resp = self._resp
-        if resp is not None:
-            with contextlib.suppress(Exception):
-                resp.shutdown()
 
     async def run(self, *, stop: asyncio.Event) -> None:
         """List, then watch, until ``stop`` is set (or the task is cancelled); never raises
@@ -232,7 +124,7 @@ class PodWatcher:
                     if time.monotonic() - self._node_read_at > self._node_refresh:
                         await self._refresh_node()
                     watch = asyncio.create_task(
-                        self._kube.in_thread(self._watch_blocking, rv, stop_thread)
+                        self._kube.in_thread(self._stream.watch, rv, stop_thread)
                     )
                     stopper = asyncio.create_task(stop.wait())
                     done, _ = await asyncio.wait({watch, stopper}, return_when="FIRST_COMPLETED")
@@ -243,7 +135,7 @@ class PodWatcher:
                     watch = None
                     backoff = 1.0
                     continue
-                except _Relist as exc:
+                except Relist as exc:
                     log.info("pod watch on %s: %s; listing again", self._node_name, exc)
                 except KubeError as exc:
                     log.warning(
@@ -258,6 +150,6 @@ class PodWatcher:
                 backoff = min(backoff * 2, self._max_backoff)
         finally:
             if watch is not None and not watch.done():
-                self._unblock(stop_thread)
+                self._stream.unblock(stop_thread)
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.wait_for(asyncio.shield(watch), timeout=5)

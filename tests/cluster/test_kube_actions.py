@@ -423,7 +423,7 @@ async def test_apiserver_stopped_mid_eviction(
         return plan_eviction(pods=metas, usage=usage, flt=EvictFilter())
 
     limiter, backoff = EvictionLimiter(), EvictionBackoff()
-    kube.evict_pod = evict_then_stop  # type: ignore[method-assign]
+    kube.evict_pod = evict_then_stop
     try:
         res = await evict_plan(
             kube, node, plan_now(), target=10 * GiB, limiter=limiter, backoff=backoff
@@ -433,7 +433,7 @@ async def test_apiserver_stopped_mid_eviction(
         # What was evicted before the outage is in the result, and evented once it is back.
         assert [u["pods"] for u in res.details["evicted"]] == [[f"{ns}/batch-0"]]
     finally:
-        kube.evict_pod = real_evict  # type: ignore[method-assign]
+        kube.evict_pod = real_evict
         await asyncio.to_thread(control_plane.start_apiserver)
     await audited(kube, node, res)
     # The retry plans again from the API: batch-0 is terminating, so only batch-1 is evicted.

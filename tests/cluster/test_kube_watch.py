@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from nodeguard.kube.client import KubeClient
-from nodeguard.kube.watch import PodWatcher, _Relist
+from nodeguard.kube.watch import PodWatcher
+from nodeguard.kube.watch_stream import Relist
 from nodeguard.paths import HostPaths
 from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from tests.fixtures.make_hosts import kmsg, oom_records, v2_cgroup
@@ -106,8 +107,8 @@ async def test_watch_feeds_labels_and_overcommit(
 
 def test_watch_error_event_means_relist() -> None:
     watcher = PodWatcher(kube=None, node_name="n")  # type: ignore[arg-type]
-    with pytest.raises(_Relist, match="410"):
-        watcher._apply({"type": "ERROR", "object": {"code": 410, "message": "too old"}})
+    with pytest.raises(Relist, match="410"):
+        watcher._store.apply({"type": "ERROR", "object": {"code": 410, "message": "too old"}})
 
 
 async def test_relists_after_gone(
@@ -116,20 +117,20 @@ async def test_relists_after_gone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 410 Gone needs an etcd compaction to happen for real; the watch's answer to it is what is
-    # tested here: the stream raising _Relist once makes the watcher list again.
+    # tested here: the stream raising Relist once makes the watcher list again.
     node = cluster.node()
     kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
     watcher = PodWatcher(kube=kube, node_name=node, watch_timeout=2)
-    real = watcher._watch_blocking
+    real = watcher._stream.watch
     calls = {"n": 0}
 
     def gone_once(rv: str, stop: Any) -> str:
         calls["n"] += 1
         if calls["n"] == 1:
-            raise _Relist("410 Gone")
+            raise Relist("410 Gone")
         return real(rv, stop)
 
-    monkeypatch.setattr(watcher, "_watch_blocking", gone_once)
+    monkeypatch.setattr(watcher._stream, "watch", gone_once)
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop=stop))
     try:
