@@ -24,7 +24,6 @@ KNOWN = {
     # Not yet split (issue 23 part 3): each is one class over the limit today, to be split by
     # what it does and then taken off this list.
     "sources/gpu.py:NvmlReader",
-    "statefile.py:StateFile",
     "kube/client.py:KubeClient",
     "notify/hub.py:NotificationHub",
     "sources/kmsg.py:OomLogReader",

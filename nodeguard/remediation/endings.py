@@ -24,7 +24,8 @@ from nodeguard.units import format_duration
 
 __all__ = ["Done", "Endings", "ReleaseFn", "Unplanned"]
 
-log = logging.getLogger(__name__)
+# The remediator's log lines keep the one logger name they had before it was split in modules.
+log = logging.getLogger("nodeguard.remediation.worker")
 
 #: ``on_done(firing, results, applied)``: after a firing's last step (or its abandonment);
 #: ``applied``: some step changed something (done) or nothing failed.

@@ -20,7 +20,8 @@ from nodeguard.statefile import StateFile
 
 __all__ = ["Journal"]
 
-log = logging.getLogger(__name__)
+# The remediator's log lines keep the one logger name they had before it was split in modules.
+log = logging.getLogger("nodeguard.remediation.worker")
 
 
 class Journal:

@@ -22,7 +22,8 @@ from nodeguard.units import format_duration
 
 __all__ = ["PodsWait"]
 
-log = logging.getLogger(__name__)
+# The remediator's log lines keep the one logger name they had before it was split in modules.
+log = logging.getLogger("nodeguard.remediation.worker")
 
 
 class PodsWait:

@@ -21,7 +21,8 @@ from nodeguard.snapshot import NodeSnapshot
 
 __all__ = ["Check", "Decision", "resume"]
 
-log = logging.getLogger(__name__)
+# The remediator's log lines keep the one logger name they had before it was split in modules.
+log = logging.getLogger("nodeguard.remediation.worker")
 
 #: ``check(firing, snapshot)`` -> ``None`` to resume a restored firing, else why not.
 Check = Callable[[Firing, NodeSnapshot | None], str | None]

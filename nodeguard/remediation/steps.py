@@ -27,7 +27,8 @@ from nodeguard.statefile import StateNotPersisted
 
 __all__ = ["Acting", "ClaimFn", "Steps"]
 
-log = logging.getLogger(__name__)
+# The remediator's log lines keep the one logger name they had before it was split in modules.
+log = logging.getLogger("nodeguard.remediation.worker")
 
 #: ``await claim(firing)``: claim an alert's delivery cluster-wide before its first step:
 #: ``claimed``/``ours`` go on, ``duplicate``/``stale`` drop it, ``unavailable`` waits.

@@ -23,7 +23,8 @@ from nodeguard.remediation.waits import Waits
 
 __all__ = ["Workers"]
 
-log = logging.getLogger(__name__)
+# The remediator's log lines keep the one logger name they had before it was split in modules.
+log = logging.getLogger("nodeguard.remediation.worker")
 
 
 class Workers:

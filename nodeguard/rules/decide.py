@@ -25,7 +25,8 @@ from nodeguard.snapshot import NodeSnapshot
 
 __all__ = ["Decider", "rule_digest"]
 
-log = logging.getLogger(__name__)
+# The rule engine's log lines keep the one logger name they had before it was split in modules.
+log = logging.getLogger("nodeguard.rules.engine")
 
 
 def rule_digest(rule: Rule) -> str:

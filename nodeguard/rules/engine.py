@@ -31,7 +31,6 @@ written by a clock that ran ahead) count as now, and a hold as at most one coold
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -46,8 +45,6 @@ from nodeguard.snapshot import NodeSnapshot
 from nodeguard.statefile import StateFile
 
 __all__ = ["PENDING_GAP", "Firing", "RuleEngine", "rule_digest"]
-
-log = logging.getLogger(__name__)
 
 
 class RuleEngine:

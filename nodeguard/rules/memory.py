@@ -22,7 +22,8 @@ from nodeguard.statefile import StateFile
 
 __all__ = ["PENDING_GAP", "Memory", "TargetState"]
 
-log = logging.getLogger(__name__)
+# The rule engine's log lines keep the one logger name they had before it was split in modules.
+log = logging.getLogger("nodeguard.rules.engine")
 
 #: Seconds between the last save and a restart within which ``for`` windows are kept.
 PENDING_GAP = 60.0
