@@ -42,13 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -56,6 +53,15 @@ from prometheus_client.registry import Collector
 
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import Conflict, Fenced, KubeError, NotFound
+from nodeguard.remediation.lease_mirror import ANN_STATE, Inherited, Mirror, inherited
+from nodeguard.remediation.lease_takeover import (
+    ANN_DRY_RUN,
+    ANN_HOLDER_STATE,
+    Takeover,
+    as_ours,
+    lease_annotations,
+    lease_spec,
+)
 
 __all__ = [
     "ANN_DRY_RUN",
@@ -70,14 +76,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ANN_STATE = "nodeguard.io/actor-state"
-ANN_DRY_RUN = "nodeguard.io/actor-dry-run"
-ANN_STATE_ID = "nodeguard.io/actor-state-id"
-#: The holder's state file id (written by every holder, dry run too).
-ANN_HOLDER_STATE = "nodeguard.io/actor-holder-state"
-#: The journal mirrored on the Lease, in characters at most (annotations share 256 KiB).
-_MAX_STATE = 96 * 1024
-
 State = Literal["actor", "observer", "unknown"]
 
 
@@ -90,29 +88,14 @@ def lease_name(node: str) -> str:
     return f"{name[:236]}-{hashlib.sha256(node.encode()).hexdigest()[:16]}"
 
 
-def _micro_now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Inherited:
-    """What an agent that died left on the Lease: ``journal`` (incident id -> journal entry)
-    and ``evictions`` (its eviction times on this node, Unix seconds); ``same_state``: it used
-    this agent's own state file (a restart of the same agent: nothing to adopt); ``lapsed``:
-    it did not release the Lease (killed, or cut off), so what it did last is unknown."""
-
-    journal: dict[str, Any]
-    evictions: list[float]
-    same_state: bool
-    lapsed: bool
-
-
 class NodeActor:
     """Holds (or watches) the Lease of ``node`` in ``namespace`` for ``identity``.
 
     ``duration``: ``leaseDurationSeconds``; ``state_id``: an id of this agent's state file;
     ``mirror()``: what to write on the Lease with every renewal (the journal and eviction
-    times). ``clock``: monotonic seconds (injectable for tests).
+    times). ``clock``: monotonic seconds (injectable for tests). Who may take the Lease is
+    :class:`~nodeguard.remediation.lease_takeover.Takeover`'s judgement; what is written on it
+    for the next holder, :class:`~nodeguard.remediation.lease_mirror.Mirror`'s.
     """
 
     def __init__(
@@ -131,22 +114,21 @@ class NodeActor:
         self._kube, self.node, self.namespace = kube, node, namespace
         self.name = lease_name(node)
         self.identity, self.duration, self.dry_run = identity, duration, dry_run
-        self._state_id, self._mirror = state_id, mirror
-        self._clock = clock
+        self._state_id, self._clock = state_id, clock
+        self._mirror = Mirror(mirror=mirror, state_id=state_id, namespace=namespace, name=self.name)
+        self._takeover = Takeover(
+            identity=identity, duration=duration, dry_run=dry_run, state_id=state_id, clock=clock
+        )
         self._lease: JSON | None = None  # the last version read or written
         self._valid_until = 0.0  # monotonic: until when this agent may act
-        self._observed: tuple[str, str] | None = None
-        self._observed_at = 0.0
         self._lock = asyncio.Lock()
         self._said: tuple[State, str] | None = None
-        self._cut_said = False
         self.state: State = "unknown"
         self.holder: str | None = None
         self.transitions = 0
         #: Set by a takeover from another agent's state: what it left (see :meth:`take_over`).
         self.inherited: Inherited | None = None
 
-    # -- reading ------------------------------------------------------------------------------
     def is_actor(self) -> bool:
         """Whether this agent holds the node's Lease now, with at least a third of it left."""
         return self.state == "actor" and self._clock() < self._valid_until
@@ -163,106 +145,38 @@ class NodeActor:
         else:
             log.warning("observer: node %s's actions are held by %s", self.node, why)
 
-    # -- the Lease ----------------------------------------------------------------------------
-    def _spec(self, lease: JSON) -> dict[str, Any]:
-        spec: dict[str, Any] = lease.setdefault("spec", {})
-        return spec
-
-    def _annotations(self, lease: JSON) -> dict[str, str]:
-        meta = lease.setdefault("metadata", {})
-        ann: dict[str, str] = meta.get("annotations") or {}
-        meta["annotations"] = ann
-        return ann
-
-    def _may_take(self, lease: JSON) -> tuple[bool, str]:
-        """Whether this agent may take the Lease now; else who holds it, for the log."""
-        spec = self._spec(lease)
-        holder = str(spec.get("holderIdentity") or "")
-        if not holder or holder == self.identity:
-            return True, ""
-        record = (holder, str(spec.get("renewTime") or spec.get("acquireTime") or ""))
-        now = self._clock()
-        if record != self._observed:
-            self._observed, self._observed_at = record, now
-        duration = float(spec.get("leaseDurationSeconds") or self.duration)
-        holder_dry = self._annotations(lease).get(ANN_DRY_RUN) == "true"
-        left = self._observed_at + duration - now
-        renewed = spec.get("renewTime") or spec.get("acquireTime") or "?"
-        why = f"{holder}{' (dry run)' if holder_dry else ''} until {renewed} + {duration:.0f}s"
-        if self.dry_run and not holder_dry:
-            return False, why  # a dry run never takes the node from a real agent
-        if self._state_id and self._annotations(lease).get(ANN_HOLDER_STATE) == self._state_id:
-            # The holder used this agent's own state file, which this process holds locked
-            # (flock, nodeguard.statefile): it was this agent before a restart, and is dead.
-            return True, ""
-        if holder_dry and not self.dry_run:
-            return True, ""  # a real agent takes it from a dry run at once
-        return left <= 0, f"{why} ({max(left, 0):.0f}s left as seen here)"
-
-    def _mirrored(self, ann: dict[str, str]) -> None:
-        if self.dry_run:
-            return  # a dry run keeps what a real agent left, for the next real one
-        data = dict(self._mirror())
-        text = json.dumps(data, separators=(",", ":"), default=str)
-        journal = dict(data.get("journal") or {})
-        # Runbooks are journaled when queued, so the oldest entries are the ones under way
-        # (an eviction on the wire): the cut drops queued deliveries nothing has started
-        # (Alertmanager re-sends them; a local rule fires again), the newest first, and
-        # runbooks under way only when those are not enough, the oldest first.
-        order = [k for k in reversed(journal) if _not_started(journal[k])]
-        order += [k for k in journal if k not in set(order)]
-        cut = 0
-        while len(text) > _MAX_STATE and journal:
-            journal.pop(order[cut])
-            cut += 1
-            text = json.dumps({**data, "journal": journal}, separators=(",", ":"), default=str)
-        if cut and not self._cut_said:
-            self._cut_said = True  # once: a flood would say it on every renewal
-            log.warning(
-                "lease %s/%s: journal over %d characters: %d of %d runbooks not mirrored "
-                "(queued ones first); an agent taking over does not see them",
-                self.namespace,
-                self.name,
-                _MAX_STATE,
-                cut,
-                cut + len(journal),
-            )
-        ann[ANN_STATE] = text
-        ann[ANN_STATE_ID] = self._state_id
+    def _observe(self, lease: JSON, holder: str, why: str) -> None:
+        self._lease, self.state, self.holder = lease, "observer", holder
+        self._say("observer", why)
 
     async def _write(self, lease: JSON | None, *, previous: str) -> bool:
         """Create or replace the Lease as ours; True when it was written."""
-        now = _micro_now()
         sent = self._clock()
-        body: JSON = (
-            lease
-            if lease is not None
-            else {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": {"leaseTransitions": 0},
-            }
-        )
-        spec = self._spec(body)
         taking = previous != self.identity
-        spec.update(
-            holderIdentity=self.identity,
-            leaseDurationSeconds=self.duration,
-            renewTime=now,
+        body = as_ours(
+            lease,
+            name=self.name,
+            namespace=self.namespace,
+            identity=self.identity,
+            duration=self.duration,
+            previous=previous,
         )
-        if taking:
-            spec["acquireTime"] = now
-            if previous:
-                spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-        ann = self._annotations(body)
+        ann = lease_annotations(body)
         if taking:
             # A dry-run holder sent nothing destructive (it fences nothing): nothing it did is
             # unknown, so its rules' cooldowns need not be assumed to run.
-            self._inherit(ann, lapsed=bool(previous) and ann.get(ANN_DRY_RUN) != "true")
+            lapsed = bool(previous) and ann.get(ANN_DRY_RUN) != "true"
+            self.inherited = inherited(
+                ann,
+                state_id=self._state_id,
+                lapsed=lapsed,
+                namespace=self.namespace,
+                name=self.name,
+            )
         ann[ANN_DRY_RUN] = "true" if self.dry_run else "false"
         ann[ANN_HOLDER_STATE] = self._state_id
-        self._mirrored(ann)
+        if not self.dry_run:  # a dry run keeps what a real agent left, for the next real one
+            self._mirror.write(ann)
         try:
             if lease is None:
                 written = await self._kube.create_lease(namespace=self.namespace, body=body)
@@ -276,26 +190,13 @@ class NodeActor:
             return False
         self._lease = written
         self._valid_until = sent + self.duration * 2 / 3
-        self.transitions = int(self._spec(written).get("leaseTransitions") or 0)
+        self.transitions = int(lease_spec(written).get("leaseTransitions") or 0)
         self.holder = self.identity
-        self._observed = None
+        self._takeover.forget()
         if taking:
             self._say("actor", f"took it from {previous}" if previous else "it was free")
         self.state = "actor"
         return True
-
-    def _inherit(self, ann: dict[str, str], *, lapsed: bool) -> None:
-        same = ann.get(ANN_STATE_ID) == self._state_id
-        try:
-            data = json.loads(ann.get(ANN_STATE) or "{}")
-            journal = {str(k): v for k, v in dict(data.get("journal") or {}).items()}
-            evictions = [float(t) for t in data.get("evictions") or []]
-        except (ValueError, TypeError, AttributeError):
-            log.warning("lease %s/%s: unreadable %s, ignored", self.namespace, self.name, ANN_STATE)
-            journal, evictions = {}, []
-        self.inherited = Inherited(
-            journal=journal, evictions=evictions, same_state=same, lapsed=lapsed
-        )
 
     async def attempt(self) -> bool:
         """One acquire-or-renew (:meth:`run` calls it every ``duration / 3`` seconds): whether
@@ -317,12 +218,10 @@ class NodeActor:
                 except KubeError as exc:
                     log.warning("cannot create lease %s/%s: %s", self.namespace, self.name, exc)
                     return False
-            spec = self._spec(lease)
-            holder = str(spec.get("holderIdentity") or "")
-            may, why = self._may_take(lease)
+            holder = str(lease_spec(lease).get("holderIdentity") or "")
+            may, why = self._takeover.may_take(lease)
             if not may:
-                self._lease, self.state, self.holder = lease, "observer", holder
-                self._say("observer", why)
+                self._observe(lease, holder, why)
                 return False
             try:
                 if await self._write(lease, previous=holder):
@@ -339,11 +238,10 @@ class NodeActor:
         except KubeError:
             self.state = "unknown"
             return False
-        holder = str(self._spec(lease).get("holderIdentity") or "")
+        holder = str(lease_spec(lease).get("holderIdentity") or "")
         if holder != self.identity:
-            self._lease, self.state, self.holder = lease, "observer", holder
-            self._may_take(lease)  # starts watching its renewals
-            self._say("observer", f"{holder} (it wrote the Lease first)")
+            self._takeover.may_take(lease)  # starts watching its renewals
+            self._observe(lease, holder, f"{holder} (it wrote the Lease first)")
         return False
 
     async def fence(self) -> None:
@@ -372,7 +270,7 @@ class NodeActor:
             if self.state != "actor" or self._lease is None:
                 return
             lease = self._lease
-            self._spec(lease)["holderIdentity"] = None
+            lease_spec(lease)["holderIdentity"] = None
             with contextlib.suppress(KubeError):
                 await self._kube.replace_lease(name=self.name, namespace=self.namespace, body=lease)
             self.state = "unknown"
@@ -388,10 +286,6 @@ class NodeActor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.duration / 3)
         await self.release()
-
-
-def _not_started(entry: Any) -> bool:
-    return isinstance(entry, dict) and not entry.get("next") and not entry.get("progress")
 
 
 class ClaimantWatch:

@@ -20,11 +20,6 @@ PACKAGE = Path(nodeguard.__file__).parent
 # work (nodeguard/remediation/) or the action registry's (nodeguard/actions/audit.py,
 # context.py, registry.py, cli/act.py).
 KNOWN = {
-    "remediation/worker.py:Remediator",
-    # Not yet split (issue 23 part 3): each is one class over the limit today, to be split by
-    # what it does and then taken off this list.
-    "rules/engine.py:RuleEngine",
-    "statefile.py:StateFile",
     # Came with the per-node Lease (issue 22 point 3), after the split: the same.
     "remediation/actor.py:NodeActor",
     "alerts/claims.py:AlertClaims",
