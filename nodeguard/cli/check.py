@@ -2,7 +2,10 @@
 
 A line per file, every problem as ``FILE:LINE: FIELD: message`` (a threshold outside its
 signal's range gives the range; an unknown field lists the allowed ones and the closest);
-exit status 0 when all are good, 1 otherwise. Rule names must also be unique across the files.
+exit status 0 when all are good, 1 otherwise. A file that loads but probably does not say what
+was meant (a duration without a unit, a byte threshold under 1Mi: :mod:`nodeguard.rules.hints`)
+gets its warnings in the same form and still exits 0. Rule names must also be unique across the
+files.
 A directory is read as the agent's ``--rules DIR`` reads it (its ``*.yaml``/``*.yml`` files,
 hidden ones skipped: ``expand_paths``); one with no rule file is an error, since the agent given
 it would run with no rule in force, and files in it that are not read are named.
@@ -61,7 +64,11 @@ def check_files(files: Sequence[Path], *, out: TextIO) -> int:
             out.write(f"{msg}\n")
         if not dupes:
             extra = f", {len(rf.spec.alerts)} alert rules" if rf.spec.alerts else ""
-            out.write(f"  SUCCESS: {len(rf.spec.rules)} rules found{extra}\n")
+            hints = rf.hints()
+            warned = f", {len(hints)} warning(s)" if hints else ""
+            out.write(f"  SUCCESS: {len(rf.spec.rules)} rules found{extra}{warned}\n")
+            for hint in hints:
+                out.write(f"{hint}\n")
     return 1 if failed else 0
 
 

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from nodeguard.fields import model_at, unknown_field
 from nodeguard.logs import AUDIT
+from nodeguard.rules.hints import rule_hints
 from nodeguard.rules.safe_yaml import YamlProblem, field_path, load_bounded
 from nodeguard.rules.schema import AlertRule, Rule, RuleFile
 
@@ -216,6 +217,9 @@ def _parse(path: Path, text: str) -> RuleFile:
             messages.append(f"{path}:{line or 1}: {field_path(loc)}: {msg}")
         raise RuleError(messages) from None
     rf.set_name_lines(_name_lines(node, rf))
+    rf.set_hints(
+        rule_hints(path=str(path), rule_file=rf, data=data, line_of=lambda loc: _line_of(node, loc))
+    )
     duplicates = RuleNames().claim(path=path, rule_file=rf)
     if duplicates:
         raise RuleError(duplicates)
@@ -278,6 +282,8 @@ def load_rules(paths: Sequence[Path]) -> RuleSet:
             messages += exc.messages
             continue
         messages += names.claim(path=path, rule_file=rf)
+        for hint in rf.hints():
+            log.warning("%s", hint)
         rules += rf.spec.rules
         alerts += rf.spec.alerts
     if messages:

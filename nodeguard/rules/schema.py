@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -79,6 +79,35 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
 }
 
 
+# What people write for the four comparisons; each gets the one it surely means. Equality is
+# not offered: a sampled value (bytes, a ratio) is almost never exactly the threshold.
+_OP_TYPOS = {
+    "=>": "did you mean '>='?",
+    "=<": "did you mean '<='?",
+    "≥": "did you mean '>='?",
+    "≤": "did you mean '<='?",
+    "gt": "did you mean '>'?",
+    "ge": "did you mean '>='?",
+    "gte": "did you mean '>='?",
+    "lt": "did you mean '<'?",
+    "le": "did you mean '<='?",
+    "lte": "did you mean '<='?",
+    "==": "a sampled value is almost never exactly the threshold: use '>=' or '<='",
+    "=": "a sampled value is almost never exactly the threshold: use '>=' or '<='",
+    "!=": "a sampled value is almost never exactly the threshold: use '>' or '<'",
+}
+
+
+def _known_scope(scope: Any) -> Any:
+    """A scope that is not one of :data:`Scope`'s, with the closest named."""
+    allowed = get_args(Scope)
+    if isinstance(scope, str) and scope not in allowed:
+        raise ValueError(
+            f"unknown scope {scope!r}{did_you_mean(scope, allowed)} (one of: {', '.join(allowed)})"
+        )
+    return scope
+
+
 class Condition(_Strict):
     """``signal op value``: for example ``node_memory_available_ratio < 0.05``. The value is in
     the signal's unit (a ``bytes`` signal also takes a quantity such as ``8Gi``, a ``seconds``
@@ -99,12 +128,26 @@ class Condition(_Strict):
             )
         return name
 
+    @field_validator("op", mode="before")
+    @classmethod
+    def _known_op(cls, op: Any) -> Any:
+        if isinstance(op, str) and op.strip() in _OP_TYPOS:
+            raise ValueError(f"{op.strip()!r} is not a comparison: {_OP_TYPOS[op.strip()]}")
+        return op
+
     @field_validator("value", mode="before")
     @classmethod
     def _in_unit(cls, value: Any, info: ValidationInfo) -> Any:
         sig = SIGNALS.get(info.data.get("signal", ""))
         if sig is None or not isinstance(value, str):
             return value
+        if sig.unit == "ratio" and value.strip().endswith("%"):
+            number = value.strip().removesuffix("%").strip()
+            try:
+                write = f"write {float(number) / 100:g}"
+            except ValueError:
+                write = "write 0.05 for 5 %"
+            raise ValueError(f"{sig.name} is a ratio, not a percent: {write} for {value!r}")
         if sig.unit == "bytes":
             try:
                 return parse_bytes(value.strip(), exact=True)
@@ -202,7 +245,7 @@ class Rule(_Strict):
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     description: str = ""
-    scope: Scope
+    scope: Annotated[Scope, BeforeValidator(_known_scope)]
     when: list[Condition] = Field(min_length=1)
     for_: Duration = Field(default=0.0, alias="for")
     clear: list[Condition] | None = Field(default=None, min_length=1)
@@ -259,14 +302,37 @@ class _Spec(_Strict):
     alerts: list[AlertRule] = Field(default_factory=list)
 
 
+def _known_api(value: Any) -> Any:
+    if isinstance(value, str) and value != API_VERSION:
+        raise ValueError(f"unknown apiVersion {value!r}: this nodeguard reads {API_VERSION}")
+    return value
+
+
+def _known_kind(value: Any) -> Any:
+    if isinstance(value, str) and value != "RuleSet":
+        raise ValueError(f"unknown kind {value!r}: a rule file is kind RuleSet")
+    return value
+
+
 class RuleFile(_Strict):
     """A whole rule file."""
 
-    api_version: Literal["nodeguard.io/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["RuleSet"]
+    api_version: Annotated[Literal["nodeguard.io/v1alpha1"], BeforeValidator(_known_api)] = Field(
+        alias="apiVersion"
+    )
+    kind: Annotated[Literal["RuleSet"], BeforeValidator(_known_kind)]
     metadata: _Metadata = Field(default_factory=_Metadata)
     spec: _Spec
     _lines: list[int] = PrivateAttr(default_factory=list)
+    _hints: list[str] = PrivateAttr(default_factory=list)
+
+    def set_hints(self, hints: list[str]) -> None:
+        """The warnings of :func:`nodeguard.rules.hints.rule_hints` for this file."""
+        self._hints = hints
+
+    def hints(self) -> list[str]:
+        """Warnings: the file loads, but probably does not say what was meant."""
+        return list(self._hints)
 
     def set_name_lines(self, lines: list[int]) -> None:
         """Where each name is in the file (rules, then alert rules), for messages."""

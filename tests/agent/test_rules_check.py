@@ -28,6 +28,7 @@ def test_shipped_rule_files_pass_check(path: Path) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
+    assert "warning" not in out.stdout  # the shipped files say what they mean
 
 
 def test_shipped_rules_load_together() -> None:
@@ -139,7 +140,7 @@ def _check(tmp_path: Path, text: str) -> tuple[int, str]:
         ),
         (
             GOOD_RULE.replace("kind: RuleSet", "kind: PrometheusRule"),
-            "F:2: kind: Input should be 'RuleSet'",
+            "F:2: kind: unknown kind 'PrometheusRule': a rule file is kind RuleSet",
         ),
         (
             GOOD_RULE.replace(
@@ -275,3 +276,84 @@ def test_a_directory_names_what_it_does_not_read(tmp_path: Path) -> None:
         f"{tmp_path}: not read (not *.yaml or *.yml): b.yaml.bak\n"
         f"Checking {tmp_path / 'a.yaml'}\n  SUCCESS: 1 rules found\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (
+            ("value: 0.05", 'value: "5%"'),
+            "F:8: spec.rules[0].when[0].value: node_memory_available_ratio is a ratio, not a "
+            "percent: write 0.05 for '5%'",
+        ),
+        (
+            ('op: "<"', 'op: "=<"'),
+            "F:8: spec.rules[0].when[0].op: '=<' is not a comparison: did you mean '<='?",
+        ),
+        (
+            ('op: "<"', 'op: "=="'),
+            "'==' is not a comparison: a sampled value is almost never exactly the threshold",
+        ),
+        (
+            ("scope: node", "scope: nodes"),
+            "F:6: spec.rules[0].scope: unknown scope 'nodes' (did you mean 'node'?) (one of: "
+            "node, pod, container, gpu)",
+        ),
+        (
+            ("nodeguard.io/v1alpha1", "nodeguard.io/v1"),
+            "F:1: apiVersion: unknown apiVersion 'nodeguard.io/v1': this nodeguard reads "
+            "nodeguard.io/v1alpha1",
+        ),
+    ],
+    ids=["percent", "reversed-op", "equality", "scope", "api-version"],
+)
+def test_each_error_says_what_to_write(tmp_path: Path, change: tuple[str, str], error: str) -> None:
+    """The mistakes people make in rule files, each answered with what to write instead."""
+    rc, out = _check(tmp_path, GOOD_RULE.replace(*change))
+    assert rc == 1 and error in out, out
+
+
+def test_warnings_for_what_loads_but_is_likely_meant_otherwise(tmp_path: Path) -> None:
+    """A duration without a unit is read as seconds and a byte amount under 1Mi is almost surely
+    missing its unit: each a warning at its line, and the file still passes (exit 0)."""
+    text = GOOD_RULE.replace(
+        "      scope: node\n",
+        "      scope: node\n      for: 30\n      cooldown: 5\n"
+        "      maxFirings: {count: 2, window: 600}\n",
+    ).replace(
+        '        - {signal: node_memory_available_ratio, op: "<", value: 0.05}\n',
+        '        - {signal: node_memory_available_ratio, op: "<", value: 0.05}\n'
+        '        - {signal: node_memory_available_bytes, op: "<", value: 512}\n',
+    )
+    rc, out = _check(tmp_path, text)
+    assert rc == 0, out
+    assert out.splitlines() == [
+        "Checking F",
+        "  SUCCESS: 1 rules found, 4 warning(s)",
+        "F:7: spec.rules[0].for: warning: 30 has no unit, so it is read as 30 seconds: write 30s "
+        "(or 5m, 1h) to say so",
+        "F:8: spec.rules[0].cooldown: warning: 5 has no unit, so it is read as 5 seconds: write "
+        "5s (or 5m, 1h) to say so",
+        "F:9: spec.rules[0].maxFirings.window: warning: 600 has no unit, so it is read as 600 "
+        "seconds: write 600s (or 5m, 1h) to say so",
+        "F:12: spec.rules[0].when[1].value: warning: node_memory_available_bytes is in bytes and "
+        "512 bytes is less than 1Mi: if you meant 512Mi or 512Gi, write the unit",
+    ]
+
+
+def test_no_warning_for_what_says_what_it_means(tmp_path: Path) -> None:
+    """The look-alikes: durations with units, a zero duration, a byte amount of 1Mi or more
+    written as a number, ``> 0`` on bytes, and a rate in bytes per second (small by nature)."""
+    text = GOOD_RULE.replace(
+        "      scope: node\n",
+        "      scope: node\n      for: 30s\n      cooldown: 0\n"
+        "      maxFirings: {count: 2, window: 10m}\n",
+    ).replace(
+        '        - {signal: node_memory_available_ratio, op: "<", value: 0.05}\n',
+        '        - {signal: node_memory_available_ratio, op: "<", value: 0.05}\n'
+        '        - {signal: node_memory_available_bytes, op: "<", value: 1048576}\n'
+        '        - {signal: node_memory_available_bytes, op: ">", value: 0}\n'
+        '        - {signal: node_direct_reclaim_bytes_per_second, op: ">", value: 262144}\n',
+    )
+    rc, out = _check(tmp_path, text)
+    assert (rc, out) == (0, "Checking F\n  SUCCESS: 1 rules found\n")
