@@ -4,6 +4,7 @@ with file, line and field."""
 from __future__ import annotations
 
 import io
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -357,3 +358,18 @@ def test_no_warning_for_what_says_what_it_means(tmp_path: Path) -> None:
     )
     rc, out = _check(tmp_path, text)
     assert (rc, out) == (0, "Checking F\n  SUCCESS: 1 rules found\n")
+
+
+def test_the_agent_logs_the_warnings_when_it_loads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent loads the rules as ``check`` does, and logs each warning once per load."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(GOOD_RULE.replace("      scope: node\n", "      scope: node\n      for: 30\n"))
+    with caplog.at_level(logging.WARNING, logger="nodeguard.rules.load"):
+        loaded = load_rules([path])
+    assert loaded.rules[0].for_ == 30.0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}:7: spec.rules[0].for: warning: 30 has no unit, so it is read as 30 seconds: "
+        "write 30s (or 5m, 1h) to say so"
+    ]
