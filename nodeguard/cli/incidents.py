@@ -1,8 +1,11 @@
-"""``nodeguard incidents [ID]``: list the incident records (newest first), or show one in full.
+"""``nodeguard incidents [ID]``: list the incident records (newest first), or show one.
 
 The list fits 80 columns (``kubectl exec`` without a TTY): each incident is named by the
 shortest prefix of its id that is unique among the records, at least the id's time to the
 second (``20261130T101500``, UTC), and ``nodeguard incidents PREFIX`` takes any unique prefix.
+Rule names are never broken (the target and the actions wrap instead). One incident is shown
+for people (what fired, on what, what was done, the node's memory and the largest containers
+then); ``--json`` gives its whole record.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from rich.table import Table
 
 from nodeguard.cli.console import stdout_console
 from nodeguard.cli.flags import add_json, add_log_level, add_state
+from nodeguard.cli.incident_view import show_one
 from nodeguard.remediation.incidents import IncidentStore
 
 __all__ = ["SHORTEST_ID", "add_arguments", "run", "short_ids", "show_incidents"]
@@ -36,11 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "id",
         nargs="?",
-        help="show this incident in full, as JSON: its id or any unique prefix of it (default: "
-        "list them all)",
+        help="show this incident: its id or any unique prefix of it (default: list them all; "
+        "with --json, its whole record)",
     )
     add_state(parser)
-    add_json(parser, what="the list")
+    add_json(parser, what="the list, or the whole record of one")
     add_log_level(parser, default="warning")
 
 
@@ -74,7 +78,8 @@ def _table(records: list[dict[str, Any]]) -> Table:
         pad_edge=False,
     )
     t.add_column("id (UTC)", no_wrap=True, min_width=SHORTEST_ID)
-    t.add_column("rule", overflow="fold")
+    # A rule name is read whole: the target and the actions wrap instead.
+    t.add_column("rule", no_wrap=True)
     t.add_column("kind", no_wrap=True)
     t.add_column("target", overflow="fold")
     t.add_column("dry", no_wrap=True)
@@ -106,7 +111,7 @@ def show_incidents(
         found = store.matching(incident)
         record = store.get(found[0]) if len(found) == 1 else None
         if len(found) > 1:
-            shown = ", ".join(found[-_AMBIGUOUS_SHOWN:])
+            shown = ", ".join(sorted(found, reverse=True)[:_AMBIGUOUS_SHOWN])
             console.print(
                 f"{incident!r} is the start of {len(found)} incident ids (newest: {shown}); "
                 "give more of it",
@@ -116,7 +121,10 @@ def show_incidents(
         if record is None:
             console.print(f"no incident {incident!r} in {directory}", soft_wrap=True)
             return 1
-        console.print_json(json.dumps(record, default=str))
+        if as_json:
+            console.print_json(json.dumps(record, default=str))
+        else:
+            show_one(record, console=console)
         return 0
     records = store.list()
     if as_json:

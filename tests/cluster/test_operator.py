@@ -12,6 +12,7 @@ read at 80 columns (``kubectl exec`` without a TTY).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -232,12 +233,46 @@ def test_incidents_fit_80_columns_and_take_any_unique_start(tmp_path: Path) -> N
     assert short[ids[1]].startswith("20251130T101600.2") and short[ids[1]] != short[ids[2]]
     for i in ids:
         assert short[i] in listing.stdout, short[i]
-        shown = nodeguard("incidents", state, short[i])
+        shown = nodeguard("incidents", state, short[i], "--json")
         assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == i
     both = nodeguard("incidents", state, "20251130T1016")
     assert both.returncode == 1
-    assert "is the start of 2 incident ids" in both.stdout and ids[1] in both.stdout
+    assert "is the start of 2 incident ids" in both.stdout
+    # "newest:" lists the newest first.
+    assert both.stdout.index(ids[2]) < both.stdout.index(ids[1]), both.stdout
     assert nodeguard("incidents", state, "2024").returncode == 1
+
+
+def test_one_incident_for_people_and_rule_names_whole(tmp_path: Path) -> None:
+    """``nodeguard incidents ID`` is a short report within 80 columns: the rule, its target,
+    when, each action with its outcome, the node's memory and the largest containers then;
+    ``--json`` is the record. In the list, a long rule name is never broken mid-word."""
+    store = IncidentStore(directory=tmp_path / "incidents")
+    t = 1_764_497_700.0  # 2025-11-30T10:15:00Z
+    evicted = ActionResult(
+        action="evict", node="n", dry_run=True, outcome="done", message="would evict ml/prep"
+    ).to_record()
+    firing = dataclasses.replace(
+        _firing("container-thrashing-at-limit", t, "ml/prep/main"),
+        summary="unreclaimable memory at 97 % of the limit",
+        values={"container_unreclaimable_limit_ratio": 0.97},
+    )
+    record = store.write(firing=firing, results=[evicted])
+    record_id = record["id"]
+    state = f"--path.state={tmp_path}"
+    listing = nodeguard("incidents", state)
+    assert "container-thrashing-at-limit" in listing.stdout, listing.stdout
+    shown = nodeguard("incidents", state, record_id[:15])
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "container-thrashing-at-limit firing on node ml/prep/main"
+    assert lines[1] == "  when    2025-11-30 10:15:00 UTC, node gpu-node-with-a-long-name-7"
+    assert lines[2] == "  from    local (dry run: nothing was changed)"
+    assert "  value   container_unreclaimable_limit_ratio = 0.97" in lines
+    assert "  evict: done - would evict ml/prep" in lines
+    assert _lines_within(shown.stdout) == [], shown.stdout
+    whole = nodeguard("incidents", state, record_id[:15], "--json")
+    assert json.loads(whole.stdout) == json.loads(json.dumps(record, default=str))
 
 
 def test_short_ids_are_unique_starts() -> None:
