@@ -17,7 +17,6 @@ Lease's mirror of its journal go through :class:`_Remediator`, which reaches it 
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
 from nodeguard.connections import ConnectionGuard, ConnectionsCollector
 from nodeguard.firing import Firing
 from nodeguard.kube.client import KubeClient
+from nodeguard.kube.config import cluster_named
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.remediation.actor import ActorCollector, ClaimantWatch, NodeActor, claimant_alive
 from nodeguard.remediation.incidents import IncidentStore
@@ -82,8 +82,8 @@ class Agent:
 
 
 def _cluster(cfg: AgentConfig) -> Cluster | None:
-    if cfg.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        log.info("no --kubeconfig and not in a pod: running without a cluster")
+    if not cluster_named(kubeconfig=cfg.kubeconfig, home=False):
+        log.info("no --kubeconfig, no $KUBECONFIG and not in a pod: running without a cluster")
         return None
     kube = KubeClient.load(kubeconfig=cfg.kubeconfig)
     return Cluster(kube=kube, pods=PodWatcher(kube=kube, node_name=cfg.sampler.node_name))

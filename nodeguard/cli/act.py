@@ -115,7 +115,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig",
         type=Path,
         metavar="FILE",
-        help="kubeconfig (default: the in-cluster config in a pod, else $KUBECONFIG, else "
+        help="kubeconfig (default: $KUBECONFIG, else the in-cluster config in a pod, else "
         "~/.kube/config)",
     )
     parser.add_argument(
@@ -287,5 +287,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_act(args, stdout_console(), errors))
     except KubeError as exc:
-        errors.print(f"nodeguard act: {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
+        # The API's own words (or where no config was found), not the class that carried them.
+        status = f" (HTTP {exc.status})" if exc.status else ""
+        errors.print(f"nodeguard act: {escape(str(exc))}{status}", soft_wrap=True)
         return EXIT_FAILED

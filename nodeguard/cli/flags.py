@@ -176,15 +176,16 @@ def add_collectors(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def add_kubeconfig(parser: Flags, *, used_for: str) -> None:
-    """``--kubeconfig``: in a pod its ServiceAccount, else the file given."""
+def add_kubeconfig(parser: Flags, *, used_for: str, home: bool) -> None:
+    """``--kubeconfig``, in the order of :func:`nodeguard.kube.config.cluster_named` (``home``:
+    whether ``~/.kube/config`` is the last resort, as for the interactive commands)."""
     parser.add_argument(
         "--kubeconfig",
         type=Path,
         default=None,
         metavar="FILE",
-        help=f"kubeconfig, for {used_for} (default: the in-cluster config when running in a "
-        "pod; otherwise none)",
+        help=f"kubeconfig, for {used_for} (default: $KUBECONFIG, else the in-cluster config "
+        f"in a pod{', else ~/.kube/config' if home else ''}; otherwise none)",
     )
 
 

@@ -200,7 +200,7 @@ def remediation(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="record what actions would do without doing them (default on)",
     )
-    add_kubeconfig(g, used_for="pod names and actions")
+    add_kubeconfig(g, used_for="pod names and actions", home=False)
     g.add_argument(
         "--rules",
         type=Path,

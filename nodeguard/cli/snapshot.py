@@ -19,6 +19,7 @@ import sys
 from nodeguard.cli.console import stdout_console
 from nodeguard.cli.flags import add_host, add_json, add_kubeconfig, add_log_level, sampler_config
 from nodeguard.kube.client import KubeClient
+from nodeguard.kube.config import cluster_named
 from nodeguard.kube.errors import KubeError
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.report import render_report
@@ -35,7 +36,7 @@ HELP = "take one sample and print it (tables, or --json)"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``nodeguard snapshot``."""
     add_host(parser)
-    add_kubeconfig(parser, used_for="pod and container names")
+    add_kubeconfig(parser, used_for="pod and container names", home=True)
     add_json(parser, what="the snapshot")
     add_log_level(parser, default="warning")
 
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _pods(args: argparse.Namespace) -> PodWatcher | None:
     """This node's pods, listed once; ``None`` without a cluster or when the list fails (said
     in one line: the report is still worth having)."""
-    if args.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if not cluster_named(kubeconfig=args.kubeconfig, home=True):
         return None
     try:
         kube = KubeClient.load(kubeconfig=args.kubeconfig)

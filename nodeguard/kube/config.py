@@ -12,27 +12,57 @@ from kubernetes import config as k8s_config
 
 from nodeguard.kube.errors import KubeError
 
-__all__ = ["api_client", "loaded_configuration", "token_configuration"]
+__all__ = ["api_client", "cluster_named", "loaded_configuration", "token_configuration"]
+
+
+def _in_a_pod() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def _home_config() -> Path:
+    # Not the library's KUBE_CONFIG_DEFAULT_LOCATION: that is $KUBECONFIG when it was set at
+    # import. The home file is kubectl's last resort, read when $KUBECONFIG is unset.
+    return Path("~/.kube/config").expanduser()
+
+
+def cluster_named(*, kubeconfig: Path | None, home: bool) -> bool:
+    """Whether a Kubernetes config is at hand, in the one order every command follows:
+    ``--kubeconfig``; else ``$KUBECONFIG``; else, in a pod, its ServiceAccount; else, where
+    ``home`` (the interactive commands: ``snapshot``, ``act``), ``~/.kube/config`` if it exists.
+    The agent (``run``) passes ``home=False``: an agent that writes to a cluster is pointed at
+    one by a name someone gave it, never by a file found in a home directory."""
+    if kubeconfig is not None or os.environ.get("KUBECONFIG") or _in_a_pod():
+        return True
+    return home and _home_config().exists()
 
 
 def loaded_configuration(*, kubeconfig: Path | None, context: str | None) -> k8s.Configuration:
-    """In-cluster config (the pod's ServiceAccount) when ``kubeconfig`` is ``None`` and
-    ``KUBERNETES_SERVICE_HOST`` is set; otherwise the kubeconfig (``$KUBECONFIG`` or
-    ``~/.kube/config`` when ``None``), its ``context`` (``None``: the current one). Raises
-    :class:`KubeError`, naming every place tried, when neither works."""
+    """The config :func:`cluster_named` finds (``--kubeconfig``, ``$KUBECONFIG``, the pod's
+    ServiceAccount, ``~/.kube/config``), its ``context`` (``None``: the current one). Raises
+    :class:`KubeError`, naming every place tried and without the library's words, when none
+    works."""
     configuration = k8s.Configuration()
     try:
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if kubeconfig is None and not os.environ.get("KUBECONFIG") and _in_a_pod():
             k8s_config.load_incluster_config(client_configuration=configuration)
         else:
+            # config_file None: the library reads $KUBECONFIG, else ~/.kube/config.
             k8s_config.load_kube_config(
                 config_file=str(kubeconfig) if kubeconfig else None,
                 context=context,
                 client_configuration=configuration,
             )
-    except (k8s_config.ConfigException, OSError) as exc:
+    except k8s_config.ConfigException as exc:
+        # "Invalid kube-config file. No configuration found." is the library's: what matters
+        # is the reason after it, and where it looked.
+        reason = str(exc).removeprefix("Invalid kube-config file. ").rstrip(".")
         raise KubeError(
-            f"no usable Kubernetes config ({exc}); tried {', '.join(_sources(kubeconfig))}"
+            f"no usable Kubernetes config ({reason}); tried {', '.join(_sources(kubeconfig))}"
+        ) from exc
+    except OSError as exc:
+        reason = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+        raise KubeError(
+            f"no usable Kubernetes config ({reason}); tried {', '.join(_sources(kubeconfig))}"
         ) from exc
     return configuration
 
@@ -58,17 +88,21 @@ def api_client(configuration: k8s.Configuration) -> k8s.ApiClient:
 
 
 def _sources(kubeconfig: Path | None) -> list[str]:
-    """Where :func:`loaded_configuration` looked for a config, for the error that says none
-    worked: the file given; else in a pod its ServiceAccount; else ``$KUBECONFIG``, else
-    ``~/.kube/config``."""
+    """Where :func:`loaded_configuration` looked, in its order, for the error that says none
+    worked."""
     if kubeconfig is not None:
         return [f"--kubeconfig {kubeconfig}"]
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    if host:
-        return [f"the in-cluster config (KUBERNETES_SERVICE_HOST={host}: the pod's token)"]
-    tried = ["--kubeconfig (not given)", "the in-cluster config (not in a pod)"]
+    tried = ["--kubeconfig (not given)"]
     env = os.environ.get("KUBECONFIG")
     if env:
         return [*tried, f"$KUBECONFIG={env}"]
-    home = Path(k8s_config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser()
-    return [*tried, "$KUBECONFIG (unset)", f"{home}{'' if home.exists() else ' (absent)'}"]
+    tried.append("$KUBECONFIG (unset)")
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    if host:
+        return [*tried, f"the in-cluster config (KUBERNETES_SERVICE_HOST={host}: the pod's token)"]
+    home = _home_config()
+    return [
+        *tried,
+        "the in-cluster config (not in a pod)",
+        f"{home}{'' if home.exists() else ' (absent)'}",
+    ]

@@ -425,6 +425,50 @@ def test_without_a_kubeconfig_act_says_where_it_looked(tmp_path: Path) -> None:
     )
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert (
-        "tried --kubeconfig (not given), the in-cluster config (not in a pod), $KUBECONFIG "
-        f"(unset), {tmp_path}/.kube/config (absent)" in out.stderr
+        "tried --kubeconfig (not given), $KUBECONFIG (unset), the in-cluster config (not in a "
+        f"pod), {tmp_path}/.kube/config (absent)" in out.stderr
     ), out.stderr
+    # The reason, not the class that carried it nor the library's preamble.
+    assert "KubeError" not in out.stderr and "Invalid kube-config file" not in out.stderr
+
+
+def test_every_command_finds_its_cluster_in_one_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--kubeconfig, else $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config for
+    the interactive commands only: the agent is never pointed at a cluster by a file it found
+    in a home directory."""
+    from nodeguard.kube.config import cluster_named
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    assert not cluster_named(kubeconfig=None, home=True)
+    home = tmp_path / ".kube" / "config"
+    home.parent.mkdir()
+    home.write_text("apiVersion: v1\nkind: Config\n")
+    assert cluster_named(kubeconfig=None, home=True)
+    assert not cluster_named(kubeconfig=None, home=False)  # the agent
+    assert cluster_named(kubeconfig=tmp_path / "given", home=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "env"))
+    assert cluster_named(kubeconfig=None, home=False)
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert cluster_named(kubeconfig=None, home=False)
+
+
+def test_snapshot_reads_kubeconfig_from_the_environment(tmp_path: Path) -> None:
+    """$KUBECONFIG is read by snapshot as by act (it was ignored): a broken one is said in one
+    line, with where it was looked for, and the report is still printed."""
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "snapshot", *host_flags("v2-systemd-containerd")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "", "HOME": str(tmp_path), "KUBECONFIG": str(broken), "COLUMNS": "160"},
+    )
+    assert out.returncode == 0 and "Node memory" in out.stdout, out.stderr
+    assert f"tried --kubeconfig (not given), $KUBECONFIG={broken}" in out.stderr, out.stderr
+    assert "pod names unknown" in out.stderr
