@@ -64,12 +64,13 @@ class OomCounts:
         level = logging.WARNING if kill.time >= started - 60 else logging.INFO
         log.log(
             level,
-            "kernel OOM kill%s: pid=%d process=%s cgroup=%s group=%s anon_rss_bytes=%s",
+            "kernel OOM kill%s: pid=%d process=%s cgroup=%s%s anon_rss_bytes=%s",
             "" if level == logging.WARNING else " (earlier this boot)",
             kill.pid,
             kill.process,
             kill.task_memcg,
-            kill.oom_group,
+            # memory.oom.group's cgroup only where the kernel killed a group (v2, 4.19+).
+            f" group={kill.oom_group}" if kill.oom_group else "",
             kill.anon_rss_bytes,
         )
 
