@@ -22,6 +22,7 @@ from types import ModuleType
 from nodeguard import __version__
 from nodeguard.cli import act, check, incidents, run, snapshot
 from nodeguard.cli.flags import setup_logging
+from nodeguard.cli.parser import Parser
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -37,14 +38,22 @@ SUBCOMMANDS: dict[str, ModuleType] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``nodeguard`` command."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nodeguard",
+        usage="%(prog)s COMMAND [flags]",
         description="Node memory agent for GPU/ML Kubernetes nodes: exporter and remediation.",
     )
     parser.add_argument("--version", action="version", version=f"nodeguard {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # prog: each subcommand named "nodeguard run", not after the short usage line.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="nodeguard")
     for name, module in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        p = sub.add_parser(
+            # EPILOG: optional (act lists its exit statuses there).
+            name,
+            help=module.HELP,
+            description=module.HELP,
+            epilog=getattr(module, "EPILOG", None),
+        )
         module.add_arguments(p)
         p.set_defaults(handler=module.run)
     return parser

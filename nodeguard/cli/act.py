@@ -65,6 +65,12 @@ __all__ = [
 ]
 
 HELP = "run one runbook action by hand (--dry-run: what it would do)"
+#: Shown under ``act --help`` and each ``act ACTION --help``.
+EPILOG = (
+    "exit status: 0 done or nothing to do; 1 failed (an API error, the API server "
+    "unreachable); 2 bad flags; 3 refused or blocked (a budget, a limit, a "
+    "PodDisruptionBudget said no); 4 the node or a named experiment does not exist"
+)
 
 EXIT_FAILED, EXIT_BAD_FLAGS, EXIT_REFUSED, EXIT_NOT_FOUND = 1, 2, 3, 4
 _STYLES = {"done": "green", "noop": "", "refused": "yellow", "blocked": "yellow", "failed": "red"}
@@ -81,6 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     every action takes, its arguments' flags (from its argument model), its settings' flags
     and its own extra flags (from its registry entry)."""
     sub = parser.add_subparsers(
+        prog=parser.prog,
         dest="action",
         required=True,
         metavar="ACTION",
@@ -88,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "its flags)",
     )
     for name, action in actions().items():
-        p = sub.add_parser(name, help=action.summary, description=action.summary)
+        p = sub.add_parser(name, help=action.summary, description=action.summary, epilog=EPILOG)
         _common(p)
         if action.settings is not None:
             add_settings(p, settings=[action.settings], aliases=True)

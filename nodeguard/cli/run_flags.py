@@ -123,9 +123,7 @@ def _psi_window(text: str) -> float:
 def focus(parser: argparse.ArgumentParser) -> None:
     """Focus sampling and the kernel's notifications (:mod:`nodeguard.sampling.sampler`,
     :mod:`nodeguard.sampling.focus`)."""
-    g = parser.add_argument_group(
-        "focus sampling and kernel notifications (react within a second, whatever --interval)"
-    )
+    g = parser.add_argument_group("focus sampling and kernel notifications (react within a second)")
     g.add_argument(
         "--focus.interval",
         dest="focus_interval",

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from nodeguard.cli import build_parser
+from nodeguard.cli import SUBCOMMANDS, build_parser
 from nodeguard.cli.console import stdout_console
 from nodeguard.cli.flags import cordon_config
 from nodeguard.cli.flags import duration as parse_duration
@@ -287,7 +287,6 @@ def _flags(
 
 
 def test_every_subcommand_is_a_module_of_the_cli_package() -> None:
-    from nodeguard.cli import SUBCOMMANDS
 
     assert list(SUBCOMMANDS) == ["run", "snapshot", "check", "incidents", "act"]
     assert {m.__name__ for m in SUBCOMMANDS.values()} == {f"nodeguard.cli.{n}" for n in SUBCOMMANDS}
@@ -472,3 +471,66 @@ def test_snapshot_reads_kubeconfig_from_the_environment(tmp_path: Path) -> None:
     assert out.returncode == 0 and "Node memory" in out.stdout, out.stderr
     assert f"tried --kubeconfig (not given), $KUBECONFIG={broken}" in out.stderr, out.stderr
     assert "pod names unknown" in out.stderr
+
+
+def _every_command() -> list[list[str]]:
+    """Each command and subcommand, from the registries (a new one is covered unlisted)."""
+    from nodeguard.cli.act import actions
+
+    return [[], *([name] for name in SUBCOMMANDS), *(["act", name] for name in actions())]
+
+
+@pytest.mark.parametrize("command", _every_command(), ids=lambda c: " ".join(c) or "nodeguard")
+def test_help_fits_80_columns(command: list[str]) -> None:
+    """``--help`` of every command within 80 columns (kubectl exec without a TTY), its usage
+    one line; the subcommands named as typed (``nodeguard act evict``)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "nodeguard", *command, "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"COLUMNS": "80", "PATH": ""},
+    )
+    assert out.returncode == 0, out.stderr
+    assert [ln for ln in out.stdout.splitlines() if len(ln) > 80] == []
+    assert out.stdout.splitlines()[0].startswith(f"usage: {' '.join(['nodeguard', *command])} ")
+
+
+def test_a_bad_flag_is_one_line_and_where_to_look() -> None:
+    """As kubectl: the error and the command's --help to read, on stderr, exit status 2; the
+    subcommand that refused the flag is the one named."""
+    for argv, error in (
+        (["run", "--interval=abc"], "nodeguard run: error: argument --interval: not a duration"),
+        (["act", "evict", "--node", "n", "--bogus"], "nodeguard act evict: error: unrecognized"),
+        (["snapshot", "--bogus"], "nodeguard snapshot: error: unrecognized arguments: --bogus"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "nodeguard", *argv],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={"COLUMNS": "80", "PATH": ""},
+        )
+        lines = out.stderr.splitlines()
+        assert out.returncode == 2 and len(lines) == 2, out.stderr
+        assert lines[0].startswith(error), lines
+        prog = error.split(":")[0]
+        assert lines[1] == f"See '{prog} --help'."
+
+
+def test_act_help_lists_the_exit_statuses() -> None:
+    """Each exit status ``act`` returns is in ``act --help`` and each ``act ACTION --help``."""
+    from nodeguard.cli import act
+
+    codes = {act.EXIT_FAILED, act.EXIT_BAD_FLAGS, act.EXIT_REFUSED, act.EXIT_NOT_FOUND}
+    for command in (["act"], ["act", "evict"]):
+        text = subprocess.run(
+            [sys.executable, "-m", "nodeguard", *command, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"COLUMNS": "80", "PATH": ""},
+        ).stdout
+        described = " ".join(text.split("exit status:")[1].split())
+        assert all(f"; {code} " in described for code in codes), described
+        assert described.startswith("0 done")
