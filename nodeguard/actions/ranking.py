@@ -190,15 +190,15 @@ def excluded_by(pod: PodMeta, flt: EvictFilter) -> str | None:
     """Why ``flt`` (a rule's or a command's filter) does not allow evicting ``pod``, ``None``
     if it does."""
     if flt.namespaces is not None and pod.namespace not in flt.namespaces:
-        return f"namespace {pod.namespace} not in the rule's namespaces"
+        return f"namespace {pod.namespace} not in the namespaces asked for"
     if flt.max_priority is not None and pod.priority > flt.max_priority:
-        return f"priority {pod.priority} above the rule's maximum {flt.max_priority}"
+        return f"priority {pod.priority} above the maximum {flt.max_priority}"
     if flt.priority_classes is not None and pod.priority_class not in flt.priority_classes:
-        return f"PriorityClass {pod.priority_class or '(none)'} not in the rule's classes"
+        return f"PriorityClass {pod.priority_class or '(none)'} not in the classes asked for"
     if flt.labels and not all(
         k in pod.labels if v == "*" else pod.labels.get(k) == v for k, v in flt.labels.items()
     ):
-        return "labels do not match the rule's selector"
+        return "labels do not match the selector asked for"
     return None
 
 

@@ -18,7 +18,8 @@ working set where the agent has no unreclaimable figure); without one, units ran
 with usage unknown and are not evicted toward a target (``--free 0`` evicts the first unit).
 
 Output fits 80 columns: sizes in binary units (``--json``: the results with exact bytes), each
-result on one line, every pod evicted, blocked or skipped named with its reason.
+result starting its own line with the action and its outcome, wrapped with an indent, every pod
+evicted, blocked or skipped named with its reason.
 
 Exit status: 0 done or nothing to do; 1 failed (an API error, the API server unreachable);
 2 bad flags; 3 refused or blocked (a budget, a limit, a PodDisruptionBudget said no);
@@ -31,6 +32,7 @@ import argparse
 import asyncio
 import json
 import sys
+import textwrap
 import time
 import urllib.request
 from pathlib import Path
@@ -217,9 +219,19 @@ def _print_results(results: list[ActionResult], console: Console) -> None:
     for r in results:
         style = _STYLES[r.outcome]
         head = f"{'DRY RUN ' if r.dry_run else ''}{r.action} {r.outcome}"
-        # soft_wrap: one result, one line, whatever the width (grep-able, copy-able)
-        text = f"[{style}]{head}[/{style}]" if style else head
-        console.print(f"{text}: {escape(r.message)}", soft_wrap=True)
+        # Wrapped within the width as the plans are, the continuation indented, so each result
+        # still starts its own line with the action and outcome (grep finds it; --json has the
+        # message whole).
+        lines = textwrap.wrap(
+            f"{head}: {r.message}",
+            width=max(console.width, 40),
+            subsequent_indent="    ",
+            break_on_hyphens=False,
+        )
+        first = escape(lines[0][len(head) :])
+        console.print(f"[{style}]{head}[/{style}]{first}" if style else f"{head}{first}")
+        for line in lines[1:]:
+            console.print(escape(line), soft_wrap=True)
 
 
 def _print_json(results: list[ActionResult]) -> None:

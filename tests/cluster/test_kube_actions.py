@@ -292,7 +292,7 @@ def test_eviction_ranking_on_a_realistic_node(cluster: Cluster) -> None:
         "trial-1-master",
     ]
     assert (
-        "above the rule's maximum 100" in {e.pod.name: e.reason for e in low.excluded}["notebook"]
+        "above the maximum 100" in {e.pod.name: e.reason for e in low.excluded}["notebook"]
     )
 
 
@@ -771,5 +771,5 @@ async def test_a_gangs_members_on_other_nodes_pass_the_same_filter(
     )
     assert res.details["evicted"] == []
     (skip,) = res.details["skipped"]
-    assert skip["pod"] == f"{ns}/high" and "above the rule's maximum 999" in skip["reason"]
+    assert skip["pod"] == f"{ns}/high" and "above the maximum 999" in skip["reason"]
     assert _alive(cluster, ns, "low") and _alive(cluster, ns, "high")

@@ -192,7 +192,7 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
     never = text[text.index("Never evicted here") :]
     assert "system-critical" in never
     # As the runbook: priority above 999 is left alone unless --max-priority says otherwise.
-    assert "above the rule's maximum 999" in never
+    assert "above the maximum 999" in never
     everyone = act("--free", "0", "--max-priority", "1000000")
     plan = everyone[everyone.index("Eviction plan") : everyone.index("Never evicted here")]
     assert plan.index("pandas-prep") < plan.index("trainer")
