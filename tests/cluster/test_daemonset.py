@@ -356,6 +356,16 @@ def test_components_and_overlays(kustomize_bin: Path, tmp_path: Path) -> None:
     plain = compose(tmp_path / "plain", components=["no-prometheus-operator"], binary=kustomize_bin)
     kinds = {o["kind"] for o in plain}
     assert "ServiceMonitor" not in kinds and "PrometheusRule" not in kinds and "DaemonSet" in kinds
+    # own-writes adds admission policies and changes nothing else (test_admission_policy.py).
+    own = compose(tmp_path / "own", components=["own-writes"], binary=kustomize_bin)
+    alone = compose(tmp_path / "alone", binary=kustomize_bin)
+    added = sorted((o["kind"], o["metadata"]["name"]) for o in own if o not in alone)
+    assert added == [
+        (kind, name)
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        for name in ("nodeguard-own-node", "nodeguard-own-quotas")
+    ]
+    assert len(own) == len(alone) + 4
     # All together, as a user's kustomization would combine them.
     everything = _with(compose(tmp_path / "all", components=COMPONENTS, binary=kustomize_bin))
     assert "--no-dry-run" in everything["args"] and everything["sc"]["privileged"] is True
