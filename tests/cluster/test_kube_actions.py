@@ -291,9 +291,7 @@ def test_eviction_ranking_on_a_realistic_node(cluster: Cluster) -> None:
         "pandas-prep",
         "trial-1-master",
     ]
-    assert (
-        "above the maximum 100" in {e.pod.name: e.reason for e in low.excluded}["notebook"]
-    )
+    assert "above the maximum 100" in {e.pod.name: e.reason for e in low.excluded}["notebook"]
 
 
 async def test_evict_until_target_freed_and_dry_run_is_the_same_plan(
