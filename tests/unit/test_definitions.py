@@ -21,7 +21,6 @@ PACKAGE = Path(nodeguard.__file__).parent
 # context.py, registry.py, cli/act.py).
 KNOWN = {
     # Came with the per-node Lease (issue 22 point 3), after the split: the same.
-    "remediation/actor.py:NodeActor",
     "alerts/claims.py:AlertClaims",
 }
 
