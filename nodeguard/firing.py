@@ -21,9 +21,9 @@ from pydantic import BaseModel
 
 from nodeguard.snapshot import NodeSnapshot
 
-__all__ = ["Firing", "Kind", "Source", "Step"]
+__all__ = ["Firing", "FiringKind", "Source", "Step"]
 
-Kind = Literal["firing", "resolved"]
+FiringKind = Literal["firing", "resolved"]
 Source = Literal["local", "alertmanager", "act"]
 
 
@@ -64,7 +64,7 @@ class Firing:
     """
 
     rule: str
-    kind: Kind
+    kind: FiringKind
     scope: str
     target: str
     node: str

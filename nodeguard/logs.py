@@ -14,7 +14,7 @@ own reports is reported by the next record of any kind after its window ends, an
 :func:`report_dropped` (the agent calls it when it stops), as one line naming the count and the
 line dropped: nothing is dropped without a note.
 
-Memory is bounded: at most :data:`KINDS` kinds are remembered, oldest window first. A kind whose
+Memory is bounded: at most :data:`MAX_KINDS` kinds are remembered, oldest window first. A kind whose
 window has ended is forgotten for room (its next record would open a new window anyway), its
 drops said first. When all of them are inside their window (a node whose 1,100 containers each
 log one line a sample), a kind not remembered is never let in by forgetting one that is (it
@@ -44,7 +44,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 __all__ = [
     "AUDIT",
     "BURST",
-    "KINDS",
+    "MAX_KINDS",
     "WINDOW",
     "ClientErrorFilter",
     "RepeatFilter",
@@ -64,7 +64,7 @@ _SWEEP = 1.0
 _INSTALLED: list[RepeatFilter] = []
 #: Kinds remembered at once (see the module docstring): a caller that formats its own message
 #: (an f-string) makes a kind per message, and the filter must not grow with them.
-KINDS = 1024
+MAX_KINDS = 1024
 # Overflows kept apart (one a logger and level); more loggers than this share one a level.
 _OVERFLOWS = 64
 
@@ -76,12 +76,12 @@ class _Overflow:
     start: float
     passed: int = 0
     dropped: int = 0
-    # Hashes of the kinds dropped (at most KINDS: M is then "at least"), and one of them.
+    # Hashes of the kinds dropped (at most MAX_KINDS: M is then "at least"), and one of them.
     kinds: set[int] = field(default_factory=set)
     sample: str = ""
 
     def said(self) -> str:
-        many = "+" if len(self.kinds) >= KINDS else ""
+        many = "+" if len(self.kinds) >= MAX_KINDS else ""
         return f"{self.dropped} line(s) of {len(self.kinds)}{many} kind(s)"
 
 
@@ -140,7 +140,7 @@ class RepeatFilter(logging.Filter):
     def _room(self, *, now: float) -> bool:
         """Whether a kind may be remembered: kinds whose window has ended (the oldest come
         first) are forgotten for it, their drops said; a kind inside its window never is."""
-        while len(self._kinds) >= KINDS:
+        while len(self._kinds) >= MAX_KINDS:
             kind, (start, _passed, dropped) = next(iter(self._kinds.items()))
             if now - start < self._window:
                 return False
@@ -167,7 +167,7 @@ class RepeatFilter(logging.Filter):
             over.passed += 1
             return True
         over.dropped += 1
-        if len(over.kinds) < KINDS:
+        if len(over.kinds) < MAX_KINDS:
             over.kinds.add(hash(kind))
         over.sample = over.sample or kind[2]
         self.suppressed += 1
@@ -215,7 +215,7 @@ class RepeatFilter(logging.Filter):
             over.said(),
             name or "(many)",
             self._window,
-            KINDS,
+            MAX_KINDS,
             over.sample,
         )
 

@@ -16,7 +16,8 @@ The modules, in the order a start goes through them:
 
 - :mod:`~nodeguard.agent.config`: :class:`AgentConfig`, everything ``nodeguard run`` was told;
 - :mod:`~nodeguard.agent.build`: every part built from it, before anything runs
-  (:class:`~nodeguard.agent.build.Agent`);
+  (:class:`~nodeguard.agent.build.Agent`), the parts that act by
+  :mod:`~nodeguard.agent.acting`;
 - :mod:`~nodeguard.agent.decide`: what each snapshot decides (the sampler's listener);
 - :mod:`~nodeguard.agent.serve`: listen, handle signals, run the tasks, shut down;
 - :mod:`~nodeguard.agent.run`: :func:`run_agent`, the three in order.

@@ -36,19 +36,30 @@ duration: :func:`nodeguard.remediation.actor.claimant_alive`), instead of
 being dropped as a duplicate for the claim's whole 24 h; a finished delivery is marked done
 (:meth:`AlertClaims.finish`, claimant index ``-1``) and never taken over. A claimant written
 by an older nodeguard (a bare node name) is taken to be alive.
+
+What is decided is here (:class:`AlertClaims`); the annotation's form, and reading and writing
+it, are :mod:`nodeguard.alerts.claim_record`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Literal
 
+from nodeguard.alerts.claim_record import (
+    ANNOTATION,
+    DONE,
+    KEEP,
+    ClaimRecord,
+    Seen,
+    read_record,
+    write_record,
+)
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Conflict, KubeError
 
@@ -56,15 +67,9 @@ __all__ = ["ANNOTATION", "KEEP", "AlertClaims", "Claim", "parse_key"]
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = "nodeguard.io/alert-deliveries"
-#: Deliveries kept per Node.
-KEEP = 1024
-_MAX_ANNOTATION = 192 * 1024  # what is read of the annotation at most, in characters
-
 Claim = Literal["claimed", "ours", "duplicate", "stale", "unavailable", "taken_over"]
 #: ``await alive(claimant)``: whether the agent that claimed a delivery may still finish it.
 Alive = Callable[[str], Awaitable[bool]]
-_DONE = -1
 
 
 def parse_key(key: str) -> tuple[str, int, str]:
@@ -80,10 +85,11 @@ def _digest(key: str) -> str:
 
 class AlertClaims:
     """Claims deliveries on their target Node for agent ``claimant`` (``<node>/<identity>``).
-    ``ttl``: how long a claim is remembered after its delivery was last seen; ``attempts``:
-    reads and writes before a Node that keeps changing is given up on for now
+    ``ttl``: how long a claim is remembered after its delivery was last seen, in seconds;
+    ``attempts``: reads and writes before a Node that keeps changing is given up on for now
     (``unavailable``); ``alive``: whether another claimant may still finish (``None``: all
-    are taken to be alive)."""
+    are taken to be alive); ``clock``: wall-clock Unix seconds (the expiries are shared
+    between nodes); ``sleep``: the backoff's, after a conflict."""
 
     def __init__(
         self,
@@ -104,69 +110,24 @@ class AlertClaims:
         restart), ``duplicate`` (another agent has it, or it is done), ``taken_over`` (its
         claimant died before finishing: now ours), ``stale`` (a firing older than a
         resolution already handled), ``unavailable`` (the Node cannot be read or written now:
-        the API server is down, the Node is gone, RBAC; or it kept changing under us)."""
-        fingerprint, instant, status = parse_key(key)
-        digest = _digest(key)
+        the API server is down, the Node is gone, RBAC; or it kept changing under us). Raises
+        ``ValueError`` for a malformed ``key``, before anything is read."""
+        parts, digest = parse_key(key), _digest(key)
         for attempt in range(self._attempts):
             try:
-                current = await self._kube.get_node(name=node)
+                record = await read_record(kube=self._kube, node=node)
             except KubeError as exc:
                 log.warning("cannot read node %s to claim an alert delivery: %s", node, exc)
                 return "unavailable"
-            meta = current.get("metadata", {})
-            data = self._decode((meta.get("annotations") or {}).get(ANNOTATION))
-            now = self._clock()
-            claimants: list[str] = data["claimants"]
-            seen = [e for e in data["seen"] if float(e[1]) > now]
-            found = next((e for e in seen if e[0] == digest), None)
-            answer: Claim
-            if found is not None:
-                holder = claimants[found[2]] if 0 <= found[2] < len(claimants) else ""
-                answer = "ours" if holder == self._claimant else "duplicate"
-                if answer == "duplicate" and found[2] != _DONE and await self._lapsed(holder):
-                    log.warning("alert delivery claimed by %s, which died: taken over", holder)
-                    if self._claimant not in claimants:
-                        claimants.append(self._claimant)
-                    found[2] = claimants.index(self._claimant)
-                    answer = "taken_over"
-                elif float(found[1]) - now > self._ttl * 0.9:
-                    return answer  # fresh enough: no write for a copy seen just now
-                found[1] = int(now + self._ttl)  # seen again: remembered a full ttl from now
-            else:
-                resolved = data["resolved"].get(fingerprint)
-                if status == "firing" and resolved is not None and instant <= int(resolved):
-                    return "stale"
-                if self._claimant not in claimants:
-                    claimants.append(self._claimant)
-                seen.append([digest, int(now + self._ttl), claimants.index(self._claimant)])
-                if status == "resolved" and (resolved is None or instant >= int(resolved)):
-                    data["resolved"].pop(fingerprint, None)
-                    data["resolved"][fingerprint] = instant
-                answer = "claimed"
-            seen.sort(key=lambda e: float(e[1]))
-            seen = seen[-KEEP:]
-            used = sorted({e[2] for e in seen if e[2] != _DONE})
-            remap = {old: new for new, old in enumerate(used)}
-            remap[_DONE] = _DONE
-            value = json.dumps(
-                {
-                    "claimants": [claimants[i] for i in used if 0 <= i < len(claimants)],
-                    "seen": [[e[0], e[1], remap[e[2]]] for e in seen],
-                    "resolved": dict(list(data["resolved"].items())[-KEEP:]),
-                },
-                separators=(",", ":"),
-            )
-            patch = {
-                "metadata": {
-                    "resourceVersion": meta.get("resourceVersion"),
-                    "annotations": {ANNOTATION: value},
-                }
-            }
+            answer, write = await self._decide(record, parts=parts, digest=digest)
+            if not write:
+                return answer
             try:
-                await self._kube.patch_node(name=node, patch=patch, dry_run=False)
+                text = record.compact_text()
+                await write_record(kube=self._kube, node=node, record=record, text=text)
             except Conflict:
                 # Another agent wrote the Node meanwhile: read again, and see who has it.
-                await self._sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
+                await self._backoff(attempt)
                 continue
             except KubeError as exc:
                 if answer != "claimed":
@@ -177,10 +138,44 @@ class AlertClaims:
         log.warning("node %s kept changing while claiming an alert delivery; later", node)
         return "unavailable"
 
+    async def _decide(
+        self, record: ClaimRecord, *, parts: tuple[str, int, str], digest: str
+    ) -> tuple[Claim, bool]:
+        """Who delivers the delivery of key ``parts`` (:func:`parse_key`) and ``digest``, by
+        ``record`` (changed to say what this agent claims, its expired deliveries dropped);
+        and whether that is to be written."""
+        (fingerprint, instant, status), now = parts, self._clock()
+        record.seen = [e for e in record.seen if float(e.expiry) > now]
+        found = next((e for e in record.seen if e.digest == digest), None)
+        if found is not None:
+            holder = record.holder(found)
+            answer: Claim = "ours" if holder == self._claimant else "duplicate"
+            if answer == "duplicate" and found.claimant != DONE and await self._lapsed(holder):
+                log.warning("alert delivery claimed by %s, which died: taken over", holder)
+                found.claimant = record.join(self._claimant)
+                answer = "taken_over"
+            elif float(found.expiry) - now > self._ttl * 0.9:
+                return answer, False  # fresh enough: no write for a copy seen just now
+            found.expiry = int(now + self._ttl)  # seen again: remembered a full ttl from now
+            return answer, True
+        resolved = record.resolved.get(fingerprint)
+        if status == "firing" and resolved is not None and instant <= int(resolved):
+            return "stale", False
+        mine = record.join(self._claimant)
+        record.seen.append(Seen(digest=digest, expiry=int(now + self._ttl), claimant=mine))
+        if status == "resolved" and (resolved is None or instant >= int(resolved)):
+            record.resolved.pop(fingerprint, None)  # the latest last: the one KEEP keeps
+            record.resolved[fingerprint] = instant
+        return "claimed", True
+
     async def _lapsed(self, holder: str) -> bool:
         if self._alive is None or not holder:
             return False
         return not await self._alive(holder)
+
+    async def _backoff(self, attempt: int) -> None:
+        # Jittered, so that agents that conflicted do not read and write in step again.
+        await self._sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
 
     async def finish(self, *, node: str, key: str) -> None:
         """Mark our claim of a delivery done: no one takes it over, whatever becomes of us.
@@ -188,49 +183,19 @@ class AlertClaims:
         digest = _digest(key)
         for attempt in range(5):
             try:
-                current = await self._kube.get_node(name=node)
-                meta = current.get("metadata", {})
-                data = self._decode((meta.get("annotations") or {}).get(ANNOTATION))
-                claimants = data["claimants"]
-                mine = claimants.index(self._claimant) if self._claimant in claimants else None
-                found = next((e for e in data["seen"] if e[0] == digest), None)
-                if found is None or mine is None or found[2] != mine:
+                record = await read_record(kube=self._kube, node=node)
+                mine = record.index(self._claimant)
+                found = next((e for e in record.seen if e.digest == digest), None)
+                if found is None or mine is None or found.claimant != mine:
                     return
-                found[2] = _DONE
-                patch = {
-                    "metadata": {
-                        "resourceVersion": meta.get("resourceVersion"),
-                        "annotations": {
-                            ANNOTATION: json.dumps(data, separators=(",", ":")),
-                        },
-                    }
-                }
-                await self._kube.patch_node(name=node, patch=patch, dry_run=False)
+                found.claimant = DONE
+                await write_record(kube=self._kube, node=node, record=record, text=record.text())
                 return
             except Conflict:
-                await self._sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
+                await self._backoff(attempt)
             except KubeError as exc:
                 log.warning("cannot mark alert delivery done on node %s: %s", node, exc)
                 return
-
-    @staticmethod
-    def _decode(text: str | None) -> dict[str, Any]:
-        empty: dict[str, Any] = {"claimants": [], "seen": [], "resolved": {}}
-        if text and len(text) > _MAX_ANNOTATION:
-            log.warning("%s is over %d characters: ignored", ANNOTATION, _MAX_ANNOTATION)
-            return empty
-        try:
-            data = json.loads(text or "{}")
-            claimants = [str(c) for c in data.get("claimants", [])]
-            seen = [
-                [str(e[0]), int(e[1]), int(e[2])]
-                for e in data.get("seen", [])
-                if isinstance(e, list) and len(e) == 3
-            ]
-            resolved = {str(k): int(v) for k, v in dict(data.get("resolved", {})).items()}
-        except (ValueError, TypeError, AttributeError):
-            return empty
-        return {"claimants": claimants, "seen": seen, "resolved": resolved}
 
     async def release(self, *, node: str, key: str) -> bool:
         """Give back our claim of one delivery on ``node`` (a runbook abandoned before it
@@ -242,28 +207,19 @@ class AlertClaims:
         digest = _digest(key)
         for attempt in range(self._attempts):
             try:
-                current = await self._kube.get_node(name=node)
+                record = await read_record(kube=self._kube, node=node)
             except KubeError as exc:
                 log.warning("cannot read node %s to release an alert claim: %s", node, exc)
                 return False
-            meta = current.get("metadata", {})
-            data = self._decode((meta.get("annotations") or {}).get(ANNOTATION))
-            claimants: list[str] = data["claimants"]
-            mine = claimants.index(self._claimant) if self._claimant in claimants else None
-            kept = [e for e in data["seen"] if not (e[0] == digest and e[2] == mine)]
-            if mine is None or len(kept) == len(data["seen"]):
+            mine = record.index(self._claimant)
+            kept = [e for e in record.seen if not (e.digest == digest and e.claimant == mine)]
+            if mine is None or len(kept) == len(record.seen):
                 return True  # not ours (or gone already): nothing to give back
-            data["seen"] = kept
-            patch = {
-                "metadata": {
-                    "resourceVersion": meta.get("resourceVersion"),
-                    "annotations": {ANNOTATION: json.dumps(data, separators=(",", ":"))},
-                }
-            }
+            record.seen = kept
             try:
-                await self._kube.patch_node(name=node, patch=patch, dry_run=False)
+                await write_record(kube=self._kube, node=node, record=record, text=record.text())
             except Conflict:
-                await self._sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
+                await self._backoff(attempt)
                 continue
             except KubeError as exc:
                 log.warning("cannot release an alert claim on node %s: %s", node, exc)

@@ -47,7 +47,7 @@ from kubernetes.utils import parse_quantity
 __all__ = ["PodMemory", "memory_bytes", "pod_memory"]
 
 JSON = dict[str, Any]
-Kind = Literal["requests", "limits"]
+ResourceKind = Literal["requests", "limits"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,7 +86,7 @@ def pod_memory(pod: JSON) -> PodMemory:
         for cs in status.get(key) or []
     }
 
-    def effective(kind: Kind) -> Callable[[JSON, bool], int | None]:
+    def effective(kind: ResourceKind) -> Callable[[JSON, bool], int | None]:
         def value(container: JSON, with_status: bool) -> int | None:
             own = memory_bytes((container.get("resources") or {}).get(kind))
             cs = statuses.get(container.get("name", "")) if with_status else None

@@ -13,5 +13,8 @@
   from the cluster.
 - :mod:`nodeguard.remediation.incidents`: the evidence of every firing that acted.
 - :mod:`nodeguard.remediation.metrics`: the remediator's own series.
-- :mod:`nodeguard.remediation.actor`: the per-node Lease that decides which agent acts.
+- :mod:`nodeguard.remediation.actor`: the per-node Lease that decides which agent acts; who
+  may take it (:mod:`~nodeguard.remediation.lease_takeover`), what its holder writes on it for
+  the next one (:mod:`~nodeguard.remediation.lease_mirror`), its reads and writes
+  (:mod:`~nodeguard.remediation.lease_api`).
 """

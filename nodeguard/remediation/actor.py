@@ -25,7 +25,8 @@ client-go's leader election (``tools/leaderelection/leaderelection.go``,
   agent whose Lease was taken meanwhile sends nothing (:class:`~nodeguard.kube.errors.Fenced`).
 - The fenced write also carries the holder's journal of runbooks under way and its eviction
   times on this node (annotation ``nodeguard.io/actor-state``). An agent that takes over from
-  one that died adopts them (:meth:`NodeActor.take_over`): it finishes the unit whose eviction
+  one that died adopts them (:attr:`NodeActor.inherited`, read by the agent's decisions,
+  :class:`~nodeguard.agent.decide.Decisions`): it finishes the unit whose eviction
   was on the wire instead of choosing another one, and counts the dead agent's evictions
   against the per-node limit. What the dead agent did and did not write down is unknown, so
   its rules' cooldowns are assumed to run from the takeover (act less, never more).
@@ -52,16 +53,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from nodeguard.kube.client import JSON, KubeClient
-from nodeguard.kube.errors import Conflict, Fenced, KubeError, NotFound
-from nodeguard.remediation.lease_mirror import ANN_STATE, Inherited, Mirror, inherited
-from nodeguard.remediation.lease_takeover import (
-    ANN_DRY_RUN,
-    ANN_HOLDER_STATE,
-    Takeover,
-    as_ours,
-    lease_annotations,
-    lease_spec,
-)
+from nodeguard.kube.errors import Fenced, KubeError
+from nodeguard.remediation.lease_api import LeaseApi
+from nodeguard.remediation.lease_mirror import ANN_STATE, Inherited
+from nodeguard.remediation.lease_takeover import ANN_DRY_RUN, Candidate, Takeover, lease_spec
 
 __all__ = [
     "ANN_DRY_RUN",
@@ -94,8 +89,8 @@ class NodeActor:
     ``duration``: ``leaseDurationSeconds``; ``state_id``: an id of this agent's state file;
     ``mirror()``: what to write on the Lease with every renewal (the journal and eviction
     times). ``clock``: monotonic seconds (injectable for tests). Who may take the Lease is
-    :class:`~nodeguard.remediation.lease_takeover.Takeover`'s judgement; what is written on it
-    for the next holder, :class:`~nodeguard.remediation.lease_mirror.Mirror`'s.
+    :class:`~nodeguard.remediation.lease_takeover.Takeover`'s judgement; its reads and writes,
+    :class:`~nodeguard.remediation.lease_api.LeaseApi`'s.
     """
 
     def __init__(
@@ -111,90 +106,48 @@ class NodeActor:
         mirror: Callable[[], Mapping[str, Any]],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._kube, self.node, self.namespace = kube, node, namespace
-        self.name = lease_name(node)
-        self.identity, self.duration, self.dry_run = identity, duration, dry_run
-        self._state_id, self._clock = state_id, clock
-        self._mirror = Mirror(mirror=mirror, state_id=state_id, namespace=namespace, name=self.name)
-        self._takeover = Takeover(
-            identity=identity, duration=duration, dry_run=dry_run, state_id=state_id, clock=clock
+        self.node, self.namespace, self.name = node, namespace, lease_name(node)
+        self.identity, self.duration, self._clock = identity, duration, clock
+        me = Candidate(identity=identity, duration=duration, dry_run=dry_run, state_id=state_id)
+        self._api = LeaseApi(
+            kube=kube, namespace=namespace, name=self.name, candidate=me, mirror=mirror
         )
-        self._lease: JSON | None = None  # the last version read or written
+        self._takeover = Takeover(candidate=me, clock=clock)
         self._valid_until = 0.0  # monotonic: until when this agent may act
         self._lock = asyncio.Lock()
-        self._said: tuple[State, str] | None = None
+        self._log = StateLog(identity=identity, node=node)
         self.state: State = "unknown"
         self.holder: str | None = None
         self.transitions = 0
-        #: Set by a takeover from another agent's state: what it left (see :meth:`take_over`).
+        #: Set by a takeover from another agent's state, before the write that takes it is sent:
+        #: what that agent left (the agent's decisions adopt it and set this back to None).
         self.inherited: Inherited | None = None
 
     def is_actor(self) -> bool:
         """Whether this agent holds the node's Lease now, with at least a third of it left."""
         return self.state == "actor" and self._clock() < self._valid_until
 
-    def _say(self, state: State, why: str) -> None:
-        # Once per state and holder: a renewal (a new renewTime) is not news.
-        if self._said == (state, self.holder or ""):
-            return
-        self._said = (state, self.holder or "")
-        if state == "actor":
-            # Taking the node from another agent is news; finding it free is the usual start.
-            level = logging.WARNING if why.startswith("took") else logging.INFO
-            log.log(level, "actor: %s acts for node %s (%s)", self.identity, self.node, why)
-        else:
-            log.warning("observer: node %s's actions are held by %s", self.node, why)
-
     def _observe(self, lease: JSON, holder: str, why: str) -> None:
-        self._lease, self.state, self.holder = lease, "observer", holder
-        self._say("observer", why)
+        self._api.last, self.state, self.holder = lease, "observer", holder
+        self._log.observing(holder=holder, why=why)
 
     async def _write(self, lease: JSON | None, *, previous: str) -> bool:
         """Create or replace the Lease as ours; True when it was written."""
         sent = self._clock()
         taking = previous != self.identity
-        body = as_ours(
-            lease,
-            name=self.name,
-            namespace=self.namespace,
-            identity=self.identity,
-            duration=self.duration,
-            previous=previous,
-        )
-        ann = lease_annotations(body)
-        if taking:
-            # A dry-run holder sent nothing destructive (it fences nothing): nothing it did is
-            # unknown, so its rules' cooldowns need not be assumed to run.
-            lapsed = bool(previous) and ann.get(ANN_DRY_RUN) != "true"
-            self.inherited = inherited(
-                ann,
-                state_id=self._state_id,
-                lapsed=lapsed,
-                namespace=self.namespace,
-                name=self.name,
-            )
-        ann[ANN_DRY_RUN] = "true" if self.dry_run else "false"
-        ann[ANN_HOLDER_STATE] = self._state_id
-        if not self.dry_run:  # a dry run keeps what a real agent left, for the next real one
-            self._mirror.write(ann)
-        try:
-            if lease is None:
-                written = await self._kube.create_lease(namespace=self.namespace, body=body)
-            else:
-                written = await self._kube.replace_lease(
-                    name=self.name, namespace=self.namespace, body=body
-                )
-        except Conflict:
-            self._lease = None  # someone else wrote it: read again
+        body, left = self._api.as_ours(lease, previous=previous)
+        if taking:  # set before the write is sent: the agent's decisions read it meanwhile
+            self.inherited = left
+        written = await self._api.send(body, create=lease is None)
+        if written is None:  # 409: someone else wrote it
             self.inherited = None if taking else self.inherited
             return False
-        self._lease = written
         self._valid_until = sent + self.duration * 2 / 3
         self.transitions = int(lease_spec(written).get("leaseTransitions") or 0)
         self.holder = self.identity
         self._takeover.forget()
         if taking:
-            self._say("actor", f"took it from {previous}" if previous else "it was free")
+            self._log.acting(previous=previous)
         self.state = "actor"
         return True
 
@@ -204,11 +157,10 @@ class NodeActor:
         one until its renew deadline passes)."""
         async with self._lock:
             try:
-                lease = self._lease if self.state == "actor" else None
+                # The holder's own last write is the newest version: renewed without a read.
+                lease = self._api.last if self.state == "actor" else None
                 if lease is None:
-                    lease = await self._kube.get_lease(name=self.name, namespace=self.namespace)
-            except NotFound:
-                lease = None
+                    lease = await self._api.read()
             except KubeError as exc:
                 log.warning("cannot read lease %s/%s: %s", self.namespace, self.name, exc)
                 return self.is_actor()
@@ -233,9 +185,8 @@ class NodeActor:
 
     async def _reread(self) -> bool:
         """After a 409: whoever wrote it holds it now (ours again only on the next round)."""
-        try:
-            lease = await self._kube.get_lease(name=self.name, namespace=self.namespace)
-        except KubeError:
+        lease = await self._api.reread()
+        if lease is None:
             self.state = "unknown"
             return False
         holder = str(lease_spec(lease).get("holderIdentity") or "")
@@ -252,7 +203,7 @@ class NodeActor:
         if not self.is_actor():
             raise Fenced(f"node {self.node} is held by {self.holder or 'another agent'}")
         async with self._lock:
-            lease = self._lease
+            lease = self._api.last
             if lease is None or not await self._write(lease, previous=self.identity):
                 self.state = "unknown"
                 raise Fenced(f"lost lease {self.namespace}/{self.name} to another agent")
@@ -267,13 +218,8 @@ class NodeActor:
         """On a clean stop: clear ``holderIdentity`` so the next agent need not wait (the
         mirrored state stays on the Lease). Failures are ignored: the Lease lapses anyway."""
         async with self._lock:
-            if self.state != "actor" or self._lease is None:
-                return
-            lease = self._lease
-            lease_spec(lease)["holderIdentity"] = None
-            with contextlib.suppress(KubeError):
-                await self._kube.replace_lease(name=self.name, namespace=self.namespace, body=lease)
-            self.state = "unknown"
+            if self.state == "actor" and await self._api.release():
+                self.state = "unknown"
 
     async def run(self, *, stop: asyncio.Event) -> None:
         """Acquire or renew every ``duration / 3`` seconds until ``stop``; releases the Lease
@@ -286,6 +232,32 @@ class NodeActor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.duration / 3)
         await self.release()
+
+
+class StateLog:
+    """The log lines of the agent ``identity`` about who acts for ``node``: one for each change
+    of the state or the holder (a renewal, a new ``renewTime``, is not news)."""
+
+    def __init__(self, *, identity: str, node: str) -> None:
+        self._identity, self._node = identity, node
+        self._said: tuple[State, str] | None = None
+
+    def acting(self, *, previous: str) -> None:
+        """This agent acts for the node, taken from the holder ``previous`` (``""``: free)."""
+        if self._news("actor", self._identity):
+            # Taking the node from another agent is news; finding it free is the usual start.
+            level = logging.WARNING if previous else logging.INFO
+            why = f"took it from {previous}" if previous else "it was free"
+            log.log(level, "actor: %s acts for node %s (%s)", self._identity, self._node, why)
+
+    def observing(self, *, holder: str, why: str) -> None:
+        """Another agent, ``holder``, acts for the node; ``why``: who and until when."""
+        if self._news("observer", holder):
+            log.warning("observer: node %s's actions are held by %s", self._node, why)
+
+    def _news(self, state: State, holder: str) -> bool:
+        said, self._said = self._said, (state, holder)
+        return said != (state, holder)
 
 
 class ClaimantWatch:

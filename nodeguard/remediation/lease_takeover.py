@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from nodeguard.kube.client import JSON
@@ -20,6 +21,7 @@ from nodeguard.kube.client import JSON
 __all__ = [
     "ANN_DRY_RUN",
     "ANN_HOLDER_STATE",
+    "Candidate",
     "Takeover",
     "as_ours",
     "lease_annotations",
@@ -29,6 +31,20 @@ __all__ = [
 ANN_DRY_RUN = "nodeguard.io/actor-dry-run"
 #: The holder's state file id (written by every holder, dry run too).
 ANN_HOLDER_STATE = "nodeguard.io/actor-holder-state"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """An agent that may hold a node's Lease (client-go's leader election calls it a
+    candidate): its ``identity`` (``holderIdentity``: pod name and a start id), the
+    ``duration`` it writes (``leaseDurationSeconds``, also assumed for a Lease that does not
+    say), whether it is a ``dry_run``, and ``state_id``, the id of its state file
+    (annotation ``nodeguard.io/actor-holder-state``)."""
+
+    identity: str
+    duration: int
+    dry_run: bool
+    state_id: str
 
 
 def lease_spec(lease: JSON) -> dict[str, Any]:
@@ -72,22 +88,13 @@ def as_ours(
 
 
 class Takeover:
-    """Judges, for the agent ``identity`` (of state file ``state_id``, in ``dry_run`` or not),
-    whether it may take a Lease now (:meth:`may_take`), watching other holders' renewals on
-    ``clock`` (monotonic seconds); ``duration``: the lease time assumed for a Lease that does
-    not say."""
+    """Judges, for ``candidate``, whether it may take a Lease now (:meth:`may_take`), watching
+    other holders' renewals on ``clock`` (monotonic seconds)."""
 
-    def __init__(
-        self,
-        *,
-        identity: str,
-        duration: int,
-        dry_run: bool,
-        state_id: str,
-        clock: Callable[[], float],
-    ) -> None:
-        self._identity, self._duration, self._dry_run = identity, duration, dry_run
-        self._state_id, self._clock = state_id, clock
+    def __init__(self, *, candidate: Candidate, clock: Callable[[], float]) -> None:
+        self._identity, self._duration = candidate.identity, candidate.duration
+        self._dry_run, self._state_id = candidate.dry_run, candidate.state_id
+        self._clock = clock
         # The other holder's (holderIdentity, renewTime) last seen, and when it was first seen.
         self._observed: tuple[str, str] | None = None
         self._observed_at = 0.0

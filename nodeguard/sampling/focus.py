@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from nodeguard.sampling.notify.hub import KINDS, Kind, NotificationHub, PsiSpec, Wakeup, Watched
+from nodeguard.sampling.notify.hub import (
+    NOTIFY_KINDS,
+    NotificationHub,
+    NotifyKind,
+    PsiSpec,
+    Wakeup,
+    Watched,
+)
 from nodeguard.sampling.sampler import Sampler
 from nodeguard.snapshot import CollectorStatus, NodeSnapshot
 
@@ -55,7 +62,7 @@ MAX_LEVELS = 4
 #: Pod PSI triggers kept at most (each a kernel trigger polled with its window).
 MAX_POD_TRIGGERS = 256
 #: Each kind's ``--notify.<flag>`` name.
-FLAG: dict[Kind, str] = {"threshold": "thresholds", "psi": "psi", "events": "events"}
+FLAG: dict[NotifyKind, str] = {"threshold": "thresholds", "psi": "psi", "events": "events"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,12 +83,12 @@ class NotifyConfig:
         return self.thresholds or self.psi or self.events
 
     def flags_on(self) -> list[str]:
-        """The ``--notify.<flag>`` names turned on, in :data:`KINDS` order."""
+        """The ``--notify.<flag>`` names turned on, in :data:`NOTIFY_KINDS` order."""
         return [FLAG[kind] for kind, on in self.by_kind() if on]
 
-    def by_kind(self) -> zip[tuple[Kind, bool]]:
-        """Each kind of :data:`KINDS` and whether it is on."""
-        return zip(KINDS, (self.thresholds, self.psi, self.events), strict=True)
+    def by_kind(self) -> zip[tuple[NotifyKind, bool]]:
+        """Each kind of :data:`NOTIFY_KINDS` and whether it is on."""
+        return zip(NOTIFY_KINDS, (self.thresholds, self.psi, self.events), strict=True)
 
 
 def threshold_levels(*, conditions: Iterable[tuple[str, str, float]], focus: float) -> list[float]:
@@ -197,7 +204,7 @@ class Notifications:
         """A status per kind, as ``notify_threshold``, ``notify_psi``, ``notify_events``:
         available when in use; the error says why not."""
         out = []
-        for kind in KINDS:
+        for kind in NOTIFY_KINDS:
             st = self.hub.statuses[kind]
             out.append(
                 CollectorStatus(

@@ -10,7 +10,7 @@ import urllib.request
 from functools import partial
 from pathlib import Path
 
-from nodeguard.logs import AUDIT, KINDS, RepeatFilter
+from nodeguard.logs import AUDIT, MAX_KINDS, RepeatFilter
 from tests.support.agent import get, running_agent, wait_until
 
 _LINE = "action=%s outcome=%s dry_run=%s node=%s objects=%s message=%r"
@@ -127,15 +127,15 @@ def test_more_repeating_kinds_than_remembered_are_still_rate_limited() -> None:
         for i in range(kinds):
             passed += repeat.filter(_record("cannot read %s: %s", f"/sys/fs/cgroup/c{i}", "EIO"))
     # 5 of each kind remembered, 5 of the overflow's 76 kinds together.
-    assert passed == 5 * KINDS + 5
-    assert len(repeat._kinds) == KINDS
+    assert passed == 5 * MAX_KINDS + 5
+    assert len(repeat._kinds) == MAX_KINDS
 
 
 def test_an_overflow_counts_its_lines_and_its_kinds() -> None:
     repeat = RepeatFilter(burst=1, window=60.0, clock=lambda: 0.0)
     handler, logger = _notes()
     try:
-        for i in range(KINDS):
+        for i in range(MAX_KINDS):
             repeat.filter(_record("kept %d", i))
         overflow = ["over 0", "over 1", "over 1", "over 2", "over 1"]
         assert [repeat.filter(_record(line)) for line in overflow] == [True] + [False] * 4

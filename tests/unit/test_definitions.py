@@ -16,15 +16,6 @@ import nodeguard
 MAX_LINES = 150
 PACKAGE = Path(nodeguard.__file__).parent
 
-# Split in issue 23 part 3, after the Lease lands: their modules are being changed by the Lease
-# work (nodeguard/remediation/) or the action registry's (nodeguard/actions/audit.py,
-# context.py, registry.py, cli/act.py).
-KNOWN = {
-    # Came with the per-node Lease (issue 22 point 3), after the split: the same.
-    "remediation/actor.py:NodeActor",
-    "alerts/claims.py:AlertClaims",
-}
-
 _Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
@@ -51,14 +42,9 @@ def _long_definitions(root: Path = PACKAGE) -> dict[str, int]:
 
 
 def test_no_definition_is_over_150_lines() -> None:
-    over = {k: v for k, v in _long_definitions().items() if k not in KNOWN}
+    over = _long_definitions()
     listing = "\n".join(f"  {k}: {v} lines" for k, v in sorted(over.items(), key=lambda i: -i[1]))
     assert not over, f"definitions over {MAX_LINES} lines:\n{listing}"
-
-
-def test_the_known_exceptions_are_still_over() -> None:
-    """An exception split since is taken off the list, so that it cannot grow back unseen."""
-    assert set(_long_definitions()) >= KNOWN
 
 
 def test_the_walk_finds_what_is_long_and_nothing_else(tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from nodeguard.sampling.notify.events_watches import EventsWatches
 from nodeguard.sampling.notify.kinds import (
-    KINDS,
-    Kind,
+    NOTIFY_KINDS,
+    NotifyKind,
     NotifyStatus,
     PsiSpec,
     Wakeup,
@@ -39,7 +39,15 @@ from nodeguard.sampling.notify.psi_triggers import PsiTriggers
 from nodeguard.sampling.notify.readers import LoopReaders
 from nodeguard.sampling.notify.threshold_set import ThresholdSet
 
-__all__ = ["KINDS", "Kind", "NotificationHub", "NotifyStatus", "PsiSpec", "Wakeup", "Watched"]
+__all__ = [
+    "NOTIFY_KINDS",
+    "NotificationHub",
+    "NotifyKind",
+    "NotifyStatus",
+    "PsiSpec",
+    "Wakeup",
+    "Watched",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +69,7 @@ class NotificationHub:
         self._on_wakeup = on_wakeup
         self.levels = tuple(sorted(set(levels)))
         self.max_thresholds = max_thresholds
-        self.statuses: dict[Kind, NotifyStatus] = {k: NotifyStatus() for k in KINDS}
+        self.statuses: dict[NotifyKind, NotifyStatus] = {k: NotifyStatus() for k in NOTIFY_KINDS}
         warn = WarnOnce(log=log)
         self._readers = LoopReaders(ready=self._ready)
         self._thresholds = ThresholdSet(

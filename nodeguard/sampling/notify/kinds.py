@@ -7,16 +7,16 @@ import logging
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-__all__ = ["KINDS", "Kind", "NotifyStatus", "PsiSpec", "Wakeup", "WarnOnce", "Watched"]
+__all__ = ["NOTIFY_KINDS", "NotifyKind", "NotifyStatus", "PsiSpec", "Wakeup", "WarnOnce", "Watched"]
 
-Kind = Literal["threshold", "psi", "events"]
-KINDS: tuple[Kind, ...] = ("threshold", "psi", "events")
+NotifyKind = Literal["threshold", "psi", "events"]
+NOTIFY_KINDS: tuple[NotifyKind, ...] = ("threshold", "psi", "events")
 
 
 class Wakeup(NamedTuple):
     """What fired: ``kind``, and ``key`` (a container or pod key, or a PSI trigger's key)."""
 
-    kind: Kind
+    kind: NotifyKind
     key: str
 
 
