@@ -66,7 +66,16 @@ ALLOWED = {
         "app.kubernetes.io/version",
         "helm.sh/chart",
     ),
+    # The order of the pod's volumes and the container's volumeMounts: lists keyed by name, in
+    # which Kubernetes ignores the order. kustomize's strategic merge puts a component's items
+    # first, its JSON patches last; the chart appends both.
+    "volume order": ("volumes", "volumeMounts"),
+    # The own-writes policies carry the base's labels (app.kubernetes.io/name, part-of) like
+    # every other object of the chart; kustomize's labels: reach only the base's own resources,
+    # not a component's.
+    "labelled policies": ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),
 }
+BASE_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/part-of")
 
 
 # -- comparing ---------------------------------------------------------------------------------
@@ -74,11 +83,27 @@ def _key(o: Obj) -> tuple[str, str, str]:
     return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
 
 
-def _without_allowed(o: Obj) -> Obj:
+def _by_name(o: Obj) -> Obj:
+    """``o`` with its volumes and volume mounts sorted by name."""
     o = copy.deepcopy(o)
+    if o["kind"] == "DaemonSet":
+        pod = o["spec"]["template"]["spec"]
+        pod["volumes"].sort(key=lambda v: v["name"])
+        for c in pod["containers"]:
+            c["volumeMounts"].sort(key=lambda m: m["name"])
+    return o
+
+
+def _without_allowed(o: Obj) -> Obj:
+    o = _by_name(o)
     labels = o["metadata"].get("labels", {})
     for label in ALLOWED["helm labels"]:
         labels.pop(label, None)
+    if o["kind"] in ALLOWED["labelled policies"]:
+        for label in BASE_LABELS:
+            labels.pop(label, None)
+    if not labels:
+        o["metadata"].pop("labels", None)
     return o
 
 
@@ -101,7 +126,7 @@ def _diff(a: Any, b: Any, path: str = "") -> Iterator[str]:
 def differences(kustomized: Iterable[Obj], charted: Iterable[Obj]) -> list[str]:
     """Every difference between kustomize's objects and the chart's, but those ``ALLOWED``:
     objects only one has, and each field that differs, by path."""
-    ours = {_key(o): o for o in kustomized}
+    ours = {_key(o): _by_name(o) for o in kustomized}
     theirs = {_key(o): _without_allowed(o) for o in charted}
     out = [f"{k}: only in kustomize" for k in sorted(set(ours) - set(theirs))]
     out += [f"{k}: only in the chart" for k in sorted(set(theirs) - set(ours))]
