@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from nodeguard.cli import build_parser
@@ -203,9 +202,7 @@ def test_every_component_at_once(helm_bin: Path, kustomize_bin: Path, tmp_path: 
         _chart(helm_bin, *both)
 
 
-def test_a_planted_difference_is_found(
-    helm_bin: Path, kustomize_bin: Path, tmp_path: Path
-) -> None:
+def test_a_planted_difference_is_found(helm_bin: Path, kustomize_bin: Path, tmp_path: Path) -> None:
     kustomized = _kustomize(kustomize_bin, tmp_path / "k")
     charted = _chart(helm_bin)
 
@@ -227,9 +224,10 @@ def test_a_planted_difference_is_found(
             find(objs, "Service")["metadata"]["labels"]["app.kubernetes.io/part-of"] = "x"
         return differences(kustomized, objs)
 
-    assert planted("verb") == ["('ClusterRole', '', 'nodeguard').rules[0].verbs: " + (
-        "kustomize ['get', 'list', 'patch'], chart ['get', 'list']"
-    )]
+    assert planted("verb") == [
+        "('ClusterRole', '', 'nodeguard').rules[0].verbs: "
+        + ("kustomize ['get', 'list', 'patch'], chart ['get', 'list']")
+    ]
     for change in ("arg", "volume", "securityContext", "object", "label"):
         assert planted(change), change
     # And one planted in the chart itself: a verb taken from its copy of the base's RBAC, which
@@ -268,13 +266,20 @@ def test_every_value_set(helm_bin: Path, tmp_path: Path) -> None:
     pod = find(objs, "DaemonSet")["spec"]["template"]["spec"]
     c = container(objs)
     assert (c["image"], c["imagePullPolicy"]) == ("reg.example/ng:9.9", "Always")
-    assert c["resources"] == {"requests": {"cpu": "50m", "memory": "100Mi"}, "limits": {"memory": "300Mi"}}
+    assert c["resources"] == {
+        "requests": {"cpu": "50m", "memory": "100Mi"},
+        "limits": {"memory": "300Mi"},
+    }
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "pool": "training"}
-    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     args = build_parser().parse_args(c["args"])
     assert args.dry_run is False and args.interval == 10.0
     assert "--cordon.budget-percent=20" in c["args"] and "--cordon.budget-nodes=3" in c["args"]
-    assert {"--cordon.mode=taint", "--evict.max-per-window=4", "--evict.window=10m"} <= set(c["args"])
+    assert {"--cordon.mode=taint", "--evict.max-per-window=4", "--evict.window=10m"} <= set(
+        c["args"]
+    )
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["rules"]["configMap"]["name"] == "my-rules"
     assert not [o for o in objs if o["kind"] == "ConfigMap"]  # the existing one is used
@@ -297,6 +302,20 @@ def test_every_value_set(helm_bin: Path, tmp_path: Path) -> None:
 
 # -- the API server ----------------------------------------------------------------------------
 CLUSTER_SCOPED = (("ClusterRole", "nodeguard"), ("ClusterRoleBinding", "nodeguard"))
+RBAC_V1 = "rbac.authorization.k8s.io/v1"
+
+
+def _read(applier: Applier, api_version: str, kind: str, name: str, ns: str = "") -> Obj | None:
+    """The stored object, None when there is none."""
+    res = applier.dynamic.resources.get(api_version=api_version, kind=kind)
+    try:
+        found = res.get(name=name, namespace=ns or None)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    out: Obj = found.to_dict()
+    return out
 
 
 @pytest.fixture
@@ -304,21 +323,13 @@ def kept_cluster_objects(applier: Applier) -> Iterator[None]:
     """Other tests of the session apply daemonset/'s cluster-scoped objects (one name for the
     whole cluster): the install takes them over (--take-ownership) and the uninstall deletes
     them, so they are put back as they were."""
-    rbac = client.RbacAuthorizationV1Api(applier.api)
-    before = {}
-    for kind, name in CLUSTER_SCOPED:
-        read = getattr(rbac, f"read_{'cluster_role' if kind == 'ClusterRole' else 'cluster_role_binding'}")
-        try:
-            before[kind] = applier.api.sanitize_for_serialization(read(name))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+    before = [_read(applier, RBAC_V1, kind, name) for kind, name in CLUSTER_SCOPED]
     yield
-    for kind, obj in before.items():
-        md = obj["metadata"]
-        obj["metadata"] = {"name": md["name"], "labels": md.get("labels", {})}
-        obj.update(apiVersion="rbac.authorization.k8s.io/v1", kind=kind)
-        applier.apply(obj, dry_run=False)
+    for obj in before:
+        if obj is not None:
+            md = obj["metadata"]
+            obj["metadata"] = {"name": md["name"], "labels": md.get("labels", {})}
+            applier.apply(obj, dry_run=False)
 
 
 def test_install_upgrade_uninstall(
@@ -326,43 +337,61 @@ def test_install_upgrade_uninstall(
     control_plane: TestCluster,
     applier: Applier,
     kept_cluster_objects: None,
+    manifests: list[Obj],
 ) -> None:
+    # As other tests of the session leave them: the same cluster-scoped objects, not Helm's.
+    for kind, name in CLUSTER_SCOPED:
+        applier.apply(find(manifests, kind, name), dry_run=False)
     ns = f"helm-{uuid.uuid4().hex[:6]}"
-    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig_path), "HELM_CACHE_HOME": str(control_plane.work_dir / "helm-cache"), "HELM_CONFIG_HOME": str(control_plane.work_dir / "helm-config"), "HELM_DATA_HOME": str(control_plane.work_dir / "helm-data")}
+    home = control_plane.work_dir / "helm"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(control_plane.kubeconfig_path),
+        **{f"HELM_{d}_HOME": str(home / d.lower()) for d in ("CACHE", "CONFIG", "DATA")},
+    }
 
     def run(*args: str) -> str:
         done = helm.run(*args, "-n", ns, binary=helm_bin, env=env)
         assert done.returncode == 0, f"helm {' '.join(args)}:\n{done.stdout}{done.stderr}"
         return done.stdout
 
-    apps = client.AppsV1Api(applier.api)
-    core = client.CoreV1Api(applier.api)
-    rbac = client.RbacAuthorizationV1Api(applier.api)
-    run("install", "nodeguard", str(CHART), "--create-namespace", "--take-ownership", "--set", DEFAULTS[0])
-    ds = apps.read_namespaced_daemon_set("nodeguard", ns)
-    args = ds.spec.template.spec.containers[0].args
-    assert "--dry-run" in args and ds.spec.template.spec.containers[0].image == f"{IMAGE}:{TAG}"
-    assert core.read_namespaced_config_map("nodeguard-rules", ns).data == {
+    def read(api_version: str, kind: str, name: str, namespace: str = ns) -> Obj:
+        found = _read(applier, api_version, kind, name, namespace)
+        assert found is not None, (kind, name)
+        return found
+
+    def agent(ds: Obj) -> Obj:
+        c: Obj = ds["spec"]["template"]["spec"]["containers"][0]
+        return c
+
+    install = ("install", "nodeguard", str(CHART), "--create-namespace", "--take-ownership")
+    run(*install, "--set", DEFAULTS[0])
+    ds = read("apps/v1", "DaemonSet", "nodeguard")
+    assert "--dry-run" in agent(ds)["args"] and agent(ds)["image"] == f"{IMAGE}:{TAG}"
+    assert read("v1", "ConfigMap", "nodeguard-rules")["data"] == {
         "default.yaml": (REPO / "rules" / "default.yaml").read_text()
     }
-    binding = rbac.read_cluster_role_binding("nodeguard")
-    assert [(s.name, s.namespace) for s in binding.subjects] == [("nodeguard", ns)]
-    assert rbac.read_namespaced_role_binding("nodeguard-leases", ns).subjects[0].namespace == ns
-    core.read_namespaced_service_account("nodeguard", ns)
-    generation = ds.metadata.generation
+    binding = read(RBAC_V1, "ClusterRoleBinding", "nodeguard", "")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "nodeguard", "namespace": ns}]
+    assert read(RBAC_V1, "RoleBinding", "nodeguard-leases")["subjects"][0]["namespace"] == ns
+    assert (
+        read(RBAC_V1, "ClusterRole", "nodeguard", "")["metadata"]["labels"][
+            "app.kubernetes.io/managed-by"
+        ]
+        == "Helm"
+    )
+    read("v1", "ServiceAccount", "nodeguard")
+    read("monitoring.coreos.com/v1", "PrometheusRule", "nodeguard")
+    generation = ds["metadata"]["generation"]
 
     run("upgrade", "nodeguard", str(CHART), "--reuse-values", "--set", "dryRun=false")
-    ds = apps.read_namespaced_daemon_set("nodeguard", ns)
-    args = ds.spec.template.spec.containers[0].args
-    assert "--no-dry-run" in args and "--dry-run" not in args
-    assert ds.metadata.generation == generation + 1
+    ds = read("apps/v1", "DaemonSet", "nodeguard")
+    assert "--no-dry-run" in agent(ds)["args"] and "--dry-run" not in agent(ds)["args"]
+    assert ds["metadata"]["generation"] == generation + 1
     assert "REVISION: 2" in run("status", "nodeguard")
 
     run("uninstall", "nodeguard", "--wait")
-    with pytest.raises(ApiException) as gone:
-        apps.read_namespaced_daemon_set("nodeguard", ns)
-    assert gone.value.status == 404
-    with pytest.raises(ApiException) as gone:
-        rbac.read_cluster_role("nodeguard")
-    assert gone.value.status == 404
-    core.delete_namespace(ns)
+    assert _read(applier, "apps/v1", "DaemonSet", "nodeguard", ns) is None
+    assert _read(applier, RBAC_V1, "ClusterRole", "nodeguard") is None
+    assert _read(applier, "v1", "ServiceAccount", "nodeguard", ns) is None
+    applier.dynamic.resources.get(api_version="v1", kind="Namespace").delete(name=ns)

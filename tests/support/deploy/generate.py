@@ -46,7 +46,13 @@ CHART_FILES = REPO / "charts" / "nodeguard" / "files"
 # The components that patch only the DaemonSet, as the chart applies them (its values name them);
 # no-dry-run (the dryRun value), no-prometheus-operator (prometheusOperator.enabled) and
 # own-writes (its policies, copied) are the chart's templates' own.
-DAEMONSET_COMPONENTS = ("alert-driven", "cgroup-v1-thresholds", "gpu-nodes", "kernel-log", "psi-triggers")
+DAEMONSET_COMPONENTS = (
+    "alert-driven",
+    "cgroup-v1-thresholds",
+    "gpu-nodes",
+    "kernel-log",
+    "psi-triggers",
+)
 _CONTAINER = "/spec/template/spec/containers/0/"
 _JSON_PATCH_LISTS = {
     _CONTAINER + "args/-": "args",
@@ -142,7 +148,9 @@ def _fragment_file(name: str) -> bytes:
 
 def chart_files() -> dict[Path, bytes]:
     """The generated files of ``charts/nodeguard/files/``."""
-    out = {CHART_FILES / "base" / p.name: p.read_bytes() for p in (DAEMONSET / "base").glob("*.yaml")}
+    out = {
+        CHART_FILES / "base" / p.name: p.read_bytes() for p in (DAEMONSET / "base").glob("*.yaml")
+    }
     out.pop(CHART_FILES / "base" / "kustomization.yaml")
     out[CHART_FILES / "base" / "prometheusrule.yaml"] = prometheus_rule().encode()
     for src in COPIES.values():

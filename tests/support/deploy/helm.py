@@ -56,7 +56,10 @@ def ldflags() -> str:
     minor = _required("k8s.io/client-go").split(".")[1]
     flags = [f"{MODULE_PATH}/internal/version.version={version()}"]
     for pkg in ("pkg/chartutil", "pkg/lint/rules"):
-        flags += [f"{MODULE_PATH}/{pkg}.k8sVersionMajor=1", f"{MODULE_PATH}/{pkg}.k8sVersionMinor={minor}"]
+        flags += [
+            f"{MODULE_PATH}/{pkg}.k8sVersionMajor=1",
+            f"{MODULE_PATH}/{pkg}.k8sVersionMinor={minor}",
+        ]
     return " ".join(["-s", "-w", *(f"-X {f}" for f in flags)])
 
 
@@ -82,9 +85,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """``helm *args``, not raising: the completed process, output captured."""
     exe = binary or ensure_built()
-    return subprocess.run(
-        [str(exe), *args], capture_output=True, text=True, check=False, env=env
-    )
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, check=False, env=env)
 
 
 def template(
