@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from nodeguard.cli import build_parser
@@ -332,11 +333,11 @@ def kept_cluster_objects(applier: Applier) -> Iterator[None]:
             applier.apply(obj, dry_run=False)
 
 
+@pytest.mark.usefixtures("kept_cluster_objects")
 def test_install_upgrade_uninstall(
     helm_bin: Path,
     control_plane: TestCluster,
     applier: Applier,
-    kept_cluster_objects: None,
     manifests: list[Obj],
 ) -> None:
     # As other tests of the session leave them: the same cluster-scoped objects, not Helm's.
@@ -395,3 +396,22 @@ def test_install_upgrade_uninstall(
     assert _read(applier, RBAC_V1, "ClusterRole", "nodeguard") is None
     assert _read(applier, "v1", "ServiceAccount", "nodeguard", ns) is None
     applier.dynamic.resources.get(api_version="v1", kind="Namespace").delete(name=ns)
+
+
+def test_the_readme_names_every_value() -> None:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("### 3, with Helm instead") :]
+    section = section[: section.index("\n### ", 1)]
+    assert "helm install nodeguard charts/nodeguard -n nodeguard --create-namespace" in section
+
+    def leaves(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+        for k, v in values.items():
+            if isinstance(v, dict) and v:
+                yield from leaves(v, f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}"
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for name in leaves(values):
+        last = name.rsplit(".", 1)[-1]
+        assert f"`{name}`" in section or f"`.{last}`" in section, name
