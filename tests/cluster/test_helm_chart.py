@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
@@ -327,10 +328,15 @@ def kept_cluster_objects(applier: Applier) -> Iterator[None]:
     before = [_read(applier, RBAC_V1, kind, name) for kind, name in CLUSTER_SCOPED]
     yield
     for obj in before:
-        if obj is not None:
-            md = obj["metadata"]
-            obj["metadata"] = {"name": md["name"], "labels": md.get("labels", {})}
-            applier.apply(obj, dry_run=False)
+        if obj is None:
+            continue
+        md = obj["metadata"]
+        kept = {**obj, "metadata": {"name": md["name"], "labels": md.get("labels", {})}}
+        applier.apply(kept, dry_run=False)
+        back = _read(applier, obj["apiVersion"], obj["kind"], md["name"])
+        assert back is not None
+        for field in ("rules", "roleRef", "subjects"):
+            assert back.get(field) == obj.get(field), (obj["kind"], field)
 
 
 @pytest.mark.usefixtures("kept_cluster_objects")
@@ -415,3 +421,18 @@ def test_the_readme_names_every_value() -> None:
     for name in leaves(values):
         last = name.rsplit(".", 1)[-1]
         assert f"`{name}`" in section or f"`.{last}`" in section, name
+
+
+@pytest.mark.parametrize(
+    ("value", "refusal"),
+    [
+        ("dryRun=flase", "at '/dryRun': got string, want boolean"),
+        ("psiTrigers.enabled=true", "additional properties 'psiTrigers' not allowed"),
+        ("cordon.mode=drain", "/cordon/mode"),
+    ],
+)
+def test_a_mistyped_value_is_refused(value: str, refusal: str, helm_bin: Path) -> None:
+    # values.schema.json: a typo would otherwise render the defaults (a dry run left on, a
+    # component left out) without a word.
+    with pytest.raises(helm.HelmError, match=re.escape(refusal)):
+        _chart(helm_bin, value)
