@@ -204,7 +204,9 @@ def test_every_component_at_once(helm_bin: Path, kustomize_bin: Path, tmp_path: 
         _chart(helm_bin, *both)
 
 
-def test_a_planted_difference_is_found(helm_bin: Path, kustomize_bin: Path, tmp_path: Path) -> None:
+def test_a_planted_difference_is_found(
+    helm_bin: Path, kustomize_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kustomized = _kustomize(kustomize_bin, tmp_path / "k")
     charted = _chart(helm_bin)
 
@@ -243,6 +245,8 @@ def test_a_planted_difference_is_found(helm_bin: Path, kustomize_bin: Path, tmp_
         "('Role', 'nodeguard', 'nodeguard-leases').rules[0].verbs: "
         "kustomize ['create', 'get', 'update'], chart ['get']"
     ]
+    monkeypatch.setattr(generate, "CHART_FILES", chart / "files")
+    assert generate.stale() == [rbac]
 
 
 def test_every_value_set(helm_bin: Path, tmp_path: Path) -> None:
