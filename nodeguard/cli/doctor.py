@@ -5,7 +5,8 @@ RBAC it needs is ``docs/doctor-rbac.yaml``), runs every registered check
 (:mod:`nodeguard.doctor.registry`) and prints the findings as a table at 80 columns grouped by
 severity, or with ``--json`` as a JSON object (``findings``: each with ``check``,
 ``severity``, ``title``, ``objects``, ``evidence`` in bytes and ``fix``; ``worst``;
-``exit_status``). ``--namespace`` and ``--node`` (each repeatable) narrow what is checked; a
+``exit_status``). ``--namespace`` and ``--node`` (each repeatable) narrow what is checked: a
+namespace alone brings the nodes its pods run on, a node alone the namespaces of its pods; a
 node's sums always count every pod on it.
 
 Exit status: 0 when no finding is at or above ``--fail-on`` (default ``error``); 1 when one is;
@@ -54,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NODE",
-        help="check only this node and its pods (repeatable; default: every node)",
+        help="check only this node, its pods and (without --namespace) their namespaces' "
+        "quotas and LimitRanges (repeatable; default: every node)",
     )
     parser.add_argument(
         "--fail-on",

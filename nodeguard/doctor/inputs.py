@@ -117,8 +117,9 @@ class Cluster:
     """Everything the checks read. ``nodes`` are those in scope (``--node``, else every node,
     or with ``--namespace`` alone those running a pod of those namespaces); ``pods`` are every
     pod of those nodes (a node's sums need them all) and, with ``--namespace``, the pods of
-    those namespaces not yet on a node; ``namespaces`` is the ``--namespace`` scope (empty:
-    all). ``quotas`` and ``limit_ranges`` are those of the namespaces in scope."""
+    those namespaces not yet on a node; ``namespaces`` is the ``--namespace`` scope, or with
+    ``--node`` alone the namespaces of those nodes' pods (empty: all). ``quotas`` and
+    ``limit_ranges`` are those of the namespaces in scope."""
 
     nodes: tuple[NodeView, ...]
     pods: tuple[PodView, ...]

@@ -13,6 +13,10 @@ by default, so from the node's status alone:
 - reserved ≤ 100 MiB: a **warning**: at most the default eviction threshold, no
   ``systemReserved`` or ``kubeReserved``, a tiny fraction of a large GPU node.
 
+The fix is a KubeletConfiguration fragment: ``kubeReserved`` by the table GKE documents
+(:func:`kube_reserved_mib`), 1 GiB ``systemReserved``, and a hard eviction threshold of 1 % of
+the node's memory (at least the default 100 MiB): starting values to size, not measurements.
+
 Not done: the kubelet's own configuration (``/api/v1/nodes/<node>/proxy/configz``), which would
 tell the eviction threshold from the reserves; only the node's status is read. A node without
 capacity or allocatable memory is skipped.

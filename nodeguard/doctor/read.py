@@ -154,6 +154,10 @@ async def read_cluster(
     else:
         quotas = await kube.list_resource_quotas()
         ranges = await kube.list_limit_ranges()
+        if nodes:  # the namespaces of those nodes' pods
+            namespaces = sorted({(p.get("metadata") or {}).get("namespace", "") for p in pod_docs})
+            quotas = [q for q in quotas if q.get("metadata", {}).get("namespace") in namespaces]
+            ranges = [r for r in ranges if r.get("metadata", {}).get("namespace") in namespaces]
     return Cluster(
         nodes=tuple(node_view(n) for n in node_docs),
         pods=tuple(pod_view(p) for p in pod_docs),

@@ -288,7 +288,7 @@ def _flags(
 
 def test_every_subcommand_is_a_module_of_the_cli_package() -> None:
 
-    assert list(SUBCOMMANDS) == ["run", "snapshot", "check", "incidents", "act"]
+    assert list(SUBCOMMANDS) == ["run", "snapshot", "check", "incidents", "act", "doctor"]
     assert {m.__name__ for m in SUBCOMMANDS.values()} == {f"nodeguard.cli.{n}" for n in SUBCOMMANDS}
     assert {c.split()[0] for c, _ in _flags()} == set(SUBCOMMANDS)
 
