@@ -77,15 +77,16 @@ def _finding(
     if what == "requests":
         fix = (
             f"kubectl describe node {node.name}   # Allocated resources\n"
-            f"move or shrink the largest: kubectl -n {top[0].meta.namespace} delete pod "
-            f"{top[0].meta.name}   # its controller recreates it where it fits"
+            "# move the largest away (its controller recreates it where it fits):\n"
+            f"kubectl -n {top[0].meta.namespace} delete pod {top[0].meta.name}"
         )
     else:
         fix = (
-            f"lower the largest limits toward their requests, e.g. kubectl -n "
-            f"{top[0].meta.namespace} set resources {top[0].workload} --limits=memory=<size>;\n"
-            f"or keep them off this node: kubectl taint node {node.name} "
-            "nodeguard/memory=overcommitted:NoSchedule"
+            "# lower the largest limits toward their requests:\n"
+            f"kubectl -n {top[0].meta.namespace} set resources {top[0].workload} "
+            "--limits=memory=<size>\n"
+            "# or keep new pods off this node:\n"
+            f"kubectl taint node {node.name} nodeguard/memory=overcommitted:NoSchedule"
         )
     return Finding(
         check="overcommit",

@@ -53,8 +53,15 @@ def _findings(cluster: Cluster) -> Iterator[Finding]:
         yield from _quota_without_defaults(ns, quotas, ranges)
 
 
-def _smallest(quotas: list[QuotaView], field: str) -> tuple[int, QuotaView] | None:
-    present = [(v, q) for q in quotas if (v := getattr(q, field)) is not None]
+def _smallest(quotas: list[QuotaView], hard_name: str) -> tuple[int, QuotaView] | None:
+    """The smallest ``spec.hard`` of ``hard_name`` (``limits.memory``, ``requests.memory``)
+    among the quotas, and its quota; ``None`` when none sets it."""
+    present = [
+        (v, q)
+        for q in quotas
+        if (v := q.hard_limits_memory if hard_name == "limits.memory" else q.hard_requests_memory)
+        is not None
+    ]
     return min(present, key=lambda t: t[0]) if present else None
 
 
@@ -62,16 +69,16 @@ def _defaults_above_quota(
     ns: str, quotas: list[QuotaView], ranges: list[LimitRangeView]
 ) -> Iterator[Finding]:
     pairs = (
-        ("default", "default", "hard_limits_memory", "limits.memory", "limit"),
-        ("default_request", "defaultRequest", "hard_requests_memory", "requests.memory", "request"),
+        ("default", "limits.memory", "limit"),
+        ("defaultRequest", "requests.memory", "request"),
     )
-    for item_field, api_field, quota_field, hard_name, word in pairs:
-        hard = _smallest(quotas, quota_field)
+    for api_field, hard_name, word in pairs:
+        hard = _smallest(quotas, hard_name)
         if hard is None:
             continue
         for lr in ranges:
             for item in lr.items:
-                value = getattr(item, item_field)
+                value = item.default if api_field == "default" else item.default_request
                 if item.type != "Container" or value is None or value <= hard[0]:
                     continue
                 yield Finding(
@@ -87,9 +94,9 @@ def _defaults_above_quota(
                         Fact(label=f"quota hard {hard_name}", bytes=hard[0]),
                     ),
                     fix=(
-                        f"kubectl -n {ns} patch limitrange {lr.name} --type=json -p "
-                        f'\'[{{"op":"replace","path":"/spec/limits/{lr.items.index(item)}/'
-                        f'{api_field}/memory","value":"{hard[0] // 2**20}Mi"}}]\''
+                        f"# lower spec.limits[{lr.items.index(item)}].{api_field}.memory to at "
+                        f"most {hard[0] // 2**20}Mi (or raise the quota):\n"
+                        f"kubectl -n {ns} edit limitrange {lr.name}"
                     ),
                 )
 
@@ -123,8 +130,8 @@ def _min_above_max(ns: str, ranges: list[LimitRangeView]) -> Iterator[Finding]:
             Fact(label=f"{high[2]} memory ({high[1].name})", bytes=high[0]),
         ),
         fix=(
+            f"# lower min.memory to at most {high[0] // 2**20}Mi (or raise the max):\n"
             f"kubectl -n {ns} edit limitrange {low[1].name}"
-            f"   # min.memory at most {high[0] // 2**20}Mi"
         ),
     )
 
@@ -133,15 +140,14 @@ def _quota_without_defaults(
     ns: str, quotas: list[QuotaView], ranges: list[LimitRangeView]
 ) -> Iterator[Finding]:
     items = [i for lr in ranges for i in lr.items if i.type == "Container"]
-    for quota_field, hard_name, given in (
-        ("hard_limits_memory", "limits.memory", any(i.default is not None for i in items)),
+    for hard_name, given in (
+        ("limits.memory", any(i.default is not None for i in items)),
         (
-            "hard_requests_memory",
             "requests.memory",
             any(i.default_request is not None or i.default is not None for i in items),
         ),
     ):
-        hard = _smallest(quotas, quota_field)
+        hard = _smallest(quotas, hard_name)
         if hard is None or given:
             continue
         fragment = "default" if hard_name == "limits.memory" else "defaultRequest"

@@ -1,6 +1,7 @@
 """The findings for people: at most 80 columns, grouped by severity (errors first), one entry a
-finding: its check and title, the objects, the evidence (memory in binary units) and the fix
-(each of its lines kept whole where it fits, a shell command wrapped with ``\\``)."""
+finding: its check and title, the objects, the evidence (memory in binary units, never split
+from its number) and the fix, which stays pasteable into a shell: a long command is wrapped
+with ``\\`` at the end of each part, a long comment continues as a comment."""
 
 from __future__ import annotations
 
@@ -13,25 +14,39 @@ __all__ = ["WIDTH", "render"]
 WIDTH = 80
 _INDENT = "    "
 _LABEL = 10  # "evidence: "
+_NBSP = "\u00a0"  # holds a number to its unit while wrapping
+
+
+def _wrap(text: str, *, first: str, rest: str, width: int = WIDTH) -> list[str]:
+    lines = textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+    return [line.replace(_NBSP, " ") for line in lines] or [first.rstrip()]
 
 
 def _field(label: str, text: str) -> list[str]:
     head = f"{_INDENT}{label + ':':<{_LABEL}}"
-    rest = " " * len(head)
-    lines: list[str] = []
-    for i, part in enumerate(text.splitlines() or [""]):
-        lines.extend(
-            textwrap.wrap(
-                part,
-                width=WIDTH,
-                initial_indent=head if i == 0 else rest,
-                subsequent_indent=rest + "  ",
-                break_on_hyphens=False,
-                break_long_words=True,
-            )
-            or [head.rstrip()]
-        )
-    return lines
+    return _wrap(text, first=head, rest=" " * len(head) + "  ")
+
+
+def _fix(text: str) -> list[str]:
+    head = f"{_INDENT}{'fix:':<{_LABEL}}"
+    pad = " " * len(head)
+    out: list[str] = []
+    for i, line in enumerate(text.splitlines() or [""]):
+        first = head if i == 0 else pad
+        if line.startswith("#"):
+            out.extend(_wrap(line, first=first, rest=pad + "# "))
+        else:
+            parts = _wrap(line, first=first, rest=pad + "  ", width=WIDTH - 2)
+            out.extend(p + " \\" for p in parts[:-1])
+            out.append(parts[-1])
+    return out
 
 
 def render(findings: list[Finding]) -> str:
@@ -43,17 +58,11 @@ def render(findings: list[Finding]) -> str:
             continue
         out.append(f"{severity.upper()} ({len(group)})")
         for f in group:
-            out.extend(
-                textwrap.wrap(
-                    f"{f.check}: {f.title}",
-                    width=WIDTH,
-                    initial_indent="  ",
-                    subsequent_indent=_INDENT,
-                )
-            )
+            out.extend(_wrap(f"{f.check}: {f.title}", first="  ", rest=_INDENT))
             out.extend(_field("objects", ", ".join(str(o) for o in f.objects)))
-            out.extend(_field("evidence", "; ".join(fact.shown() for fact in f.evidence)))
-            out.extend(_field("fix", f.fix))
+            facts = "; ".join(fact.shown().replace(" ", _NBSP) for fact in f.evidence)
+            out.extend(_field("evidence", facts.replace(f":{_NBSP}", ": ")))
+            out.extend(_fix(f.fix))
         out.append("")
     counts = ", ".join(
         f"{sum(f.severity == s for f in findings)} {s}" for s in reversed(SEVERITIES)

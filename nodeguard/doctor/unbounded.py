@@ -59,7 +59,11 @@ def _finding(node: NodeView, pod: PodView, why: str) -> Finding:
     bare = [c for c in pod.containers if c.memory_limit_bytes is None]
     names = ", ".join(f"{c.name} ({c.kind})" for c in bare) or "-"
     best_effort = meta.qos_class == "besteffort"
-    kind = "BestEffort pod (no memory request or limit)" if best_effort else "pod"
+    kind = (
+        "BestEffort pod (no memory request or limit)"
+        if best_effort
+        else ("pod without a memory limit")
+    )
     target = pod.workload
     fixes = [
         f"kubectl -n {meta.namespace} set resources {target} -c {c.name} "
@@ -69,7 +73,7 @@ def _finding(node: NodeView, pod: PodView, why: str) -> Finding:
     return Finding(
         check="unbounded-memory",
         severity="error",
-        title=f"{kind} without a memory limit on GPU node {node.name}",
+        title=f"{kind} on GPU node {node.name}",
         objects=(
             ObjectRef(kind="Pod", namespace=meta.namespace, name=meta.name),
             ObjectRef(kind="Node", namespace="", name=node.name),

@@ -5,6 +5,7 @@ table, and the shipped read-only ClusterRole (docs/doctor-rbac.yaml) being enoug
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -90,9 +91,9 @@ def _refused(cluster: Cluster, namespace: str, resources: dict[str, Any]) -> str
     return str(caught.value.body)
 
 
-def _quota_counted(cluster: Cluster, namespace: str, name: str) -> bool:
+def _quota_counted(cluster: Cluster, namespace: str) -> bool:
     # ResourceQuota admission refuses every pod until the quota controller writes status.hard.
-    quota = cluster.core.read_namespaced_resource_quota(name, namespace)
+    quota = cluster.core.read_namespaced_resource_quota("compute", namespace)
     return bool(quota.status and quota.status.hard)
 
 
@@ -153,9 +154,7 @@ def scene(cluster: Cluster) -> Scene:
         {"limits": [{"type": "Container", "default": {"memory": "1Gi"}}]},
     )
     for ns in (s.over_quota, s.no_default, s.fine):
-        wait_until(
-            "the quota counted", lambda ns=ns: _quota_counted(cluster, ns, "compute"), timeout=60
-        )
+        wait_until("the quota counted", functools.partial(_quota_counted, cluster, ns), timeout=60)
     return s
 
 

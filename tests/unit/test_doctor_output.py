@@ -51,7 +51,7 @@ def test_the_reader_counts_gpus_training_and_limits_as_kubectl_does() -> None:
 
 
 def test_the_table_fits_80_columns_grouped_by_severity_with_each_fix() -> None:
-    long = "x" * 120
+    long = " ".join(f"word{i}" for i in range(30))
     findings = [
         Finding(
             check="overcommit",
@@ -59,7 +59,7 @@ def test_the_table_fits_80_columns_grouped_by_severity_with_each_fix() -> None:
             title=f"a warning about {long}",
             objects=(ObjectRef(kind="Node", namespace="", name="gpu-1"),),
             evidence=(Fact(label="limits summed", bytes=80 * GiB),),
-            fix=f"kubectl taint node gpu-1 {long}",
+            fix=f"# a comment {long}\nkubectl taint node gpu-1 {long}",
         ),
         Finding(
             check="node-reserve",
@@ -77,6 +77,14 @@ def test_the_table_fits_80_columns_grouped_by_severity_with_each_fix() -> None:
     assert "    evidence: reserved: 0 B; why: none" in lines
     assert "    fix:      line one" in lines and "              line two" in lines
     assert "    evidence: limits summed: 80.0 GiB" in lines
+    # The fix stays pasteable: a command continues with a backslash, a comment as a comment.
+    start = lines.index(
+        "    fix:      # a comment word0 word1 word2 word3 word4 word5 word6 word7 word8"
+    )
+    assert lines[start + 1].startswith("              # word")
+    command = [line for line in lines[start:] if "kubectl taint" in line or line.endswith("\\")]
+    assert command[0].startswith("              kubectl taint node gpu-1 word0")
+    assert all(line.endswith(" \\") for line in command[:-1]) and len(command) > 1
     assert lines[-1] == "2 finding(s): 1 error, 1 warning, 0 info"
     assert render([]) == "no findings\n"
     assert json.loads(json.dumps(findings[0].to_json()))["evidence"] == [

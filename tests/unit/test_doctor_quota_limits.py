@@ -34,7 +34,10 @@ def test_a_default_limit_above_the_quota_refuses_every_defaulted_pod() -> None:
         ("Container default memory", 16 * GiB),
         ("quota hard limits.memory", 8 * GiB),
     ]
-    assert "/spec/limits/0/default/memory" in f.fix and '"8192Mi"' in f.fix
+    assert f.fix == (
+        "# lower spec.limits[0].default.memory to at most 8192Mi (or raise the quota):\n"
+        "kubectl -n ml edit limitrange defaults"
+    )
 
 
 def test_a_default_request_above_the_quota_and_memory_as_requests() -> None:

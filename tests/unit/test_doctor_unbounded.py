@@ -45,9 +45,7 @@ def test_best_effort_pods_and_unbounded_init_and_sidecar_containers_are_named() 
         init=[container("fetch"), container("proxy", restart_policy="Always")],
     )
     by_pod = {f.objects[0].name: f for f in found(cluster(nodes=(gpu,), pods=(be, init)))}
-    assert by_pod["be"].title == (
-        "BestEffort pod (no memory request or limit) without a memory limit on GPU node gpu-1"
-    )
+    assert by_pod["be"].title == ("BestEffort pod (no memory request or limit) on GPU node gpu-1")
     assert by_pod["be"].evidence[0].text == "label nvidia.com/gpu.present=true"
     unbounded = {x.label: x.text for x in by_pod["with-init"].evidence}
     assert unbounded["containers without a limit"] == "fetch (init), proxy (sidecar)"
