@@ -317,7 +317,7 @@ def test_one_log_level_flag_everywhere() -> None:
         for command, a in _flags()
         if "--log.level" in a.option_strings
     }
-    assert {c.split()[0] for c, _ in levels} == {"run", "snapshot", "check", "incidents", "act"}
+    assert {c.split()[0] for c, _ in levels} == set(SUBCOMMANDS)
     assert {choices for _, choices in levels} == {("debug", "info", "warning", "error")}
     assert build_parser().parse_args(["run"]).log_level == "info"
     assert build_parser().parse_args(["check", "f"]).log_level == "warning"
