@@ -6,6 +6,7 @@
 - ``nodeguard check`` (:mod:`~nodeguard.cli.check`): validate rule files.
 - ``nodeguard incidents`` (:mod:`~nodeguard.cli.incidents`): the incident records.
 - ``nodeguard act`` (:mod:`~nodeguard.cli.act`): one runbook action by hand.
+- ``nodeguard doctor`` (:mod:`~nodeguard.cli.doctor`): the cluster's memory posture, read-only.
 
 Each module has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> exit status``; flag
 groups that several share (host paths, collectors, cordon, ``--kubeconfig``, ``--json``,
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from nodeguard import __version__
-from nodeguard.cli import act, check, incidents, run, snapshot
+from nodeguard.cli import act, check, doctor, incidents, run, snapshot
 from nodeguard.cli.flags import setup_logging
 from nodeguard.cli.parser import Parser
 
@@ -33,6 +34,7 @@ SUBCOMMANDS: dict[str, ModuleType] = {
     "check": check,
     "incidents": incidents,
     "act": act,
+    "doctor": doctor,
 }
 
 
@@ -48,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog="nodeguard")
     for name, module in SUBCOMMANDS.items():
         p = sub.add_parser(
-            # EPILOG: optional (act lists its exit statuses there).
+            # EPILOG: optional (act and doctor list their exit statuses there).
             name,
             help=module.HELP,
             description=module.HELP,

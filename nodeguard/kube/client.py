@@ -12,8 +12,9 @@ caller's decision.
 The client is made of what it does: where its configuration comes from
 (:mod:`~nodeguard.kube.config`), one call off the loop (:mod:`~nodeguard.kube.calls`), and the
 endpoints by API group: Nodes (:mod:`~nodeguard.kube.nodes`), Pods and their eviction
-(:mod:`~nodeguard.kube.pods`), Leases (:mod:`~nodeguard.kube.leases`), ResourceQuotas
-(:mod:`~nodeguard.kube.quotas`) and custom objects (:mod:`~nodeguard.kube.custom_objects`).
+(:mod:`~nodeguard.kube.pods`), Leases (:mod:`~nodeguard.kube.leases`), ResourceQuotas and
+LimitRanges (:mod:`~nodeguard.kube.quotas`) and custom objects
+(:mod:`~nodeguard.kube.custom_objects`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class KubeClient:
         self.list_resource_quotas = quotas.list_resource_quotas
         self.create_resource_quota = quotas.create_resource_quota
         self.delete_resource_quota = quotas.delete_resource_quota
+        self.list_limit_ranges = quotas.list_limit_ranges
         custom = CustomObjects(calls=calls, custom=self.custom)
         self.get_custom, self.list_custom = custom.get_custom, custom.list_custom
         self.patch_custom = custom.patch_custom

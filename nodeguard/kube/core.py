@@ -10,8 +10,8 @@ setting, ``ApiClient.call_api``, and ``ApiException.from_response`` on a status 
 the client's own ``_call_with_legacy_options`` does for ``_preload_content=False``. The method
 names and keyword arguments are the generated ones, so :class:`CoreV1` stands where the
 generated class stood. The paths are the Kubernetes API's (API reference: core/v1 Node, Pod,
-Event, ResourceQuota; policy/v1 Eviction). The small coordination.k8s.io and custom-objects
-classes stay as generated.
+Event, ResourceQuota, LimitRange; policy/v1 Eviction). The small coordination.k8s.io and
+custom-objects classes stay as generated.
 """
 
 from __future__ import annotations
@@ -125,3 +125,11 @@ class CoreV1(_Raw):
     ) -> Any:
         path = "/api/v1/namespaces/{namespace}/resourcequotas/{name}"
         return self._call("DELETE", path, {"name": name, "namespace": namespace}, body, kw)
+
+    # -- limit ranges (nodeguard doctor) -------------------------------------------------------
+    def list_limit_range_for_all_namespaces(self, **kw: Any) -> Any:
+        return self._call("GET", "/api/v1/limitranges", {}, None, kw)
+
+    def list_namespaced_limit_range(self, namespace: str, **kw: Any) -> Any:
+        path = "/api/v1/namespaces/{namespace}/limitranges"
+        return self._call("GET", path, {"namespace": namespace}, None, kw)

@@ -1,5 +1,6 @@
-"""The core/v1 ResourceQuota endpoints nodeguard calls (API reference: ResourceQuota): the
-Katib pause, a quota of zero pods in an experiment's namespace."""
+"""The core/v1 ResourceQuota and LimitRange endpoints nodeguard calls (API reference:
+ResourceQuota, LimitRange): the Katib pause, a quota of zero pods in an experiment's namespace,
+and ``nodeguard doctor``, which reads both."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ __all__ = ["ResourceQuotas"]
 
 
 class ResourceQuotas:
-    """Lists, creates and deletes ResourceQuotas."""
+    """Lists, creates and deletes ResourceQuotas; lists LimitRanges."""
 
     def __init__(self, *, calls: ApiCalls, core: CoreV1) -> None:
         self._calls = calls
@@ -28,6 +29,15 @@ class ResourceQuotas:
             body = await self._calls.read(
                 self._core.list_namespaced_resource_quota, namespace, **kw
             )
+        items: list[JSON] = body.get("items", [])
+        return items
+
+    async def list_limit_ranges(self, *, namespace: str | None = None) -> list[JSON]:
+        """LimitRanges of one namespace (or every namespace)."""
+        if namespace is None:
+            body = await self._calls.read(self._core.list_limit_range_for_all_namespaces)
+        else:
+            body = await self._calls.read(self._core.list_namespaced_limit_range, namespace)
         items: list[JSON] = body.get("items", [])
         return items
 

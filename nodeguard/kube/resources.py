@@ -53,11 +53,15 @@ ResourceKind = Literal["requests", "limits"]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodMemory:
     """A pod's memory in bytes: ``request`` (``PodRequests``; 0 when nothing requests memory),
-    ``limit`` (``PodLimits``, ``None`` when the pod cgroup has no limit) and each container's
-    own request by name (app, sidecar and init containers that have one)."""
+    ``limit`` (``PodLimits``, ``None`` when the pod cgroup has no limit), ``limits_sum``
+    (``PodLimits`` whether or not the pod cgroup is bounded: what ``kubectl describe node``
+    adds up under "Allocated resources", k8s.io/kubectl pkg/describe
+    ``getPodsTotalRequestsAndLimits``; 0 when nothing names a limit) and each container's own
+    request by name (app, sidecar and init containers that have one)."""
 
     request: int
     limit: int | None
+    limits_sum: int
     container_requests: dict[str, int]
 
 
@@ -121,6 +125,7 @@ def pod_memory(pod: JSON) -> PodMemory:
     return PodMemory(
         request=request or 0,
         limit=limit if bounded else None,
+        limits_sum=limit or 0,
         container_requests={
             c.get("name", ""): v
             for c, with_status in own

@@ -288,7 +288,7 @@ def _flags(
 
 def test_every_subcommand_is_a_module_of_the_cli_package() -> None:
 
-    assert list(SUBCOMMANDS) == ["run", "snapshot", "check", "incidents", "act"]
+    assert list(SUBCOMMANDS) == ["run", "snapshot", "check", "incidents", "act", "doctor"]
     assert {m.__name__ for m in SUBCOMMANDS.values()} == {f"nodeguard.cli.{n}" for n in SUBCOMMANDS}
     assert {c.split()[0] for c, _ in _flags()} == set(SUBCOMMANDS)
 
@@ -317,7 +317,7 @@ def test_one_log_level_flag_everywhere() -> None:
         for command, a in _flags()
         if "--log.level" in a.option_strings
     }
-    assert {c.split()[0] for c, _ in levels} == {"run", "snapshot", "check", "incidents", "act"}
+    assert {c.split()[0] for c, _ in levels} == set(SUBCOMMANDS)
     assert {choices for _, choices in levels} == {("debug", "info", "warning", "error")}
     assert build_parser().parse_args(["run"]).log_level == "info"
     assert build_parser().parse_args(["check", "f"]).log_level == "warning"

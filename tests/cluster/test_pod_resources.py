@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from nodeguard.actions.ranking import EvictFilter, plan_eviction
 from nodeguard.kube.objects import pod_meta
+from nodeguard.kube.resources import pod_memory
 from nodeguard.rules.signals import SIGNALS, History, Target
 from nodeguard.snapshot import NodeMeta, NodeSnapshot, PodMeta
 from tests.support.kube_helpers import Cluster, unique
@@ -132,8 +133,11 @@ def test_one_container_without_a_limit_leaves_the_pod_unbounded(
     # ResourceConfigForPod gives the pod cgroup no memory limit: None. Request 1Gi (a's,
     # defaulted from its limit) + 256Mi.
     spec = {"containers": [ctr("a", lim="1Gi"), ctr("b", req="256Mi")]}
-    meta = pod_meta(stored(cluster, scene, spec))
+    pod = stored(cluster, scene, spec)
+    meta = pod_meta(pod)
     assert (meta.memory_request_bytes, meta.memory_limit_bytes) == (1 * GiB + 256 * MiB, None)
+    # kubectl describe node still adds a's 1Gi to the node's limits (PodLimits; nodeguard doctor).
+    assert pod_memory(pod).limits_sum == 1 * GiB
 
 
 def test_pod_level_resources_replace_the_containers(
@@ -210,6 +214,11 @@ def test_overhead_adds_to_the_request_and_a_set_limit(
     )
     meta = pod_meta(unbounded)
     assert (meta.memory_request_bytes, meta.memory_limit_bytes) == (768 * MiB, None)
+    # Nothing names a limit: PodLimits is empty, the overhead is not added to it.
+    assert (pod_memory(bounded).limits_sum, pod_memory(unbounded).limits_sum) == (
+        2 * GiB + 256 * MiB,
+        0,
+    )
 
 
 def _resized(name: str, *, req: str, lim: str) -> dict[str, Any]:

@@ -1,0 +1,136 @@
+"""What the checks read: the cluster's nodes, pods, ResourceQuotas and LimitRanges as plain,
+frozen types, read once (:mod:`nodeguard.doctor.read`) and never fetched again by a check.
+
+Memory amounts are bytes; ``None`` is "not set" (a LimitRange without a ``max.memory``, a
+quota without ``limits.memory``), never 0. A pod's request and limits are nodeguard's one
+computation of them (:mod:`nodeguard.kube.resources`: component-helpers ``PodRequests`` /
+``PodLimits``), carried in its :class:`~nodeguard.snapshot.PodMeta`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from nodeguard.snapshot import NodeMeta, PodMeta
+
+__all__ = [
+    "Cluster",
+    "ContainerView",
+    "LimitItem",
+    "LimitRangeView",
+    "NodeView",
+    "PodView",
+    "QuotaView",
+]
+
+ContainerKind = Literal["container", "init", "sidecar"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerView:
+    """One container of a pod's spec: ``kind`` is ``init`` for a plain init container,
+    ``sidecar`` for a restartable one (``restartPolicy: Always``), ``container`` otherwise;
+    its own ``resources.requests.memory`` / ``limits.memory`` in bytes (``None``: not set)."""
+
+    name: str
+    kind: ContainerKind
+    memory_request_bytes: int | None
+    memory_limit_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodView:
+    """A pod: its :class:`PodMeta` (request, limit, QoS, phase), ``limits_sum`` (``PodLimits``
+    whether or not the pod cgroup is bounded, as ``kubectl describe node`` sums it), its
+    containers, the ``nvidia.com/gpu`` it requests (summed over its containers' limits, the
+    device plugin's extended resource) and whether it is a training pod (its owner is a
+    Kubeflow training job or it carries a Katib trial, training-operator, JobSet or Volcano
+    job label)."""
+
+    meta: PodMeta
+    limits_sum: int
+    containers: tuple[ContainerView, ...]
+    gpus: int
+    training: bool
+
+    @property
+    def workload(self) -> str:
+        """``kind/name`` of its controller (``replicaset/web-5d9``), else ``pod/<name>``: what
+        ``kubectl set resources`` is given."""
+        owner = next((o for o in self.meta.owners if o.controller), None)
+        return f"{owner.kind.lower()}/{owner.name}" if owner else f"pod/{self.meta.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeView:
+    """A node: its :class:`NodeMeta` (allocatable and capacity memory, huge pages), the
+    ``nvidia.com/gpu`` of its capacity (0 when none) and whether it carries the GPU feature
+    discovery label ``nvidia.com/gpu.present=true``."""
+
+    meta: NodeMeta
+    gpus: int
+    gpu_label: bool
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotaView:
+    """A ResourceQuota: its ``spec.hard`` memory in bytes (``requests.memory``, or ``memory``
+    which means the same, the smaller when both; ``limits.memory``) and whether it is scoped
+    (``spec.scopes`` or ``spec.scopeSelector``: it then applies to some pods only)."""
+
+    namespace: str
+    name: str
+    hard_requests_memory: int | None
+    hard_limits_memory: int | None
+    scoped: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitItem:
+    """One ``spec.limits[]`` entry of a LimitRange, its memory in bytes (as stored: the API
+    server has already filled ``default`` from ``max`` and ``defaultRequest`` from ``default``
+    or ``min``, pkg/apis/core/v1/defaults.go ``SetDefaults_LimitRangeItem``)."""
+
+    type: str
+    min: int | None
+    max: int | None
+    default: int | None
+    default_request: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitRangeView:
+    """A LimitRange and its entries."""
+
+    namespace: str
+    name: str
+    items: tuple[LimitItem, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """Everything the checks read. ``nodes`` are those in scope (``--node``, else every node,
+    or with ``--namespace`` alone those running a pod of those namespaces); ``pods`` are every
+    pod of those nodes (a node's sums need them all) and, with ``--namespace``, the pods of
+    those namespaces not yet on a node; ``namespaces`` is the ``--namespace`` scope, or with
+    ``--node`` alone the namespaces of those nodes' pods (empty: all). ``quotas`` and
+    ``limit_ranges`` are those of the namespaces in scope."""
+
+    nodes: tuple[NodeView, ...]
+    pods: tuple[PodView, ...]
+    quotas: tuple[QuotaView, ...]
+    limit_ranges: tuple[LimitRangeView, ...]
+    namespaces: frozenset[str] = frozenset()
+
+    def in_scope(self, namespace: str) -> bool:
+        """Whether a namespace is one the run was asked about."""
+        return not self.namespaces or namespace in self.namespaces
+
+    def pods_on(self, node: str) -> list[PodView]:
+        """The pods bound to ``node`` that hold resources (neither Succeeded nor Failed)."""
+        return [p for p in self.pods if p.meta.node_name == node and not p.meta.finished]

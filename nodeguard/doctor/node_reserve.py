@@ -1,0 +1,97 @@
+"""Check ``node-reserve``: nodes whose kubelet keeps (almost) nothing back from the pods.
+
+The kubelet reports ``status.allocatable.memory`` = ``capacity.memory`` - pre-allocated huge
+pages - (``systemReserved`` + ``kubeReserved`` + the hard eviction threshold)
+(pkg/kubelet/cm/node_container_manager_linux.go ``GetNodeAllocatableReservation``,
+pkg/kubelet/nodestatus/setters.go ``MachineInfo``). The default hard threshold is
+``memory.available<100Mi`` (pkg/kubelet/eviction/defaults_linux.go) and nothing else is reserved
+by default, so from the node's status alone:
+
+- reserved = 0 (allocatable equal to capacity less huge pages): an **error**: not even an
+  eviction threshold; when pods fill the node the kernel's OOM killer, not the kubelet, chooses
+  the victim, and the kubelet and the container runtime compete with them for memory;
+- reserved ≤ 100 MiB: a **warning**: at most the default eviction threshold, no
+  ``systemReserved`` or ``kubeReserved``, a tiny fraction of a large GPU node.
+
+The fix is a KubeletConfiguration fragment: ``kubeReserved`` by the table GKE documents
+(:func:`kube_reserved_mib`), 1 GiB ``systemReserved``, and a hard eviction threshold of 1 % of
+the node's memory (at least the default 100 MiB): starting values to size, not measurements.
+
+Not done: the kubelet's own configuration (``/api/v1/nodes/<node>/proxy/configz``), which would
+tell the eviction threshold from the reserves; only the node's status is read. A node without
+capacity or allocatable memory is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from nodeguard.doctor.findings import Fact, Finding, ObjectRef
+from nodeguard.doctor.inputs import Cluster
+from nodeguard.doctor.registry import Check, register
+
+__all__: list[str] = []
+
+DEFAULT_EVICTION_BYTES = 100 * 2**20
+
+FIX = """\
+# the node's KubeletConfiguration (e.g. /var/lib/kubelet/config.yaml), then restart the kubelet
+systemReserved:
+  memory: 1Gi
+kubeReserved:
+  memory: {kube}Mi
+evictionHard:
+  memory.available: {eviction}Mi"""
+
+
+def _findings(cluster: Cluster) -> Iterator[Finding]:
+    for node in cluster.nodes:
+        usable, allocatable = node.meta.usable_memory_bytes, node.meta.allocatable_memory_bytes
+        if usable is None or allocatable is None:
+            continue
+        reserved = usable - allocatable
+        if reserved > DEFAULT_EVICTION_BYTES:
+            continue
+        nothing = reserved <= 0
+        yield Finding(
+            check="node-reserve",
+            severity="error" if nothing else "warning",
+            title=(
+                f"node {node.name} reserves no memory: allocatable equals capacity"
+                if nothing
+                else f"node {node.name} reserves only the default eviction threshold"
+            ),
+            objects=(ObjectRef(kind="Node", namespace="", name=node.name),),
+            evidence=(
+                Fact(label="capacity", bytes=node.meta.capacity_memory_bytes),
+                Fact(label="huge pages", bytes=node.meta.capacity_hugepages_bytes),
+                Fact(label="allocatable", bytes=allocatable),
+                Fact(label="reserved", bytes=max(0, reserved)),
+            ),
+            fix=FIX.format(
+                kube=kube_reserved_mib(usable), eviction=max(100, usable // 100 // 2**20)
+            ),
+        )
+
+
+def kube_reserved_mib(capacity: int) -> int:
+    """A ``kubeReserved`` memory for a node of ``capacity`` bytes, in MiB, by the table GKE
+    documents for its nodes ("Node allocatable", cloud.google.com/kubernetes-engine/docs/
+    concepts/plan-node-sizes): 25 % of the first 4 GiB, 20 % of the next 4, 10 % of the next 8,
+    6 % of the next 112 and 2 % of the rest."""
+    gib, left, total = 2**30, capacity, 0.0
+    for size, share in ((4 * gib, 0.25), (4 * gib, 0.20), (8 * gib, 0.10), (112 * gib, 0.06)):
+        part = min(left, size)
+        total += part * share
+        left -= part
+    total += max(0, left) * 0.02
+    return int(total // 2**20)
+
+
+register(
+    Check(
+        id="node-reserve",
+        title="nodes that reserve no memory for the system (node status)",
+        run=_findings,
+    )
+)

@@ -1,0 +1,184 @@
+"""Check ``quota-limitrange``: a namespace's ResourceQuota and LimitRanges that together refuse
+pods, per namespace in scope (Kubernetes v1.35 sources).
+
+Admission of a pod runs LimitRanger, then ResourceQuota:
+
+- LimitRanger (plugin/pkg/admission/limitranger/admission.go) applies every LimitRange of the
+  namespace in turn: ``PodMutateLimitFunc`` gives each container and init container that names
+  no memory limit (request) the ``Container`` entry's ``default`` (``defaultRequest``), then
+  ``PodValidateLimitFunc`` refuses a container whose request is below a ``Container`` ``min``
+  or whose limit is above its ``max``, and a pod whose summed request or limit is outside a
+  ``Pod`` entry's ``min``/``max``. The API server refuses ``min > max`` inside one entry
+  (pkg/apis/core/validation ``ValidateLimitRange``), so **min above max** is a contradiction
+  across entries or LimitRanges: the largest ``Container`` ``min`` above the smallest
+  ``Container`` or ``Pod`` ``max`` refuses every pod.
+- The quota's pod evaluator (pkg/quota/v1/evaluator/core/pods.go) counts a pod's
+  ``limits.memory`` as ``PodLimits`` and ``requests.memory`` (or ``memory``) as
+  ``PodRequests``, and refuses a pod that would take the namespace past ``spec.hard``. A
+  ``default`` above ``hard`` ``limits.memory`` (a ``defaultRequest`` above ``requests.memory``)
+  refuses every pod with a container that relies on it, whatever else runs there.
+- ``Constraints``: with a quota on ``limits.memory`` (``requests.memory``) every container and
+  init container must name one ("must specify limits.memory for: <containers>"), unless the
+  pod sets pod-level resources. With no LimitRange ``default`` (``defaultRequest``) to give
+  one, every pod without it is refused. (A container's request defaults to its own limit at
+  decoding, pkg/apis/core/v1/defaults.go ``SetDefaults_Pod``, so a LimitRange ``default`` also
+  satisfies ``requests.memory``: its ``defaultRequest`` is filled from it.)
+
+Only unscoped quotas are read (``spec.scopes`` and ``scopeSelector`` narrow a quota to some pods:
+not done). Not a finding: defaults that fit the quota, a quota whose namespace gives defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from nodeguard.doctor.findings import Fact, Finding, ObjectRef
+from nodeguard.doctor.inputs import Cluster, LimitRangeView, QuotaView
+from nodeguard.doctor.registry import Check, register
+
+__all__: list[str] = []
+
+Bound = tuple[int, LimitRangeView, str]  # bytes, the LimitRange, "Container max" ...
+
+
+def _findings(cluster: Cluster) -> Iterator[Finding]:
+    namespaces = {q.namespace for q in cluster.quotas} | {r.namespace for r in cluster.limit_ranges}
+    for ns in sorted(n for n in namespaces if cluster.in_scope(n)):
+        quotas = [q for q in cluster.quotas if q.namespace == ns and not q.scoped]
+        ranges = sorted(
+            (r for r in cluster.limit_ranges if r.namespace == ns), key=lambda r: r.name
+        )
+        yield from _defaults_above_quota(ns, quotas, ranges)
+        yield from _min_above_max(ns, ranges)
+        yield from _quota_without_defaults(ns, quotas, ranges)
+
+
+def _smallest(quotas: list[QuotaView], hard_name: str) -> tuple[int, QuotaView] | None:
+    """The smallest ``spec.hard`` of ``hard_name`` (``limits.memory``, ``requests.memory``)
+    among the quotas, and its quota; ``None`` when none sets it."""
+    present = [
+        (v, q)
+        for q in quotas
+        if (v := q.hard_limits_memory if hard_name == "limits.memory" else q.hard_requests_memory)
+        is not None
+    ]
+    return min(present, key=lambda t: t[0]) if present else None
+
+
+def _defaults_above_quota(
+    ns: str, quotas: list[QuotaView], ranges: list[LimitRangeView]
+) -> Iterator[Finding]:
+    pairs = (
+        ("default", "limits.memory", "limit"),
+        ("defaultRequest", "requests.memory", "request"),
+    )
+    for api_field, hard_name, word in pairs:
+        hard = _smallest(quotas, hard_name)
+        if hard is None:
+            continue
+        for lr in ranges:
+            for item in lr.items:
+                value = item.default if api_field == "default" else item.default_request
+                if item.type != "Container" or value is None or value <= hard[0]:
+                    continue
+                yield Finding(
+                    check="quota-limitrange",
+                    severity="error",
+                    title=f"LimitRange default {word} above the quota's {hard_name} in {ns}",
+                    objects=(
+                        _ref("LimitRange", lr.namespace, lr.name),
+                        _ref("ResourceQuota", ns, hard[1].name),
+                    ),
+                    evidence=(
+                        Fact(label=f"Container {api_field} memory", bytes=value),
+                        Fact(label=f"quota hard {hard_name}", bytes=hard[0]),
+                    ),
+                    fix=(
+                        f"# lower spec.limits[{lr.items.index(item)}].{api_field}.memory to at "
+                        f"most {hard[0] // 2**20}Mi (or raise the quota):\n"
+                        f"kubectl -n {ns} edit limitrange {lr.name}"
+                    ),
+                )
+
+
+def _min_above_max(ns: str, ranges: list[LimitRangeView]) -> Iterator[Finding]:
+    mins: list[Bound] = [
+        (i.min, lr, "Container min")
+        for lr in ranges
+        for i in lr.items
+        if i.type == "Container" and i.min is not None
+    ]
+    maxes: list[Bound] = [
+        (i.max, lr, f"{i.type} max")
+        for lr in ranges
+        for i in lr.items
+        if i.type in ("Container", "Pod") and i.max is not None
+    ]
+    if not mins or not maxes:
+        return
+    low, high = max(mins, key=lambda b: b[0]), min(maxes, key=lambda b: b[0])
+    if low[0] <= high[0]:
+        return
+    refs = {(b[1].name): _ref("LimitRange", ns, b[1].name) for b in (low, high)}
+    yield Finding(
+        check="quota-limitrange",
+        severity="error",
+        title=f"LimitRange {low[2]} above {high[2]} in {ns}: every pod is refused",
+        objects=tuple(refs.values()),
+        evidence=(
+            Fact(label=f"{low[2]} memory ({low[1].name})", bytes=low[0]),
+            Fact(label=f"{high[2]} memory ({high[1].name})", bytes=high[0]),
+        ),
+        fix=(
+            f"# lower min.memory to at most {high[0] // 2**20}Mi (or raise the max):\n"
+            f"kubectl -n {ns} edit limitrange {low[1].name}"
+        ),
+    )
+
+
+def _quota_without_defaults(
+    ns: str, quotas: list[QuotaView], ranges: list[LimitRangeView]
+) -> Iterator[Finding]:
+    items = [i for lr in ranges for i in lr.items if i.type == "Container"]
+    for hard_name, given in (
+        ("limits.memory", any(i.default is not None for i in items)),
+        (
+            "requests.memory",
+            any(i.default_request is not None or i.default is not None for i in items),
+        ),
+    ):
+        hard = _smallest(quotas, hard_name)
+        if hard is None or given:
+            continue
+        fragment = "default" if hard_name == "limits.memory" else "defaultRequest"
+        yield Finding(
+            check="quota-limitrange",
+            severity="error",
+            title=(
+                f"quota on {hard_name} in {ns} and no LimitRange {fragment}: "
+                "pods without one are refused"
+            ),
+            objects=(_ref("ResourceQuota", ns, hard[1].name),),
+            evidence=(
+                Fact(label=f"quota hard {hard_name}", bytes=hard[0]),
+                Fact(label=f"LimitRange {fragment}", text="none"),
+            ),
+            fix=(
+                f"kubectl -n {ns} apply -f - <<EOF\napiVersion: v1\nkind: LimitRange\n"
+                f"metadata: {{name: memory-defaults}}\nspec:\n  limits:\n  - type: Container\n"
+                f"    {fragment}: {{memory: <size>}}\nEOF"
+            ),
+        )
+
+
+def _ref(kind: str, namespace: str, name: str) -> ObjectRef:
+    return ObjectRef(kind=kind, namespace=namespace, name=name)
+
+
+register(
+    Check(
+        id="quota-limitrange",
+        title="ResourceQuota and LimitRange that together refuse pods",
+        run=_findings,
+    )
+)

@@ -1,0 +1,71 @@
+"""The findings for people: at most 80 columns, grouped by severity (errors first), one entry a
+finding: its check and title, the objects, the evidence (memory in binary units, never split
+from its number) and the fix, which stays pasteable into a shell: a long command is wrapped
+with ``\\`` at the end of each part, a long comment continues as a comment."""
+
+from __future__ import annotations
+
+import textwrap
+
+from nodeguard.doctor.findings import SEVERITIES, Finding
+
+__all__ = ["WIDTH", "render"]
+
+WIDTH = 80
+_INDENT = "    "
+_LABEL = 10  # "evidence: "
+_NBSP = "\u00a0"  # holds a number to its unit while wrapping
+
+
+def _wrap(text: str, *, first: str, rest: str, width: int = WIDTH) -> list[str]:
+    lines = textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+    return [line.replace(_NBSP, " ") for line in lines] or [first.rstrip()]
+
+
+def _field(label: str, text: str) -> list[str]:
+    head = f"{_INDENT}{label + ':':<{_LABEL}}"
+    return _wrap(text, first=head, rest=" " * len(head) + "  ")
+
+
+def _fix(text: str) -> list[str]:
+    head = f"{_INDENT}{'fix:':<{_LABEL}}"
+    pad = " " * len(head)
+    out: list[str] = []
+    for i, line in enumerate(text.splitlines() or [""]):
+        first = head if i == 0 else pad
+        if line.startswith("#"):
+            out.extend(_wrap(line, first=first, rest=pad + "# "))
+        else:
+            parts = _wrap(line, first=first, rest=pad + "  ", width=WIDTH - 2)
+            out.extend(p + " \\" for p in parts[:-1])
+            out.append(parts[-1])
+    return out
+
+
+def render(findings: list[Finding]) -> str:
+    """The table of ``findings`` (in the order given within a severity), ending with a count."""
+    out: list[str] = []
+    for severity in reversed(SEVERITIES):
+        group = [f for f in findings if f.severity == severity]
+        if not group:
+            continue
+        out.append(f"{severity.upper()} ({len(group)})")
+        for f in group:
+            out.extend(_wrap(f"{f.check}: {f.title}", first="  ", rest=_INDENT))
+            out.extend(_field("objects", ", ".join(str(o) for o in f.objects)))
+            facts = "; ".join(fact.shown().replace(" ", _NBSP) for fact in f.evidence)
+            out.extend(_field("evidence", facts.replace(f":{_NBSP}", ": ")))
+            out.extend(_fix(f.fix))
+        out.append("")
+    counts = ", ".join(
+        f"{sum(f.severity == s for f in findings)} {s}" for s in reversed(SEVERITIES)
+    )
+    out.append(f"{len(findings)} finding(s): {counts}" if findings else "no findings")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,113 @@
+"""Typed inputs for the ``nodeguard doctor`` checks, built from Node/Pod/ResourceQuota/
+LimitRange JSON shaped as the API server returns it, through the doctor's own reader functions
+(:mod:`nodeguard.doctor.read`), so the tests exercise nodeguard's request/limit arithmetic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeguard.doctor.inputs import Cluster, LimitRangeView, NodeView, PodView, QuotaView
+from nodeguard.doctor.read import limit_range_view, node_view, pod_view, quota_view
+
+GiB = 2**30
+MiB = 2**20
+
+
+def node(
+    name: str,
+    *,
+    memory: str = "64Gi",
+    allocatable: str | None = None,
+    gpus: int = 0,
+    labels: dict[str, str] | None = None,
+    hugepages: str | None = None,
+) -> NodeView:
+    capacity: dict[str, str] = {"memory": memory, "cpu": "16"}
+    if gpus:
+        capacity["nvidia.com/gpu"] = str(gpus)
+    if hugepages:
+        capacity["hugepages-1Gi"] = hugepages
+    alloc = {**capacity, "memory": allocatable or memory}
+    return node_view(
+        {
+            "metadata": {"name": name, "labels": labels or {}},
+            "status": {"capacity": capacity, "allocatable": alloc},
+        }
+    )
+
+
+def container(
+    name: str = "main",
+    *,
+    request: str | None = None,
+    limit: str | None = None,
+    gpus: int = 0,
+    restart_policy: str | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, dict[str, str]] = {}
+    if request:
+        resources["requests"] = {"memory": request}
+    if limit:
+        resources["limits"] = {"memory": limit}
+    if gpus:
+        resources.setdefault("limits", {})["nvidia.com/gpu"] = str(gpus)
+    doc: dict[str, Any] = {"name": name, "image": "pause", "resources": resources}
+    if restart_policy:
+        doc["restartPolicy"] = restart_policy
+    return doc
+
+
+def pod(
+    name: str,
+    *,
+    node: str,
+    namespace: str = "ml",
+    containers: list[dict[str, Any]] | None = None,
+    init: list[dict[str, Any]] | None = None,
+    qos: str = "Burstable",
+    phase: str = "Running",
+    labels: dict[str, str] | None = None,
+    owner: tuple[str, str] | None = None,
+    pod_limit: str | None = None,
+) -> PodView:
+    spec: dict[str, Any] = {"nodeName": node, "containers": containers or [container()]}
+    if init:
+        spec["initContainers"] = init
+    if pod_limit:
+        spec["resources"] = {"limits": {"memory": pod_limit}}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
+    if labels:
+        meta["labels"] = labels
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    return pod_view({"metadata": meta, "spec": spec, "status": {"phase": phase, "qosClass": qos}})
+
+
+def quota(
+    name: str, *, namespace: str = "ml", hard: dict[str, str], scoped: bool = False
+) -> QuotaView:
+    spec: dict[str, Any] = {"hard": hard}
+    if scoped:
+        spec["scopes"] = ["NotBestEffort"]
+    return quota_view({"metadata": {"name": name, "namespace": namespace}, "spec": spec})
+
+
+def limit_range(
+    name: str, *, namespace: str = "ml", limits: list[dict[str, Any]]
+) -> LimitRangeView:
+    return limit_range_view(
+        {"metadata": {"name": name, "namespace": namespace}, "spec": {"limits": limits}}
+    )
+
+
+def cluster(
+    *,
+    nodes: tuple[NodeView, ...] = (),
+    pods: tuple[PodView, ...] = (),
+    quotas: tuple[QuotaView, ...] = (),
+    limit_ranges: tuple[LimitRangeView, ...] = (),
+    namespaces: frozenset[str] = frozenset(),
+) -> Cluster:
+    return Cluster(
+        nodes=nodes, pods=pods, quotas=quotas, limit_ranges=limit_ranges, namespaces=namespaces
+    )

@@ -1,0 +1,107 @@
+"""``nodeguard doctor``'s registry, reader and table: every check module registers once, the
+reader keeps nodeguard's request/limit arithmetic, and the table fits 80 columns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nodeguard.doctor  # noqa: F401  (registers every check)
+from nodeguard.cli.doctor import exit_status
+from nodeguard.doctor.findings import Fact, Finding, ObjectRef
+from nodeguard.doctor.registry import CHECKS, run_checks
+from nodeguard.doctor.table import WIDTH, render
+from tests.support.doctor import GiB, cluster, container, node, pod
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECK_MODULES = {"unbounded", "overcommit", "quota_limits", "node_reserve"}
+
+
+def test_every_check_module_registers_one_check_named_in_the_readme() -> None:
+    assert {c.run.__module__.rsplit(".", 1)[1] for c in CHECKS.values()} == CHECK_MODULES
+    modules = {p.stem for p in (ROOT / "nodeguard/doctor").glob("*.py")}
+    assert modules - CHECK_MODULES == {
+        "__init__",
+        "findings",
+        "inputs",
+        "read",
+        "registry",
+        "table",
+    }
+    readme = (ROOT / "README.md").read_text()
+    for check_id in CHECKS:
+        assert f"`{check_id}`" in readme, check_id
+
+
+def test_the_reader_counts_gpus_training_and_limits_as_kubectl_does() -> None:
+    p = pod(
+        "w",
+        node="n",
+        containers=[container(request="1Gi", limit="2Gi", gpus=2), container("side")],
+        owner=("PyTorchJob", "bert"),
+    )
+    assert (p.gpus, p.training, p.workload) == (2, True, "pytorchjob/bert")
+    # One container without a limit: the pod cgroup is unbounded, the limits still sum to 2Gi.
+    assert (p.meta.memory_limit_bytes, p.limits_sum, p.meta.memory_request_bytes) == (
+        None,
+        2 * GiB,
+        GiB,
+    )
+    assert node("g", gpus=4).gpus == 4 and not node("c").gpu_label
+
+
+def test_the_table_fits_80_columns_grouped_by_severity_with_each_fix() -> None:
+    long = " ".join(f"word{i}" for i in range(30))
+    findings = [
+        Finding(
+            check="overcommit",
+            severity="warning",
+            title=f"a warning about {long}",
+            objects=(ObjectRef(kind="Node", namespace="", name="gpu-1"),),
+            evidence=(Fact(label="limits summed", bytes=80 * GiB),),
+            fix=f"# a comment {long}\nkubectl taint node gpu-1 {long}",
+        ),
+        Finding(
+            check="node-reserve",
+            severity="error",
+            title="an error",
+            objects=(ObjectRef(kind="Pod", namespace="ml", name="p"),),
+            evidence=(Fact(label="reserved", bytes=0), Fact(label="why", text="none")),
+            fix="line one\nline two",
+        ),
+    ]
+    text = render(findings)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= WIDTH
+    assert lines.index("ERROR (1)") < lines.index("WARNING (1)")
+    assert "    evidence: reserved: 0 B; why: none" in lines
+    assert "    fix:      line one" in lines and "              line two" in lines
+    assert "    evidence: limits summed: 80.0 GiB" in lines
+    # The fix stays pasteable: a command continues with a backslash, a comment as a comment.
+    start = lines.index(
+        "    fix:      # a comment word0 word1 word2 word3 word4 word5 word6 word7 word8"
+    )
+    assert lines[start + 1].startswith("              # word")
+    command = [line for line in lines[start:] if "kubectl taint" in line or line.endswith("\\")]
+    assert command[0].startswith("              kubectl taint node gpu-1 word0")
+    assert all(line.endswith(" \\") for line in command[:-1]) and len(command) > 1
+    assert lines[-1] == "2 finding(s): 1 error, 1 warning, 0 info"
+    assert render([]) == "no findings\n"
+    assert json.loads(json.dumps(findings[0].to_json()))["evidence"] == [
+        {"label": "limits summed", "bytes": 80 * GiB}
+    ]
+
+
+def test_the_exit_status_is_the_worst_finding_against_fail_on() -> None:
+    c = cluster(nodes=(node("n", memory="64Gi", allocatable="60Gi"),))
+    assert run_checks(c) == []
+    warning = Finding(
+        check="overcommit", severity="warning", title="t", objects=(), evidence=(), fix="f"
+    )
+    error = Finding(
+        check="overcommit", severity="error", title="t", objects=(), evidence=(), fix="f"
+    )
+    assert exit_status([], fail_on="warning") == 0
+    assert exit_status([warning], fail_on="error") == 0
+    assert exit_status([warning], fail_on="warning") == 1
+    assert exit_status([warning, error], fail_on="error") == 1

@@ -1,0 +1,94 @@
+"""``nodeguard doctor``'s ``quota-limitrange`` check on typed inputs: a namespace's quota and
+LimitRanges that together refuse pods."""
+
+from __future__ import annotations
+
+import nodeguard.doctor  # noqa: F401  (registers every check)
+from nodeguard.doctor.findings import Finding
+from nodeguard.doctor.inputs import Cluster
+from nodeguard.doctor.registry import CHECKS
+from tests.support.doctor import GiB, cluster, limit_range, quota
+
+
+def found(c: Cluster) -> list[Finding]:
+    return list(CHECKS["quota-limitrange"].run(c))
+
+
+def test_a_default_limit_above_the_quota_refuses_every_defaulted_pod() -> None:
+    q = quota("compute", hard={"limits.memory": "8Gi", "requests.memory": "4Gi"})
+    lr = limit_range(
+        "defaults",
+        limits=[
+            {
+                "type": "Container",
+                "default": {"memory": "16Gi"},
+                "defaultRequest": {"memory": "2Gi"},
+            }
+        ],
+    )
+    (f,) = found(cluster(quotas=(q,), limit_ranges=(lr,)))
+    assert f.severity == "error"
+    assert f.title == "LimitRange default limit above the quota's limits.memory in ml"
+    assert [str(o) for o in f.objects] == ["LimitRange ml/defaults", "ResourceQuota ml/compute"]
+    assert [(x.label, x.bytes) for x in f.evidence] == [
+        ("Container default memory", 16 * GiB),
+        ("quota hard limits.memory", 8 * GiB),
+    ]
+    assert f.fix == (
+        "# lower spec.limits[0].default.memory to at most 8192Mi (or raise the quota):\n"
+        "kubectl -n ml edit limitrange defaults"
+    )
+
+
+def test_a_default_request_above_the_quota_and_memory_as_requests() -> None:
+    q = quota("compute", hard={"memory": "1Gi"})  # "memory" is requests.memory
+    lr = limit_range(
+        "defaults", limits=[{"type": "Container", "defaultRequest": {"memory": "2Gi"}}]
+    )
+    (f,) = found(cluster(quotas=(q,), limit_ranges=(lr,)))
+    assert f.title == "LimitRange default request above the quota's requests.memory in ml"
+
+
+def test_defaults_that_fit_the_quota_exactly_are_fine() -> None:
+    q = quota("compute", hard={"limits.memory": "8Gi", "requests.memory": "4Gi"})
+    lr = limit_range(
+        "defaults",
+        limits=[
+            {"type": "Container", "default": {"memory": "8Gi"}, "defaultRequest": {"memory": "4Gi"}}
+        ],
+    )
+    assert found(cluster(quotas=(q,), limit_ranges=(lr,))) == []
+
+
+def test_min_above_max_across_two_limit_ranges() -> None:
+    a = limit_range("floor", limits=[{"type": "Container", "min": {"memory": "2Gi"}}])
+    b = limit_range("ceiling", limits=[{"type": "Pod", "max": {"memory": "1Gi"}}])
+    (f,) = found(cluster(limit_ranges=(a, b)))
+    assert f.title == "LimitRange Container min above Pod max in ml: every pod is refused"
+    assert {str(o) for o in f.objects} == {"LimitRange ml/floor", "LimitRange ml/ceiling"}
+    assert [x.bytes for x in f.evidence] == [2 * GiB, GiB]
+    fits = limit_range("ceiling", limits=[{"type": "Pod", "max": {"memory": "2Gi"}}])
+    assert found(cluster(limit_ranges=(a, fits))) == []
+
+
+def test_a_limits_quota_with_no_default_limit_refuses_pods_without_one() -> None:
+    q = quota("compute", hard={"limits.memory": "8Gi"})
+    (f,) = found(cluster(quotas=(q,)))
+    assert f.title == (
+        "quota on limits.memory in ml and no LimitRange default: pods without one are refused"
+    )
+    assert "kind: LimitRange" in f.fix and "default: {memory: <size>}" in f.fix
+    # Given a default limit (its defaultRequest filled from it by the API server): no finding.
+    lr = limit_range(
+        "defaults",
+        limits=[
+            {"type": "Container", "default": {"memory": "1Gi"}, "defaultRequest": {"memory": "1Gi"}}
+        ],
+    )
+    assert found(cluster(quotas=(q,), limit_ranges=(lr,))) == []
+
+
+def test_scoped_quotas_and_namespaces_out_of_scope_are_not_read() -> None:
+    scoped = quota("scoped", hard={"limits.memory": "8Gi"}, scoped=True)
+    other = quota("compute", namespace="team-b", hard={"limits.memory": "8Gi"})
+    assert found(cluster(quotas=(scoped, other), namespaces=frozenset({"ml"}))) == []
