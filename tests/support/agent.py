@@ -61,24 +61,39 @@ def wait_ready(
         time.sleep(interval)
 
 
+def _timed_out(what: str, detail: Callable[[], object] | None) -> str:
+    return f"timed out waiting for {what}" + ("" if detail is None else f":\n{detail()}")
+
+
 def wait_until(
-    what: str, predicate: Callable[[], T | None], *, timeout: float, step: float = 0.1
+    what: str,
+    predicate: Callable[[], T | None],
+    *,
+    timeout: float,
+    step: float = 0.1,
+    detail: Callable[[], object] | None = None,
 ) -> T:
     """Call ``predicate`` every ``step`` seconds until it returns something true, and return
-    that. Fails the test (AssertionError naming ``what``) when ``timeout`` seconds pass first:
-    a hang guard, never a speed bound. The one wait of the tests; a module's own ``_until``
-    or ``wait_for`` only sets its defaults."""
+    that. Fails the test (AssertionError naming ``what``, with ``detail()``: a log, the last
+    values seen) when ``timeout`` seconds pass first: a hang guard, never a speed bound. The
+    one wait of the tests (``tests/unit/test_test_rules.py`` holds that no other module loops
+    on a clock)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, _timed_out(what, detail)
         time.sleep(step)
 
 
 async def wait_until_async(
-    what: str, predicate: Callable[[], T | None], *, timeout: float, step: float = 0.05
+    what: str,
+    predicate: Callable[[], T | None],
+    *,
+    timeout: float,
+    step: float = 0.05,
+    detail: Callable[[], object] | None = None,
 ) -> T:
     """:func:`wait_until` inside a running event loop: it sleeps on the loop, so the code under
     test (a watch, a worker) runs between the calls of ``predicate``."""
@@ -87,7 +102,7 @@ async def wait_until_async(
         value = predicate()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, _timed_out(what, detail)
         await asyncio.sleep(step)
 
 
