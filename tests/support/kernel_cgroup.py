@@ -13,15 +13,17 @@ of ``/sys/fs/cgroup`` but through this module.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.agent import wait_until
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 
@@ -236,17 +238,20 @@ def cold_file(path: Path, mib: int) -> Path:
     return path
 
 
+def _removed(d: Path) -> bool:
+    try:
+        d.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # a killed task can take a moment to leave the cgroup
+    return True
+
+
 def remove_cgroups(made: list[Path]) -> None:
     """Remove cgroups made in this order, children after their parents, deepest first."""
     for d in reversed(made):
-        for _ in range(50):
-            try:
-                d.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)  # a killed task can take a moment to leave the cgroup
+        wait_until(f"{d} removed", functools.partial(_removed, d), timeout=30)
 
 
 @contextlib.contextmanager

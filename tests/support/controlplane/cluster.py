@@ -784,21 +784,25 @@ class TestCluster:
         log_path: Path,
         what: str,
     ) -> None:
-        deadline = time.monotonic() + self._startup_timeout
-        while True:
+        """:func:`~tests.support.agent.wait_until` ``ready()``, its failures as
+        :class:`ControlPlaneError` (a port taken is retried by :meth:`start`)."""
+        from tests.support.agent import wait_until  # which imports this module's terminate
+
+        def up() -> bool:
             if proc is not None and proc.poll() is not None:
                 raise ControlPlaneError(
                     f"{log_path.stem} exited with status {proc.returncode} while waiting for "
                     f"{what}; last lines of {log_path}:\n{_tail(log_path)}"
                 )
-            if ready():
-                return
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(
-                    f"timed out after {self._startup_timeout:.0f}s waiting for {what}; "
-                    f"last lines of {log_path}:\n{_tail(log_path)}"
-                )
-            time.sleep(0.2)
+            return ready()
+
+        try:
+            wait_until(what, up, timeout=self._startup_timeout, step=0.2)
+        except AssertionError:
+            raise ControlPlaneError(
+                f"timed out after {self._startup_timeout:.0f}s waiting for {what}; "
+                f"last lines of {log_path}:\n{_tail(log_path)}"
+            ) from None
 
     def _http_get(self, url: str, *, tls: bool) -> tuple[int, bytes]:
         handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]

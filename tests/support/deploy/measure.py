@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support.agent import wait_until
 from tests.support.controlplane.cluster import terminate
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,17 +101,20 @@ def observe(cmd: list[str], *, duration: float, env: dict[str, str]) -> dict[str
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while _get(f"{base}/readyz") != 200:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"agent not ready: {proc.stderr.read() if proc.stderr else ''}")
-            time.sleep(0.2)
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"agent exited: {proc.stderr.read() if proc.stderr else ''}")
+            return _get(f"{base}/readyz") == 200
+
+        wait_until("the agent ready", ready, timeout=60, step=0.2)
         start_cpu, start = _cpu_seconds(proc.pid), time.monotonic()
         rss: list[int] = []
         windows: list[tuple[float, float]] = [(start, start_cpu)]
         scrapes = 0
         tick = 0
         last = ""
+        # not a wait: the measurement itself, for ``duration`` seconds
         while time.monotonic() - start < duration:
             time.sleep(1)
             tick += 1
