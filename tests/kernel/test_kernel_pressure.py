@@ -75,16 +75,16 @@ def test_a_hog_thrashing_at_its_own_limit_does_not_trip_the_node_rule(
         os.fsync(f.fileno())
         # Out of the page cache, so that the hog's reads charge the pages to its own cgroup.
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    host = HostPaths()
     engine = RuleEngine(rules=load_rules([DEFAULT_RULES]).rules)
-    before = read_vmstat(paths=host)
     fired: list[str] = []
     seen: list[CgroupMemory] = []
     # A kubepods of this test's own: the sampler reads this container alone.
     with private_kubepods(tmp_path) as pods:
+        host = HostPaths(sysfs=pods.sysfs)
+        before = read_vmstat(paths=host)
         sampler = Sampler(
             config=SamplerConfig(
-                paths=HostPaths(sysfs=pods.sysfs),
+                paths=host,
                 node_name="n",
                 collectors=frozenset({"meminfo", "pressure", "cgroups", "vmstat"}),
             )

@@ -47,18 +47,20 @@ def wait_ready(
     request_timeout: float = 1.0,
     interval: float = 0.05,
 ) -> None:
-    """Poll ``url`` until it answers 200. Raises ``RuntimeError`` with the process's log when
-    the process exits first or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """Poll ``url`` until it answers 200 (:func:`wait_until`). Raises ``RuntimeError`` with the
+    process's log when the process exits first or ``timeout`` seconds pass."""
+
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
         with contextlib.suppress(OSError):
-            if get(url, timeout=request_timeout)[0] == 200:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} not ready at {url}:\n{log_path.read_text()[-3000:]}")
-        time.sleep(interval)
+            return get(url, timeout=request_timeout)[0] == 200
+        return False
+
+    try:
+        wait_until(f"{what} ready", ready, timeout=timeout, step=interval)
+    except AssertionError:
+        raise RuntimeError(f"{what} not ready at {url}:\n{log_path.read_text()[-3000:]}") from None
 
 
 def _timed_out(what: str, detail: Callable[[], object] | None) -> str:

@@ -31,7 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.agent import wait_until
-from tests.support.controlplane.cluster import TestCluster, _spawn, ensure_built, terminate
+from tests.support.controlplane.cluster import TestCluster, ensure_built, spawn, terminate
 from tests.support.kube_helpers import (
     Cluster,
     custom_json,
@@ -112,7 +112,7 @@ class Katib:
 
     def start(self) -> None:
         binary = ensure_built().katib_controller
-        self._proc = _spawn([str(binary), f"--kubeconfig={self.cp.kubeconfig_path}"], self.log_path)
+        self._proc = spawn([str(binary), f"--kubeconfig={self.cp.kubeconfig_path}"], self.log_path)
 
         def started() -> bool:
             if self._proc.poll() is not None:

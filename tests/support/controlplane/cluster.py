@@ -422,7 +422,8 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
 
-def _spawn(args: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(args: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a session of its own, its output appended to ``log_path``."""
     with open(log_path, "ab") as log_file:
         log_file.write(f"\n==== {time.strftime('%H:%M:%S')} starting {args[0]}\n".encode())
         log_file.flush()
@@ -619,7 +620,7 @@ class TestCluster:
         self._write_kubeconfig()
 
         peer_url = f"http://127.0.0.1:{peer_port}"
-        self._etcd = _spawn(
+        self._etcd = spawn(
             [
                 str(binaries.etcd),
                 "--name=nodeguard-test",
@@ -653,7 +654,7 @@ class TestCluster:
         self, controllers: str, log_path: Path
     ) -> subprocess.Popen[bytes]:
         assert self._binaries is not None
-        return _spawn(
+        return spawn(
             [
                 str(self._binaries.kube_controller_manager),
                 f"--kubeconfig={self.kubeconfig_path}",
@@ -769,7 +770,7 @@ class TestCluster:
         ]
 
     def _start_apiserver(self) -> None:
-        self._apiserver = _spawn(self._apiserver_args(), self.apiserver_log_path)
+        self._apiserver = spawn(self._apiserver_args(), self.apiserver_log_path)
         self._wait(
             self._apiserver_ready,
             self._apiserver,
