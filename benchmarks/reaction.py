@@ -76,6 +76,7 @@ from tests.support.kernel_cgroup import (
     KubeletCgroup,
     cold_file,
     kubelet_cgroup,
+    private_kubepods,
     process_in,
     writable_memory_controller,
 )
@@ -346,6 +347,8 @@ def run(
     watch = Watch(states)
     started = time.time()
     with contextlib.ExitStack() as stack:
+        # A kubepods of its own: the agents read these hogs alone, never the machine's pods.
+        pods = stack.enter_context(private_kubepods(workdir))
         pids: dict[str, int] = {}
         for name, extra in AGENTS.items():
             (workdir / name).mkdir(exist_ok=True)
@@ -356,6 +359,7 @@ def run(
                         f"--rules={rules}",
                         f"--path.state={states[name]}",
                         f"--node-name={NODE}",
+                        f"--path.sysfs={pods.sysfs}",
                         "--no-collector.gpu",
                         *extra,
                     ],
@@ -367,7 +371,7 @@ def run(
         cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
         for i, (rate, file_mib, limit_mib) in enumerate(readers):
             data = cold_file(workdir / f"dataset-{i + 1}", file_mib)
-            cg = stack.enter_context(kubelet_cgroup(limit_bytes=limit_mib * MiB))
+            cg = stack.enter_context(kubelet_cgroup(pods, limit_bytes=limit_mib * MiB))
             r = Reader(name=f"reader {rate} MiB/s", cg=cg, limit=limit_mib * MiB, rate=rate)
             stack.enter_context(
                 process_in(cg, [sys.executable, "-c", READER, str(data), str(1 / rate)])
@@ -377,7 +381,7 @@ def run(
         slow_limit = 512 * MiB
         for kind, step in SLOW:
             for i in range(slow_each):
-                cg = stack.enter_context(kubelet_cgroup(limit_bytes=slow_limit))
+                cg = stack.enter_context(kubelet_cgroup(pods, limit_bytes=slow_limit))
                 h = Hog(name=f"{kind}-{i + 1}", group=kind, cg=cg, limit=slow_limit)
                 h.proc = stack.enter_context(
                     hog(cg, rate=8, switch=int(slow_limit * 0.93), slow_step=step)
@@ -392,7 +396,7 @@ def run(
                 for i in range(per_group):
                     if i:
                         watch.until(lambda: False, deadline=time.time() + INTERVAL / per_group)
-                    cg = inner.enter_context(kubelet_cgroup(limit_bytes=limit))
+                    cg = inner.enter_context(kubelet_cgroup(pods, limit_bytes=limit))
                     h = Hog(name=f"{rate}/{limit_mib}-{i + 1}", group=group, cg=cg, limit=limit)
                     h.proc = inner.enter_context(hog(cg, rate=rate))
                     h.started = time.time()

@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +69,6 @@ def two_gpus() -> Scenario:
     )  # fmt: skip
 
 
-def wait(predicate: Callable[[], Any], timeout: float = 15.0) -> None:
-    """:func:`tests.support.agent.wait_until` with this module's defaults."""
-    wait_until("the condition", predicate, timeout=timeout, step=0.05)
-
-
 # -- two GPUs, processes of several pods: one agent run, several views of it --------------------
 GPU_RULES = f"""
 apiVersion: nodeguard.io/v1alpha1
@@ -116,7 +110,12 @@ def main_run(stub_libs: dict[str, Path], tmp_path_factory: pytest.TempPathFactor
     args = [*flags(procfs(tmp)), f"--rules={rules}", "--node-name=node-a"]
     with agent(stub, args, tmp) as base:
         first = value(metrics(base), "nodeguard_snapshot_timestamp_seconds")
-        wait(lambda: len(json.loads(get(f"{base}/incidents")[1])) >= 3)
+        wait_until(
+            "three incidents",
+            lambda: len(json.loads(get(f"{base}/incidents")[1])) >= 3,
+            timeout=30,
+            step=0.05,
+        )
         # Several samples and scrapes pass; NVML stays initialised once.
         time.sleep(0.6)
         out.metrics = metrics(base)
@@ -435,7 +434,12 @@ def test_init_failure(
 ) -> None:
     stub = make_stub(two_gpus().add(f"init {rc}"))
     with agent(stub, flags(procfs(tmp_path)), tmp_path) as base:
-        wait(lambda: (value(metrics(base), "nodeguard_snapshot_timestamp_seconds") or 0) > 0)
+        wait_until(
+            "a first snapshot",
+            lambda: (value(metrics(base), "nodeguard_snapshot_timestamp_seconds") or 0) > 0,
+            timeout=30,
+            step=0.05,
+        )
         time.sleep(0.4)  # a few samples: init is not retried on each (only after a minute)
         body, snap = metrics(base), snapshot_of(base)
         assert get(f"{base}/readyz")[0] == 200
@@ -482,7 +486,12 @@ def test_gpu_lost_in_the_middle_of_a_run(make_stub: StubFactory, tmp_path: Path)
     with agent(stub, flags(procfs(tmp_path)), tmp_path) as base:
         assert value(metrics(base), "nodeguard_gpu_memory_total_bytes", gpu="1") == 48 * GiB
         flag.touch()
-        wait(lambda: value(metrics(base), "nodeguard_gpu_lost", gpu="1") == 1)
+        wait_until(
+            "GPU 1 lost",
+            lambda: value(metrics(base), "nodeguard_gpu_lost", gpu="1") == 1,
+            timeout=30,
+            step=0.05,
+        )
         body, snap = metrics(base), snapshot_of(base)
         assert get(f"{base}/readyz")[0] == 200
     # Still named by the UUID and model read before it was lost; its memory is absent.

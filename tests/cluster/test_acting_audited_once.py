@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.support.agent import get, running_agent
+from tests.support.agent import get, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster
 from tests.support.remediation import (
@@ -22,7 +22,6 @@ from tests.support.remediation import (
     pod_list_request,
     slab_rules,
     starved_host,
-    until,
 )
 
 
@@ -39,9 +38,13 @@ def test_a_firing_that_waits_for_its_pods_is_audited_once(
     log = tmp_path / "agent.log"
     with running_agent(args=args, log_path=log) as base:
         listing.wait_hit()
-        until("the wait for pods", lambda: "waits up to" in log.read_text())
+        wait_until(
+            "the wait for pods", lambda: "waits up to" in log.read_text(), timeout=30, step=0.05
+        )
         listing.release()
-        (incident,) = until("the runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = wait_until(
+            "the runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30, step=0.05
+        )
     acting = [line for line in log.read_text().splitlines() if "acting on slab-high" in line]
     assert len(acting) == 1, acting
     assert incident

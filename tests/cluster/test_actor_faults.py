@@ -62,6 +62,7 @@ async def test_a_fence_answered_after_its_renew_deadline_does_not_let_the_write_
         held = proxied.hold("PUT", rf"/leases/{lease_name(node)}$", after=True)
         fence = asyncio.create_task(a.fence())
         await asyncio.to_thread(held.wait_hit)
+        # A loop of its own, not wait_until_async: the condition is awaited (an API read).
         for _ in range(200):  # the renewal is done at the API server; only its answer waits
             if await _renew_time(kube, node) != before:
                 break

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeguard.remediation.actor import lease_name
-from tests.support.agent import running_agent
+from tests.support.agent import running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster
 from tests.support.remediation import (
@@ -22,7 +22,6 @@ from tests.support.remediation import (
     low_priority_pods,
     metric_value,
     slab_rules,
-    until,
 )
 
 
@@ -45,14 +44,26 @@ def test_a_real_agent_started_beside_a_dry_run_agent_acts(
     ]
     real = actor_args(tmp_path, "agent-r", node=node, kubeconfig=kubeconfig, rules=rules)
     with running_agent(args=dry, log_path=tmp_path / "agent-d.log") as d:
-        until("the dry-run agent to act", lambda: actor_state(d, "actor") == 1.0)
-        until("its dry-run runbook", lambda: incidents(d))
+        wait_until(
+            "the dry-run agent to act",
+            lambda: actor_state(d, "actor") == 1.0,
+            timeout=30,
+            step=0.05,
+        )
+        wait_until("its dry-run runbook", lambda: incidents(d), timeout=30, step=0.05)
         with running_agent(args=real, log_path=tmp_path / "agent-r.log") as r:
-            until("the real agent to take the node", lambda: actor_state(r, "actor") == 1.0)
+            wait_until(
+                "the real agent to take the node",
+                lambda: actor_state(r, "actor") == 1.0,
+                timeout=30,
+                step=0.05,
+            )
             mark = metric_value(r, "nodeguard_sampler_samples_total")
-            until(
+            wait_until(
                 "50 more samples",
                 lambda: metric_value(r, "nodeguard_sampler_samples_total") >= mark + 50,
+                timeout=30,
+                step=0.05,
             )
             assert actor_state(d, "observer") == 1.0
             assert len(evicted_pods(cluster, ns, names)) == 1
@@ -88,13 +99,17 @@ def test_an_actor_paused_in_its_fence_and_resumed_after_the_takeover_sends_nothi
         os.kill(a.pid, signal.SIGSTOP)
         held.release()  # the answer waits in a's socket
         with running_agent(args=[*b_args, lease], log_path=tmp_path / "agent-b.log") as b:
-            until("b to take the node", lambda: actor_state(b, "actor") == 1.0, timeout=60)
-            until("b's runbook", lambda: incidents(b), timeout=60)
+            wait_until(
+                "b to take the node", lambda: actor_state(b, "actor") == 1.0, timeout=60, step=0.05
+            )
+            wait_until("b's runbook", lambda: incidents(b), timeout=60, step=0.05)
             os.kill(a.pid, signal.SIGCONT)
             mark = metric_value(a, "nodeguard_sampler_samples_total")
-            until(
+            wait_until(
                 "a to sample 30 more times",
                 lambda: metric_value(a, "nodeguard_sampler_samples_total") >= mark + 30,
+                timeout=30,
+                step=0.05,
             )
             after = [m for m, p in proxied.seen if "eviction" in p]
             found = (

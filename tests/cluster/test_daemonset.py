@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -27,7 +28,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -132,15 +132,21 @@ def _install_rbac(applier: Applier, objs: list[Obj]) -> ServiceAccount:
 
 async def _wait_rbac(applier: Applier, sa: ServiceAccount, *, denied: Triple | None) -> None:
     """Until the authorizer (its informer caches) grants exactly the roles, less ``denied``."""
-    deadline = time.monotonic() + 20
+
+    def settled(t: Triple, where: str, want: bool) -> bool:
+        return (
+            review(applier.api, sa=sa.name, namespace=sa.namespace, triple=t, where=where) == want
+        )
+
     for t in sorted(CLUSTER_ROLE | ROLE):
         where = "" if t[1] == "nodes" else sa.namespace
         want = t != denied
-        while (
-            review(applier.api, sa=sa.name, namespace=sa.namespace, triple=t, where=where) != want
-        ):
-            assert time.monotonic() < deadline, f"RBAC never settled for {t} (want {want})"
-            await asyncio.sleep(0.1)
+        await wait_until_async(
+            f"RBAC to settle for {t} (want {want})",
+            functools.partial(settled, t, where, want),
+            timeout=60,
+            step=0.1,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -167,11 +173,6 @@ def _clear_marks(cluster: Cluster) -> None:
     """Nodes other tests left cordoned by nodeguard would spend the budget."""
     for n in cluster.core.list_node(label_selector=f"{LABEL}=true").items:
         cluster.core.patch_node(name_of(n), {"metadata": {"labels": {LABEL: None}}})
-
-
-async def _wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    """:func:`tests.support.agent.wait_until_async` with this module's defaults."""
-    await wait_until_async("the condition", predicate, timeout=timeout)
 
 
 # -- the files ---------------------------------------------------------------------------------
@@ -554,11 +555,15 @@ async def test_action_suite_as_the_daemonset_service_account(
         stop = asyncio.Event()
         task = asyncio.create_task(watcher.run(stop=stop))
         try:
-            await _wait_for(watcher.is_synced)
+            await wait_until_async("the watch synced", watcher.is_synced, timeout=30)
             late = await asyncio.to_thread(
                 cluster.pod, namespace=ns, node=node, name="late", request="1Gi"
             )
-            await _wait_for(lambda: late["metadata"]["uid"] in watcher.pods())
+            await wait_until_async(
+                "the late pod watched",
+                lambda: late["metadata"]["uid"] in watcher.pods(),
+                timeout=30,
+            )
             node_seen = watcher.node()
             assert node_seen is not None and node_seen.allocatable_memory_bytes == 64 * GiB
             assert watcher.relists == 1
@@ -719,14 +724,16 @@ class Probe:
         )
 
     async def watch(self) -> PodWatcher:
-        """Run the pod watch for a node with a pod until it logs the 403 (at most 10 s)."""
+        """Run the pod watch for a node with a pod until it logs the 403."""
         node = self.cluster.node()
         self.cluster.pod(namespace=self.namespace, node=node, name="resident")
         watcher = PodWatcher(kube=self.kube, node_name=node, watch_timeout=5)
         stop = asyncio.Event()
         task = asyncio.create_task(watcher.run(stop=stop))
         try:
-            await _wait_for(lambda: self.logged("nodeguard.kube.watch"), 10)
+            await wait_until_async(
+                "the watch's log line", lambda: self.logged("nodeguard.kube.watch"), timeout=30
+            )
         finally:
             stop.set()
             await task
@@ -916,11 +923,12 @@ def running(box: Container, *, extra: tuple[str, ...] = ()) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while http(f"{url}/readyz")[0] != 200:
+
+        def ready() -> bool:
             assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "not ready in 30 s"
-            time.sleep(0.2)
+            return http(f"{url}/readyz")[0] == 200
+
+        wait_until("the agent ready", ready, timeout=60, step=0.2)
         yield url
     finally:
         proc.terminate()
@@ -1041,10 +1049,11 @@ def test_the_daemonset_arguments_with_its_service_account(
         token=daemonset_sa.token,
     )
     with running(box, extra=(f"--kubeconfig={kubeconfig}",)) as url:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def named() -> str | None:
+            """The metrics once both pods' containers are named in them."""
             metrics = http(f"{url}/metrics")[1]
-            named = [
+            found = [
                 v
                 for name in ("trainer", "loader")
                 for v in metric(
@@ -1055,10 +1064,15 @@ def test_the_daemonset_arguments_with_its_service_account(
                     container="main",
                 )
             ]
-            if len(named) == 2:
-                break
-            assert time.monotonic() < deadline, metrics[-3000:]
-            time.sleep(0.5)
+            return metrics if len(found) == 2 else None
+
+        metrics = wait_until(
+            "both pods named",
+            named,
+            timeout=60,
+            step=0.5,
+            detail=lambda: http(f"{url}/metrics")[1][-3000:],
+        )
         assert metric(metrics, "nodeguard_node_memory_allocatable_bytes") == [128.0 * GiB]
 
 

@@ -31,7 +31,6 @@ from tests.support.remediation import (
     low_priority_pods,
     metric_value,
     slab_rules,
-    until,
 )
 from tests.support.state import state_at
 
@@ -39,7 +38,12 @@ STATE = "remediation-state.json"
 
 
 def _resumed_result(cluster: Cluster, ns: str, victim: str, base: str) -> dict[str, Any]:
-    (incident,) = until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+    (incident,) = wait_until(
+        "the resumed runbook",
+        lambda: json.loads(get(f"{base}/incidents")[1]),
+        timeout=30,
+        step=0.05,
+    )
     full: dict[str, Any] = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     wait_until(
         "the evicted pod's Event",
@@ -70,7 +74,7 @@ def test_stopped_while_the_eviction_event_is_on_the_wire_the_resume_writes_it(
             kill_9(base.pid)
         else:
             os.kill(base.pid, signal.SIGTERM)
-            until("the agent to stop", lambda: exited(base.pid), timeout=30)
+            wait_until("the agent to stop", lambda: exited(base.pid), timeout=30, step=0.05)
     held.drop()  # that Event is lost with the agent
     proxied.clear()
     state = json.loads((tmp_path / "state" / STATE).read_text())
@@ -106,7 +110,7 @@ def test_sigterm_lets_the_step_under_way_finish_within_the_shutdown_timeout(
         held.wait_hit(timeout=60)
         (victim,) = evicted_pods(cluster, ns, names)
         os.kill(base.pid, signal.SIGTERM)
-        until("the agent to stop", lambda: exited(base.pid), timeout=30)
+        wait_until("the agent to stop", lambda: exited(base.pid), timeout=30, step=0.05)
     held.drop()
     assert "cut short by the stop" not in log.read_text()
     state = json.loads((tmp_path / "state" / STATE).read_text())
@@ -172,13 +176,17 @@ def test_disk_full_right_after_an_eviction_its_event_is_still_written(
             held.wait_hit(timeout=60)
             filler = fill(fs)  # full while the eviction is on the wire
             held.release()
-            (victim,) = until("the eviction", lambda: evicted_pods(cluster, ns, names))
-            until(
+            (victim,) = wait_until(
+                "the eviction", lambda: evicted_pods(cluster, ns, names), timeout=30, step=0.05
+            )
+            wait_until(
                 "the state not persisted",
                 lambda: (
                     metric_value(base, "nodeguard_state_persisted") == 0.0
                     or "cannot be written" in (tmp_path / "agent.log").read_text()
                 ),
+                timeout=30,
+                step=0.05,
             )
             filler.unlink()  # nothing else: the writer's own retry takes it from here
             full = _resumed_result(cluster, ns, victim, base)

@@ -6,6 +6,7 @@ stays under the limit; afterwards the inputs that should act still act."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import itertools
 import json
@@ -20,7 +21,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -60,8 +60,10 @@ def metric(base: str, series: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def wait_for(what: str, check: Any, timeout: float = 15.0) -> Any:
-    return wait_until(what, check, timeout=timeout)
+def _above(base: str, name: str, floor: float) -> float | None:
+    """Series ``name`` on the agent's ``/metrics`` once above ``floor``."""
+    v = metric(base, name)
+    return v if v is not None and v > floor else None
 
 
 def _webhook_args(tmp_path: Path, *extra: str) -> list[str]:
@@ -93,7 +95,7 @@ def test_bad_rule_files_keep_the_last_good_rules(tmp_path: Path) -> None:
         f"--rules={rules}",
     ]
     with limited_agent(args=args, log_path=tmp_path / "agent.log") as (base, _), Watch(base) as w:
-        wait_for("the rule to act", lambda: json.loads(get(f"{base}/incidents")[1]))
+        wait_until("the rule to act", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30)
         errors = 0.0
         bad = [n for n in HOSTILE_RULES if n not in ("sequence-key", "mapping-key")][:12]
         bad += ["sequence-key", "mapping-key"]
@@ -105,11 +107,10 @@ def test_bad_rule_files_keep_the_last_good_rules(tmp_path: Path) -> None:
                 text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
             )
             os.kill(base.pid, signal.SIGHUP)
-            errors = wait_for(
+            errors = wait_until(
                 f"the reload error of {name}",
-                lambda e=errors: (
-                    (v := metric(base, "nodeguard_rules_reload_errors_total")) and v > e and v
-                ),
+                functools.partial(_above, base, "nodeguard_rules_reload_errors_total", errors),
+                timeout=30,
             )
             assert metric(base, "nodeguard_rules_loaded") == 1.0
         specials = {"fifo": None, "zero": "/dev/zero", "random": "/dev/urandom"}
@@ -121,19 +122,19 @@ def test_bad_rule_files_keep_the_last_good_rules(tmp_path: Path) -> None:
             else:
                 target.symlink_to(link)
             os.kill(base.pid, signal.SIGHUP)
-            errors = wait_for(
+            errors = wait_until(
                 f"the reload error of {name}",
-                lambda e=errors: (
-                    (v := metric(base, "nodeguard_rules_reload_errors_total")) and v > e and v
-                ),
+                functools.partial(_above, base, "nodeguard_rules_reload_errors_total", errors),
+                timeout=30,
             )
         # A good file again: loaded, and its rule acts.
         (rules / "rules.yaml").unlink()
         (rules / "rules.yaml").write_text(ALWAYS.replace("name: low", "name: again"))
         os.kill(base.pid, signal.SIGHUP)
-        wait_for(
+        wait_until(
             "the new rule to act",
             lambda: any(i["rule"] == "again" for i in json.loads(get(f"{base}/incidents")[1])),
+            timeout=30,
         )
     w.check(limit=LIMIT)
     log = (tmp_path / "agent.log").read_text()
@@ -206,7 +207,7 @@ def test_stalled_connections_at_a_low_descriptor_limit(tmp_path: Path) -> None:
         assert fds < 512
         # The stalled connections are closed by the agent within the header and body timeouts
         # (10 s each, then up to 10 s of aiohttp's lingering), or earlier to make room.
-        wait_for(
+        wait_until(
             "the stalled connections to be closed",
             lambda: (metric(base, "nodeguard_http_connections") or 99) <= 3,
             timeout=40,
@@ -279,7 +280,7 @@ def test_hostile_webhook_deliveries(tmp_path: Path) -> None:
         # A good delivery still acts: queued, and an incident recorded.
         good = payload(alert("NodeguardSlabUnreclaimableHigh", fingerprint="good"))
         assert _post(base, json.dumps(good).encode()) == 200
-        wait_for("the incident", lambda: json.loads(get(f"{base}/incidents")[1]))
+        wait_until("the incident", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30)
         metrics = get(f"{base}/metrics")[1]
         assert 'nodeguard_webhook_requests_total{code="401"} 1.0' in metrics
         assert 'nodeguard_webhook_requests_total{code="413"}' in metrics
@@ -300,9 +301,10 @@ def test_metrics_and_samples_do_not_wait_for_a_frozen_api_server(
     apiserver = control_plane._apiserver
     assert apiserver is not None
     with limited_agent(args=args, log_path=tmp_path / "agent.log") as (base, _), Watch(base) as w:
-        wait_for(
+        wait_until(
             "the pod list",
             lambda: json.loads(get(f"{base}/snapshot")[1]).get("pod_meta") is not None,
+            timeout=30,
         )
         os.kill(apiserver.pid, signal.SIGSTOP)
         try:
@@ -343,8 +345,10 @@ def test_a_large_rule_file_is_parsed_off_the_event_loop(tmp_path: Path) -> None:
         for i in range(5):
             rules.write_text(ALWAYS.replace("name: low", f"name: big{i}") + body)
             os.kill(base.pid, signal.SIGHUP)
-            wait_for(
-                "the reload", lambda i=i: metric(base, "nodeguard_rules_reloads_total") == i + 1
+            wait_until(
+                "the reload",
+                functools.partial(_above, base, "nodeguard_rules_reloads_total", i),
+                timeout=30,
             )
     w.check(limit=LIMIT)
     assert isinstance(base, Agent)

@@ -6,6 +6,7 @@ starting, and the resume must make Katib start the trials it is owed."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from kubernetes import client
 from nodeguard.actions.katib import QUOTA_LABEL, census, quota_name
 from nodeguard.kube.client import KubeClient
 from tests.support.acting import env_for, run_action
-from tests.support.agent import get, kill_9, running_agent
+from tests.support.agent import get, kill_9, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.katib import (
     GROUP,
@@ -33,7 +34,7 @@ from tests.support.kube_helpers import (
     labels_of,
     name_of,
 )
-from tests.support.remediation import agent_args, slab_rules, until
+from tests.support.remediation import agent_args, slab_rules
 
 
 def _legacy_pause(cluster: Cluster, ns: str, name: str, *, original: str, by: str) -> None:
@@ -71,7 +72,12 @@ def test_lowering_parallel_trial_count_makes_katib_delete_running_trials(
     cluster.custom.patch_namespaced_custom_object(
         GROUP, VERSION, ns, "experiments", "exp", {"spec": {"parallelTrialCount": 1}}
     )
-    after = katib.wait("Katib to delete trials", lambda: len(katib.trials(ns, "exp")) == 1 and 1)
+    after = wait_until(
+        "Katib to delete trials",
+        lambda: len(katib.trials(ns, "exp")) == 1 and 1,
+        timeout=30,
+        detail=katib.log_tail,
+    )
     assert after
     assert len(set(before) - set(katib.trials(ns, "exp"))) == 3
 
@@ -122,7 +128,12 @@ async def test_pause_deletes_no_trial_and_starts_none_then_resume_starts_them(
     done = sorted(trials)[:2]
     for name in done:
         katib.finish(ns, name)
-    katib.wait("Katib to try creating trials", lambda: quota_refusals(katib, ns) > refused_before)
+    wait_until(
+        "Katib to try creating trials",
+        lambda: quota_refusals(katib, ns) > refused_before,
+        timeout=30,
+        detail=katib.log_tail,
+    )
     await asyncio.sleep(2)  # Katib does not requeue a refused create: nothing comes later
     now = katib.trials(ns, "exp")
     assert {n: t["metadata"]["uid"] for n, t in now.items()} == trials  # none deleted, none new
@@ -145,7 +156,12 @@ async def test_pause_deletes_no_trial_and_starts_none_then_resume_starts_them(
     assert cluster.core.list_namespaced_resource_quota(ns).items == []
     annotations = experiment(cluster, ns, "exp")["metadata"]["annotations"]
     assert "nodeguard.io/paused-by" not in annotations and "nodeguard.io/resumed-at" in annotations
-    katib.wait("Katib to start the owed trials", lambda: len(katib.running(ns, "exp")) == 4)
+    wait_until(
+        "Katib to start the owed trials",
+        lambda: len(katib.running(ns, "exp")) == 4,
+        timeout=30,
+        detail=katib.log_tail,
+    )
     assert set(trials) - set(done) <= katib.running(ns, "exp")
 
 
@@ -164,14 +180,24 @@ async def test_resume_of_an_experiment_with_no_running_trial_starts_new_ones(
     ] == ["done"]
     for name in trials:
         katib.finish(ns, name)
-    katib.wait("Katib to see no running trial", lambda: not katib.running(ns, "exp"))
+    wait_until(
+        "Katib to see no running trial",
+        lambda: not katib.running(ns, "exp"),
+        timeout=30,
+        detail=katib.log_tail,
+    )
     await asyncio.sleep(1)
     cluster.core.delete_namespaced_resource_quota(quota_name("exp"), ns)  # the quota alone
     await asyncio.sleep(3)
     assert set(katib.trials(ns, "exp")) == set(trials), "Katib reconciled without an update"
     (resumed,) = await run_action(env=env, node=node, action="resume_katib", args=args)
     assert resumed.outcome == "done", resumed.message
-    katib.wait("two new trials", lambda: len(katib.running(ns, "exp")) == 2)
+    wait_until(
+        "two new trials",
+        lambda: len(katib.running(ns, "exp")) == 2,
+        timeout=30,
+        detail=katib.log_tail,
+    )
 
 
 async def test_act_resume_finds_the_pause_without_trial_pods_on_the_node(
@@ -360,8 +386,11 @@ async def test_the_last_resume_in_a_namespace_restarts_every_experiment_it_held(
     for name in ("a", "b", "bystander"):
         (trial,) = katib.trials(ns, name)
         katib.finish(ns, trial)
-    katib.wait(
-        "no running trial", lambda: not any(katib.running(ns, n) for n in ("a", "b", "bystander"))
+    wait_until(
+        "no running trial",
+        lambda: not any(katib.running(ns, n) for n in ("a", "b", "bystander")),
+        timeout=30,
+        detail=katib.log_tail,
     )
     (first,) = await run_action(
         env=env, node=node, action="resume_katib", args={"experiments": [f"{ns}/a"]}
@@ -374,7 +403,12 @@ async def test_the_last_resume_in_a_namespace_restarts_every_experiment_it_held(
     )
     assert "reconcile too (a, bystander)" in last.message, last.message
     for name in ("a", "b", "bystander"):
-        katib.wait(f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1)
+        wait_until(
+            f"{name} to start a trial",
+            functools.partial(katib.runs, ns, name, 1),
+            timeout=30,
+            detail=katib.log_tail,
+        )
 
 
 async def test_a_pause_does_not_outlive_its_experiment(
@@ -397,7 +431,12 @@ async def test_a_pause_does_not_outlive_its_experiment(
     (res,) = await run_action(env=env, node=node, action="resume_katib")
     assert res.outcome == "done" and "which is gone" in res.message, res.message
     assert cluster.core.list_namespaced_resource_quota(ns).items == []
-    katib.wait("b to start a new trial", lambda: len(katib.running(ns, "b")) == 1)
+    wait_until(
+        "b to start a new trial",
+        lambda: len(katib.running(ns, "b")) == 1,
+        timeout=30,
+        detail=katib.log_tail,
+    )
 
 
 async def test_a_legacy_pause_of_an_unset_count_restores_katibs_default(
@@ -435,8 +474,11 @@ def test_an_agent_killed_mid_pause_is_resumed_once_and_deletes_no_trial(
         experiment(cluster, ns, "exp")["metadata"].get("annotations") or {}
     )
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = until(
-            "the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
+        (incident,) = wait_until(
+            "the resumed runbook",
+            lambda: json.loads(get(f"{base}/incidents")[1]),
+            timeout=60,
+            step=0.05,
         )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["resumed"] == 1

@@ -7,6 +7,7 @@ killed at the worst moment."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 from pathlib import Path
@@ -20,7 +21,7 @@ from nodeguard.actions.katib_hold import TRIAL_COUNT as TRIALS
 from nodeguard.actions.katib_hold import enforcement
 from nodeguard.kube.client import KubeClient
 from tests.support.acting import env_for, run_action
-from tests.support.agent import kill_9, running_agent
+from tests.support.agent import kill_9, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.katib import (
     GROUP,
@@ -55,11 +56,6 @@ async def _spawn(*flags: str, kubeconfig: Path) -> asyncio.subprocess.Process:
     )
 
 
-async def _wait(katib: Katib, what: str, check: Any, timeout: float = 30.0) -> Any:
-    # Off the event loop: a pause or resume may be running on it meanwhile.
-    return await asyncio.to_thread(katib.wait, what, check, timeout=timeout)
-
-
 async def _pause(kube: KubeClient, node: str, *names: str, rule: str = "manual") -> None:
     results = await run_action(
         env=env_for(kube, node),
@@ -76,7 +72,13 @@ async def _all_trials_end(katib: Katib, ns: str, names: tuple[str, ...]) -> None
     for name in names:
         for trial in katib.trials(ns, name):
             katib.finish(ns, trial)
-    await _wait(katib, "no running trial", lambda: not any(katib.running(ns, n) for n in names))
+    await asyncio.to_thread(
+        wait_until,
+        "no running trial",
+        lambda: not any(katib.running(ns, n) for n in names),
+        timeout=30,
+        detail=katib.log_tail,
+    )
 
 
 async def _paused_when_idle(
@@ -99,8 +101,12 @@ async def _paused_when_idle(
 
 async def _each_starts_a_trial(katib: Katib, ns: str, names: tuple[str, ...]) -> None:
     for name in names:
-        await _wait(
-            katib, f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1
+        await asyncio.to_thread(
+            wait_until,
+            f"{name} to start a trial",
+            functools.partial(katib.runs, ns, name, 1),
+            timeout=30,
+            detail=katib.log_tail,
         )
 
 
@@ -161,7 +167,13 @@ async def test_two_resumes_at_once_in_one_namespace_wake_every_experiment(
         )
         for e in ("a", "b")
     ]
-    await _wait(katib, "both deletes on the wire", lambda: deletes.matched == 2)
+    await asyncio.to_thread(
+        wait_until,
+        "both deletes on the wire",
+        lambda: deletes.matched == 2,
+        timeout=30,
+        detail=katib.log_tail,
+    )
     deletes.release()
     outs = [(await p.communicate())[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
@@ -185,14 +197,21 @@ async def test_a_paused_experiment_deleted_under_the_garbage_collector_wakes_its
     await _pause(kube, node, f"{ns}/a")
     refused = quota_refusals(katib, ns)
     await _all_trials_end(katib, ns, ("b",))
-    await _wait(katib, "b's create refused", lambda: quota_refusals(katib, ns) > refused)
+    await asyncio.to_thread(
+        wait_until,
+        "b's create refused",
+        lambda: quota_refusals(katib, ns) > refused,
+        timeout=30,
+        detail=katib.log_tail,
+    )
     with control_plane.garbage_collector() as gc_log:
         cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "experiments", "a")
-        await _wait(
-            katib,
+        await asyncio.to_thread(
+            wait_until,
             "the garbage collector to delete the pause quota",
             lambda: not cluster.core.list_namespaced_resource_quota(ns).items,
             timeout=90,
+            detail=katib.log_tail,
         )
         assert "garbage" in gc_log.read_text().lower()
     await asyncio.sleep(2)
@@ -202,7 +221,13 @@ async def test_a_paused_experiment_deleted_under_the_garbage_collector_wakes_its
     )
     assert code == 0, out
     assert f"restarted Katib experiment(s) b in {ns}" in out, out
-    await _wait(katib, "b to start a trial", lambda: len(katib.running(ns, "b")) == 1)
+    await asyncio.to_thread(
+        wait_until,
+        "b to start a trial",
+        lambda: len(katib.running(ns, "b")) == 1,
+        timeout=30,
+        detail=katib.log_tail,
+    )
 
 
 async def test_a_pause_is_done_only_once_the_quota_controller_enforces_it(
@@ -229,7 +254,13 @@ async def test_a_pause_is_done_only_once_the_quota_controller_enforces_it(
         assert unenforced.details["enforced"] is False
         # What it warned of: the quota stands and Katib still creates a trial.
         katib.finish(ns_a, sorted(katib.running(ns_a, "exp"))[0])
-        await _wait(katib, "a trial admitted", lambda: len(katib.running(ns_a, "exp")) == 2)
+        await asyncio.to_thread(
+            wait_until,
+            "a trial admitted",
+            lambda: len(katib.running(ns_a, "exp")) == 2,
+            timeout=30,
+            detail=katib.log_tail,
+        )
 
         pause = asyncio.create_task(
             run_action(
@@ -239,15 +270,21 @@ async def test_a_pause_is_done_only_once_the_quota_controller_enforces_it(
                 args={"experiments": [f"{ns_b}/exp"], "enforceWaitSeconds": 120},
             )
         )
-        await _wait(
-            katib, "the quota made", lambda: cluster.core.list_namespaced_resource_quota(ns_b).items
+        await asyncio.to_thread(
+            wait_until,
+            "the quota made",
+            lambda: cluster.core.list_namespaced_resource_quota(ns_b).items,
+            timeout=30,
+            detail=katib.log_tail,
         )
         before = set(katib.trials(ns_b, "exp"))
         katib.finish(ns_b, sorted(before)[0])
-        slipped = await _wait(
-            katib,
+        slipped = await asyncio.to_thread(
+            wait_until,
             "a trial created before the quota is enforced",
             lambda: set(katib.trials(ns_b, "exp")) - before,
+            timeout=30,
+            detail=katib.log_tail,
         )
         assert not pause.done()
     finally:
@@ -260,7 +297,13 @@ async def test_a_pause_is_done_only_once_the_quota_controller_enforces_it(
     # Enforced now: a finished trial's successor is refused as exceeding the quota.
     refused, trials = quota_refusals(katib, ns_b), set(katib.trials(ns_b, "exp"))
     katib.finish(ns_b, sorted(katib.running(ns_b, "exp"))[0])
-    await _wait(katib, "an 'exceeded quota' refusal", lambda: quota_refusals(katib, ns_b) > refused)
+    await asyncio.to_thread(
+        wait_until,
+        "an 'exceeded quota' refusal",
+        lambda: quota_refusals(katib, ns_b) > refused,
+        timeout=30,
+        detail=katib.log_tail,
+    )
     assert set(katib.trials(ns_b, "exp")) == trials
     (again,) = await run_action(
         env=env, node=node, action="pause_katib", args={"experiments": [f"{ns_a}/exp"]}
@@ -352,7 +395,13 @@ async def test_every_pauser_is_recorded_and_the_last_resolve_ends_the_pause(
     ]
     refused = quota_refusals(katib, ns)
     katib.finish(ns, next(iter(trials)))
-    await _wait(katib, "an 'exceeded quota' refusal", lambda: quota_refusals(katib, ns) > refused)
+    await asyncio.to_thread(
+        wait_until,
+        "an 'exceeded quota' refusal",
+        lambda: quota_refusals(katib, ns) > refused,
+        timeout=30,
+        detail=katib.log_tail,
+    )
     assert set(katib.trials(ns, "exp")) == set(trials)
 
     await _pause(kube, node, f"{ns}/exp", rule="rule-a")  # held by both again
@@ -361,7 +410,13 @@ async def test_every_pauser_is_recorded_and_the_last_resolve_ends_the_pause(
     )
     assert code == 0 and f"resumed Katib experiment {ns}/exp" in out, out
     assert cluster.core.list_namespaced_resource_quota(ns).items == []
-    await _wait(katib, "a new trial", lambda: len(katib.running(ns, "exp")) == 1)
+    await asyncio.to_thread(
+        wait_until,
+        "a new trial",
+        lambda: len(katib.running(ns, "exp")) == 1,
+        timeout=30,
+        detail=katib.log_tail,
+    )
     (late,) = await run_action(
         env=env, node=node, action="resume_katib", rule="rule-b", source="local", kind="resolved"
     )
@@ -472,9 +527,19 @@ def test_an_agent_killed_between_its_resolves_kicks_is_completed_by_the_next_age
     assert cluster.core.list_namespaced_resource_quota(ns).items == []
     assert not katib.running(ns, "n2")
     with running_agent(args=args, log_path=tmp_path / "agent-2.log"):
-        katib.wait("n2 to start a trial", lambda: len(katib.running(ns, "n2")) == 1, timeout=60)
+        wait_until(
+            "n2 to start a trial",
+            lambda: len(katib.running(ns, "n2")) == 1,
+            timeout=60,
+            detail=katib.log_tail,
+        )
     for name in names:
-        katib.wait(f"{name} to start a trial", lambda n=name: len(katib.running(ns, n)) == 1)
+        wait_until(
+            f"{name} to start a trial",
+            functools.partial(katib.runs, ns, name, 1),
+            timeout=30,
+            detail=katib.log_tail,
+        )
 
 
 async def test_a_pause_after_a_resume_killed_before_its_delete_pauses_afresh(

@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +40,6 @@ def host_for(tmp_path: Path, pods: list[dict[str, Any]]) -> HostPaths:
         cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
         v2_cgroup(pod_dir / cid, current=i * GiB, anon=i * GiB)
     return HostPaths(procfs=tmp_path / "proc", sysfs=tmp_path / "sys", kmsg=tmp_path / "none")
-
-
-async def wait_for(predicate: Callable[[], object], timeout: float = 15.0) -> None:
-    """:func:`tests.support.agent.wait_until_async` with this module's defaults."""
-    await wait_until_async("the condition", predicate, timeout=timeout)
 
 
 async def test_watch_feeds_labels_and_overcommit(
@@ -99,9 +93,17 @@ async def test_watch_feeds_labels_and_overcommit(
         # Changes arrive through the watch, not a new list.
         lists = watcher.relists
         cluster.pod(namespace=ns, node=node, name="late")
-        await wait_for(lambda: "late" in {m.name for m in watcher.pods().values()})
+        await wait_until_async(
+            "the late pod watched",
+            lambda: "late" in {m.name for m in watcher.pods().values()},
+            timeout=30,
+        )
         cluster.core.delete_namespaced_pod("prep", ns, grace_period_seconds=0)
-        await wait_for(lambda: "prep" not in {m.name for m in watcher.pods().values()})
+        await wait_until_async(
+            "prep gone from the watch",
+            lambda: "prep" not in {m.name for m in watcher.pods().values()},
+            timeout=30,
+        )
         assert watcher.relists == lists
 
 
@@ -134,7 +136,7 @@ async def test_relists_after_gone(
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop=stop))
     try:
-        await wait_for(lambda: watcher.relists >= 2)
+        await wait_until_async("a second relist", lambda: watcher.relists >= 2, timeout=30)
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)
@@ -363,7 +365,9 @@ async def test_a_kernel_log_victim_is_named_after_its_container_was_replaced(
     series = re.compile(r"^nodeguard_container_kernel_oom_kills_total\{(.*)\} (\S+)$", re.M)
     async with synced_watcher(kubeconfig=control_plane.kubeconfig_path, node=node) as watcher:
         _restarted(cluster, name="trainer", ns=ns, new=second, old=first, restarts=1)
-        await wait_for(lambda: second in watcher.pods()[uid].containers)
+        await wait_until_async(
+            "the second container", lambda: second in watcher.pods()[uid].containers, timeout=30
+        )
         sampler = Sampler(
             config=SamplerConfig(
                 paths=paths, node_name=node, collectors=frozenset({"meminfo", "cgroups", "kmsg"})
@@ -378,7 +382,9 @@ async def test_a_kernel_log_victim_is_named_after_its_container_was_replaced(
             kernel_kill(second, 4200)
             replace_cgroup(second, third)
             _restarted(cluster, name="trainer", ns=ns, new=third, old=second, restarts=2)
-            await wait_for(lambda: third in watcher.pods()[uid].containers)
+            await wait_until_async(
+                "the third container", lambda: third in watcher.pods()[uid].containers, timeout=30
+            )
             assert first in watcher.pods()[uid].containers  # the earlier status's ID, kept
             body = exposition(sampler.sample_once())
             assert series.findall(body) == [

@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from nodeguard.remediation.actor import lease_name
-from tests.support.agent import get, kill_9, running_agent
+from tests.support.agent import get, kill_9, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster, given
 from tests.support.remediation import (
@@ -35,7 +35,6 @@ from tests.support.remediation import (
     metric_value,
     post_delivery,
     slab_rules,
-    until,
 )
 
 
@@ -57,16 +56,20 @@ def test_two_agents_for_one_node_evict_once_and_the_second_says_it_observes(
             )
             for name in ("agent-a", "agent-b")
         ]
-        until("an eviction", lambda: evicted_pods(cluster, ns, names))
-        until("a runbook to finish", lambda: any(incidents(a) for a in agents))
+        wait_until("an eviction", lambda: evicted_pods(cluster, ns, names), timeout=30, step=0.05)
+        wait_until(
+            "a runbook to finish", lambda: any(incidents(a) for a in agents), timeout=30, step=0.05
+        )
         # Both sample 30 more times: time for a second agent to act, were it going to.
         marks = [metric_value(a, "nodeguard_sampler_samples_total") for a in agents]
-        until(
+        wait_until(
             "30 more samples on both",
             lambda: all(
                 metric_value(a, "nodeguard_sampler_samples_total") >= m + 30
                 for a, m in zip(agents, marks, strict=True)
             ),
+            timeout=30,
+            step=0.05,
         )
         assert len(evicted_pods(cluster, ns, names)) == 1
         assert evicted_events(cluster, ns, names) == 1
@@ -96,15 +99,19 @@ def test_the_actor_killed_with_its_eviction_on_the_wire_the_observer_finishes_it
         held.wait_hit()  # a's eviction is on the wire
         kill_9(a.pid)
     proxied.clear()  # it reaches the API server after a died
-    until("the in-flight eviction", lambda: evicted_pods(cluster, ns, names))
+    wait_until(
+        "the in-flight eviction", lambda: evicted_pods(cluster, ns, names), timeout=30, step=0.05
+    )
     # b comes up while a's Lease still looks live to it: it observes, then takes the node over.
     with running_agent(args=b_args, log_path=tmp_path / "agent-b.log") as b:
-        (incident,) = until("b's runbook", lambda: incidents(b), timeout=30)
+        (incident,) = wait_until("b's runbook", lambda: incidents(b), timeout=30, step=0.05)
         full = json.loads(get(f"{b}/incidents/{incident['id']}")[1])
         marks = metric_value(b, "nodeguard_sampler_samples_total")
-        until(
+        wait_until(
             "30 more samples",
             lambda: metric_value(b, "nodeguard_sampler_samples_total") >= marks + 30,
+            timeout=30,
+            step=0.05,
         )
         assert len(evicted_pods(cluster, ns, names)) == 1
         assert len(incidents(b)) == 1
@@ -163,22 +170,25 @@ def test_a_delivery_whose_claimant_died_is_taken_over(
             args=args("agent-x", x, proxied.kubeconfig), log_path=tmp_path / "x.log"
         ) as ax:
             # 503 until x acts for its node (an agent that only observes takes no delivery).
-            until("x to take the delivery", lambda: _sent(ax, delivery, token))
+            wait_until(
+                "x to take the delivery", lambda: _sent(ax, delivery, token), timeout=30, step=0.05
+            )
             held.wait_hit()
             kill_9(ax.pid)
         held.drop()  # x's eviction is lost with it
-        until("x's Lease to lapse", lambda: _lapsed(cluster, x), timeout=30)
+        wait_until("x's Lease to lapse", lambda: _lapsed(cluster, x), timeout=30, step=0.05)
         # y sees x's claim for the first time: alive until y has seen x's Lease unrenewed for
         # two leases on its own clock; Alertmanager's re-sent copies then take it over.
-        until(
+        wait_until(
             "y to take the delivery over",
             lambda: (
                 _sent(ay, delivery, token)
                 and metric_value(ay, "nodeguard_webhook_claims_total", outcome="taken_over") == 1
             ),
             timeout=60,
+            step=0.05,
         )
-        until("y's eviction", lambda: evicted_pods(cluster, ns, names))
-        (incident,) = until("y's runbook", lambda: incidents(ay))
+        wait_until("y's eviction", lambda: evicted_pods(cluster, ns, names), timeout=30, step=0.05)
+        (incident,) = wait_until("y's runbook", lambda: incidents(ay), timeout=30, step=0.05)
     assert len(evicted_pods(cluster, ns, names)) == 1
     assert incident["rule"] == "am-node-memory-low"

@@ -38,7 +38,6 @@ from tests.support.kernel_cgroup import (
     pod_container,
     private_kubepods,
     process_in,
-    remove_cgroups,
     writable_memory_controller,
 )
 from tests.support.kube_helpers import Cluster
@@ -94,18 +93,11 @@ def _scene(cluster: Cluster, tmp_path: Path) -> Iterator[Scene]:
         _pod(cluster, ns=ns, node=node, name=n) for n in ("loader", "hog")
     )
     dataset = cold_file(tmp_path / "dataset", 60)
-    with private_kubepods(tmp_path) as (sysfs, kubepods):
-        made: list[Path] = []
-        try:
-            loader = pod_container(
-                kubepods, made, pod_uid=l_uid, container_id=l_cid, limit_bytes=LIMIT
-            )
-            hog = pod_container(
-                kubepods, made, pod_uid=h_uid, container_id=h_cid, limit_bytes=LIMIT
-            )
-            yield Scene(ns=ns, node=node, sysfs=sysfs, loader=loader, hog=hog, dataset=dataset)
-        finally:
-            remove_cgroups(made)
+    # A kubepods of its own: the agent reads these cgroups alone.
+    with private_kubepods(tmp_path) as pods:
+        loader = pod_container(pods, pod_uid=l_uid, container_id=l_cid, limit_bytes=LIMIT)
+        hog = pod_container(pods, pod_uid=h_uid, container_id=h_cid, limit_bytes=LIMIT)
+        yield Scene(ns=ns, node=node, sysfs=pods.sysfs, loader=loader, hog=hog, dataset=dataset)
 
 
 def _args(tmp_path: Path, scene: Scene, *, kubeconfig: Path, rules: Path) -> list[str]:

@@ -12,7 +12,6 @@ import re
 import shutil
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +73,6 @@ def _fast_alert_rules(workdir: Path) -> Path:
     path = workdir / "alerts.yml"
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-def _wait(what: str, predicate: Callable[[], Any], timeout: float = 60.0) -> Any:
-    return wait_until(what, predicate, timeout=timeout, step=0.2)
 
 
 def _with_bool(expr: str) -> str:
@@ -149,9 +144,11 @@ def test_alert_to_action_and_back(
                     if i["rule"] == "am-node-memory-low"
                 ]
 
-            fired = _wait(
+            fired = wait_until(
                 "the alert's firing to reach nodeguard",
                 lambda: [i for i in incidents() if i["kind"] == "firing"],
+                timeout=60,
+                step=0.2,
             )
             assert fired[0]["dry_run"] is dry_run
             assert fired[0]["actions"][0] == "cordon:done"
@@ -169,18 +166,21 @@ def test_alert_to_action_and_back(
                     if not query(prom, expr)
                 ]
 
-            deadline = time.monotonic() + 20
-            while (missing := empty()) and time.monotonic() < deadline:
-                time.sleep(1)
-            assert not missing, "queries without data:\n" + "\n".join(
-                f"{w}: {e}" for w, e in missing
+            wait_until(
+                "every query to return data",
+                lambda: not empty(),
+                timeout=60,
+                step=1,
+                detail=lambda: "\n".join(f"{w}: {e}" for w, e in empty()),
             )
 
             # The host recovers: the alert resolves, and the undo runs.
             _set_meminfo(host, "MemAvailable", 20)
-            resolved = _wait(
+            resolved = wait_until(
                 "the resolved notification",
                 lambda: [i for i in incidents() if i["kind"] == "resolved"],
+                timeout=60,
+                step=0.2,
             )
             assert resolved[0]["actions"] == ["uncordon:" + ("noop" if dry_run else "done")]
             assert not cordoned(cluster.core.read_node(node))
@@ -208,13 +208,15 @@ def test_alert_to_action_and_back(
         }
         outcomes = [_post(hook, payload)["alerts"][0]["outcome"] for _ in range(2)]
         assert outcomes == ["queued", "duplicate"]
-        by_hand = _wait(
+        by_hand = wait_until(
             "the hand-made delivery's incident",
             lambda: [
                 i
                 for i in json.loads(get(f"{agent}/incidents")[1])
                 if i["rule"] == "am-slab-unreclaimable-high"
             ],
+            timeout=60,
+            step=0.2,
         )
         time.sleep(1.0)
         assert (
@@ -301,7 +303,12 @@ def test_no_series_takes_the_agents_pod_for_its_own(
     with running_agent(args=args, log_path=tmp_path / "agent.log", env=gpu_env) as agent:
         job = _shipped_jobs(tmp_path, agent)[how]
         with prometheus(workdir=tmp_path / "prom", scrape_configs=[job]) as prom:
-            _wait("a scrape", lambda: query(prom, 'nodeguard_gpu_memory_total_bytes{gpu="1"}'))
+            wait_until(
+                "a scrape",
+                lambda: query(prom, 'nodeguard_gpu_memory_total_bytes{gpu="1"}'),
+                timeout=60,
+                step=0.2,
+            )
             series: list[dict[str, str]] = [
                 r["metric"] for r in query(prom, '{__name__=~"nodeguard_.+"}')
             ]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.support import progress
-from tests.support.agent import free_port
+from tests.support.agent import free_port, wait_until
 from tests.support.deploy.container import http
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,10 +90,13 @@ def test_scripts_run_installs_with_progress_and_keeps_state_in_the_checkout(
             said.append(line)
             if "nodeguard " in line and "serving on" in line:
                 break
-        deadline = time.monotonic() + 30
-        while http(f"http://127.0.0.1:{port}/readyz")[0] != 200:
-            assert time.monotonic() < deadline, "".join(said)
-            time.sleep(0.2)
+        wait_until(
+            "the quickstart's agent ready",
+            lambda: http(f"http://127.0.0.1:{port}/readyz")[0] == 200,
+            timeout=60,
+            step=0.2,
+            detail=lambda: "".join(said),
+        )
     finally:
         _stop(proc)
     text = "".join(said)

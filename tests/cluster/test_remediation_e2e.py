@@ -6,7 +6,6 @@ same scenario reports the eviction and evicts nothing. The incident record holds
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from tests.support.kernel_cgroup import (
     hog_in,
     pod_container,
     private_kubepods,
-    remove_cgroups,
     writable_memory_controller,
 )
 from tests.support.kube_helpers import Cluster
@@ -54,22 +52,18 @@ def _scenario(
     out: dict[str, Any] = {"ns": ns}
     # A kubepods of its own (tests/support/kernel_cgroup.py): the agent reads these cgroups
     # alone, never the machine's kubepods (a kubelet's, or another test's).
-    with private_kubepods(tmp_path) as (sysfs, kubepods):
-        made: list[Path] = []
-        try:
-            cg = pod_container(kubepods, made, pod_uid=uid, container_id=cid, limit_bytes=LIMIT)
-            _run(
-                cluster,
-                control_plane,
-                tmp_path,
-                out,
-                node=node,
-                cg=cg,
-                sysfs=sysfs,
-                dry_run=dry_run,
-            )
-        finally:
-            remove_cgroups(made)
+    with private_kubepods(tmp_path) as pods:
+        cg = pod_container(pods, pod_uid=uid, container_id=cid, limit_bytes=LIMIT)
+        _run(
+            cluster,
+            control_plane,
+            tmp_path,
+            out,
+            node=node,
+            cg=cg,
+            sysfs=pods.sysfs,
+            dry_run=dry_run,
+        )
     return out
 
 
@@ -104,16 +98,20 @@ def _run(
         )
         # 5 MiB/s: the 95 % line is 3.2 MiB (0.64 s) below the limit.
         with hog_in(cg, step=1 * MiB, pause=0.2, up_to=4 * LIMIT) as hog:
-            deadline = time.monotonic() + 40
-            while time.monotonic() < deadline and hog.poll() is None:
+
+            def acted() -> bool:
+                """The eviction (or in dry run its record) seen, or the hog gone first."""
                 incidents = json.loads(get(f"{base}/incidents")[1])
                 live = cluster.pod_json(ns, "pandas-prep")
                 if incidents and (
                     dry_run or live is None or live["metadata"].get("deletionTimestamp")
                 ):
                     out["hog_alive_at_eviction"] = hog.poll() is None
-                    break
-                time.sleep(0.05)
+                    return True
+                out["hog_alive_at_eviction"] = False
+                return hog.poll() is not None
+
+            wait_until("the eviction or the OOM kill", acted, timeout=60, step=0.05)
             hog.wait(timeout=30)  # no kubelet kills it: the kernel's OOM killer will
         (summary,) = [
             i

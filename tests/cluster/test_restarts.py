@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from nodeguard.actions.evict import GANGS_ANNOTATION
-from tests.support.agent import get, kill_9, running_agent
+from tests.support.agent import get, kill_9, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.hosts import HOSTS, host_flags
 from tests.support.kube_helpers import Cluster, annotations_of, cordoned, given
@@ -42,7 +42,6 @@ from tests.support.remediation import (
     post_delivery,
     slab_rules,
     starved_host,
-    until,
 )
 
 
@@ -56,16 +55,28 @@ def test_cooldown_cap_and_eviction_limit_survive_kill_9(
     rules = slab_rules(tmp_path, actions='[{action: evict, args: {free: "0"}}]')
     args = agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
-        until("one eviction", lambda: len(evicted_pods(cluster, ns, names)) == 1)
-        until("the runbook to finish", lambda: json.loads(get(f"{base}/incidents")[1]))
+        wait_until(
+            "one eviction",
+            lambda: len(evicted_pods(cluster, ns, names)) == 1,
+            timeout=30,
+            step=0.05,
+        )
+        wait_until(
+            "the runbook to finish",
+            lambda: json.loads(get(f"{base}/incidents")[1]),
+            timeout=30,
+            step=0.05,
+        )
         kill_9(base.pid)
     state = json.loads((tmp_path / "state" / "remediation-state.json").read_text())
     assert state["sections"]["rules"]["slab-high"]["fired"]
     assert len(state["sections"]["evictions"][node]) == 1
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        until(
+        wait_until(
             "the restarted agent to hold back",
             lambda: metric_value(base, "nodeguard_rule_suppressed_total", reason="cooldown") >= 10,
+            timeout=30,
+            step=0.05,
         )
         assert len(evicted_pods(cluster, ns, names)) == 1
         assert json.loads(get(f"{base}/incidents")[1])  # the incident of the first run is kept
@@ -84,9 +95,19 @@ def test_killed_right_after_the_cordon_the_eviction_still_runs_once(
         assert cordoned(cluster.core.read_node(node))
         kill_9(base.pid)
     proxied.clear()  # the eviction reaches the API server after the agent died
-    until("the in-flight eviction", lambda: len(evicted_pods(cluster, ns, names)) == 1)
+    wait_until(
+        "the in-flight eviction",
+        lambda: len(evicted_pods(cluster, ns, names)) == 1,
+        timeout=30,
+        step=0.05,
+    )
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = wait_until(
+            "the resumed runbook",
+            lambda: json.loads(get(f"{base}/incidents")[1]),
+            timeout=30,
+            step=0.05,
+        )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["resumed"] == 1
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
@@ -115,8 +136,11 @@ def test_killed_while_the_cordon_waits_on_the_api_the_runbook_resumes(
     assert not cordoned(cluster.core.read_node(node))
     proxied.clear()
     with running_agent(args=args, log_path=tmp_path / "agent-2.log", ready_timeout=40) as base:
-        (incident,) = until(
-            "the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
+        (incident,) = wait_until(
+            "the resumed runbook",
+            lambda: json.loads(get(f"{base}/incidents")[1]),
+            timeout=60,
+            step=0.05,
         )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["resumed"] == 1
@@ -149,8 +173,11 @@ def test_a_gang_cut_short_by_the_api_server_is_finished_and_every_pod_recorded(
             time.sleep(2)
         finally:
             control_plane.start_apiserver()
-        (incident,) = until(
-            "the retried runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=60
+        (incident,) = wait_until(
+            "the retried runbook",
+            lambda: json.loads(get(f"{base}/incidents")[1]),
+            timeout=60,
+            step=0.05,
         )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["retried"] and full["actions"][0]["outcome"] == "done"
@@ -185,7 +212,12 @@ def test_killed_mid_gang_within_its_budget_the_next_agent_finishes_it(
     pdb = cluster.policy.read_namespaced_pod_disruption_budget("trial", ns)
     assert given(pdb.status).disruptions_allowed == 1  # the first eviction spent one of the two
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = wait_until(
+            "the resumed runbook",
+            lambda: json.loads(get(f"{base}/incidents")[1]),
+            timeout=30,
+            step=0.05,
+        )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["actions"][0]["outcome"] == "done", full["actions"][0]
     # The gang is whole again in one way only: both members gone, the bystander left.
@@ -287,7 +319,7 @@ def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_dow
             assert queued == [1.0, 1.0]  # one each: the rest were duplicates, at once
         finally:
             control_plane.start_apiserver()
-        until(
+        wait_until(
             "one agent to claim and act",
             lambda: (
                 sum(
@@ -302,6 +334,7 @@ def test_identical_deliveries_act_once_across_agents_while_the_api_server_is_dow
                 == 1
             ),
             timeout=90,
+            step=0.05,
         )
         time.sleep(2)
         assert len(evicted_pods(cluster, ns, names)) == 1
@@ -347,8 +380,15 @@ def test_an_undo_owed_before_kill_9_still_runs(
         "--cordon.lease-namespace=default",
     ]
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
-        until("the cordon", lambda: cordoned(cluster.core.read_node(node)))
-        until("its runbook to end", lambda: json.loads(get(f"{base}/incidents")[1]))
+        wait_until(
+            "the cordon", lambda: cordoned(cluster.core.read_node(node)), timeout=30, step=0.05
+        )
+        wait_until(
+            "its runbook to end",
+            lambda: json.loads(get(f"{base}/incidents")[1]),
+            timeout=30,
+            step=0.05,
+        )
         kill_9(base.pid)
     meminfo = host / "proc" / "meminfo"
     low = meminfo.read_text().replace("SUnreclaim:     10485760 kB", "SUnreclaim:      1048576 kB")
@@ -357,7 +397,12 @@ def test_an_undo_owed_before_kill_9_still_runs(
     if state == "corrupted":
         state_file.write_bytes(b"\x00" * 64)
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
-        until("the uncordon", lambda: not cordoned(cluster.core.read_node(node)))
+        wait_until(
+            "the uncordon",
+            lambda: not cordoned(cluster.core.read_node(node)),
+            timeout=30,
+            step=0.05,
+        )
     log = (tmp_path / "agent-2.log").read_text()
     if state == "corrupted":
         assert "not used (corrupt" in log and "undos owed by rule(s) slab-high" in log
@@ -386,19 +431,26 @@ def test_a_pdb_backoff_survives_kill_9(
         return len(cluster.events(ns, name="serving", reason="NodeguardEvictionBlocked"))
 
     with running_agent(args=args, log_path=tmp_path / "agent-1.log") as base:
-        until("the budget's refusal", lambda: blocked() == 1)
+        wait_until("the budget's refusal", lambda: blocked() == 1, timeout=30, step=0.05)
         kill_9(base.pid)
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         # It fires every second (cooldown 1s); within the 10 s backoff it never asks again.
-        until(
+        wait_until(
             "firings after the restart",
             lambda: (
                 metric_value(base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing")
                 >= 3
             ),
+            timeout=30,
+            step=0.05,
         )
         assert blocked() == 1
-        until("the backoff to pass and the next refusal", lambda: blocked() == 2, timeout=30)
+        wait_until(
+            "the backoff to pass and the next refusal",
+            lambda: blocked() == 2,
+            timeout=30,
+            step=0.05,
+        )
 
 
 def _killed_between_cordon_and_evict(
@@ -413,7 +465,12 @@ def _killed_between_cordon_and_evict(
     args = host_args(host, tmp_path, node=node, kubeconfig=proxied.kubeconfig)
     state = tmp_path / "state" / "remediation-state.json"
     with running_agent(args=args, log_path=tmp_path / "a1.log") as base:
-        until("the pod list", lambda: metric_value(base, "nodeguard_pod_info", pod="hog") == 1)
+        wait_until(
+            "the pod list",
+            lambda: metric_value(base, "nodeguard_pod_info", pod="hog") == 1,
+            timeout=30,
+            step=0.05,
+        )
         # The cordon reads the Node twice (before and under its Lease); the third read is the
         # eviction's. The pod watch read it with its list, already done.
         held = proxied.hold("GET", rf"^/api/v1/nodes/{node}$", skip=2)
@@ -444,7 +501,12 @@ def test_an_eviction_resumed_before_the_pod_list_waits_for_it_and_evicts_the_rig
         assert json.loads(get(f"{base}/incidents")[1]) == []  # the resumed eviction waits
         assert evicted_pods(cluster, ns, ["hog", "idle"]) == []
         listing.release()
-        (incident,) = until("the resumed runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = wait_until(
+            "the resumed runbook",
+            lambda: json.loads(get(f"{base}/incidents")[1]),
+            timeout=30,
+            step=0.05,
+        )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["resumed"] == 1 and "abandoned" not in full
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
@@ -470,7 +532,9 @@ def test_an_eviction_whose_pod_list_never_comes_is_abandoned_and_its_rule_fires_
     listing = proxied.hold("GET", pod_list_request(node), times=100)  # every LIST, retries included
     wait = [*args, "--remediation.pod-list-wait=2s"]
     with running_agent(args=wait, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = until("the abandon", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = wait_until(
+            "the abandon", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30, step=0.05
+        )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
         assert full["resumed"] == 1
         assert f"after 2s the pod list of {node} has not been listed" in full["abandoned"]
@@ -483,16 +547,23 @@ def test_an_eviction_whose_pod_list_never_comes_is_abandoned_and_its_rule_fires_
         assert events and "has not been listed" in events[0].message
         # Nothing was planned: no 5 m cooldown, no maxFirings (1 an hour) spent. It fires again
         # (and waits again) while the cordon stays, its undo owed.
-        until(
+        wait_until(
             "slab-high to fire again",
             lambda: metric_value(
                 base, "nodeguard_rule_firings_total", rule="slab-high", kind="firing"
             ),
+            timeout=30,
+            step=0.05,
         )
         assert evicted_pods(cluster, ns, ["hog", "idle"]) == []
         assert cordoned(cluster.core.read_node(node))
         listing.release()  # the pod list at last: the firing under way evicts the right pod
-        until("the eviction", lambda: evicted_pods(cluster, ns, ["hog", "idle"]) == ["hog"])
+        wait_until(
+            "the eviction",
+            lambda: evicted_pods(cluster, ns, ["hog", "idle"]) == ["hog"],
+            timeout=30,
+            step=0.05,
+        )
 
 
 def test_the_first_firing_after_a_start_waits_for_the_pod_list_too(
@@ -507,11 +578,15 @@ def test_the_first_firing_after_a_start_waits_for_the_pod_list_too(
     listing = proxied.hold("GET", pod_list_request(node), times=2)
     with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
         listing.wait_hit()
-        until("the cordon", lambda: cordoned(cluster.core.read_node(node)))
+        wait_until(
+            "the cordon", lambda: cordoned(cluster.core.read_node(node)), timeout=30, step=0.05
+        )
         time.sleep(2)
         assert json.loads(get(f"{base}/incidents")[1]) == []  # its eviction waits
         listing.release()
-        (incident,) = until("the runbook", lambda: json.loads(get(f"{base}/incidents")[1]))
+        (incident,) = wait_until(
+            "the runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30, step=0.05
+        )
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
         ("cordon", "done"),

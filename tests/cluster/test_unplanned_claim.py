@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.agent import get, running_agent
+from tests.support.agent import get, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.hosts import host_flags
 from tests.support.kube_helpers import Cluster
@@ -30,7 +30,6 @@ from tests.support.remediation import (
     metric_value,
     pod_list_request,
     post_delivery,
-    until,
 )
 
 
@@ -68,7 +67,9 @@ def test_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
             )
         )
         assert asyncio.run(post_delivery(f"{a}/webhook/alertmanager", delivery, token)) == 200
-        (incident,) = until("A's abandon", lambda: json.loads(get(f"{a}/incidents")[1]))
+        (incident,) = wait_until(
+            "A's abandon", lambda: json.loads(get(f"{a}/incidents")[1]), timeout=30, step=0.05
+        )
         full = json.loads(get(f"{a}/incidents/{incident['id']}")[1])
         assert "abandoned" in full
         assert evicted_pods(cluster, ns, names) == []
@@ -79,15 +80,21 @@ def test_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
             )
         )
         assert asyncio.run(post_delivery(f"{b}/webhook/alertmanager", delivery, token)) == 200
-        until(
+        wait_until(
             "B's claim",
             lambda: sum(
                 metric_value(b, "nodeguard_webhook_claims_total", outcome=o)
                 for o in ("claimed", "ours", "duplicate", "stale")
             ),
             timeout=30,
+            step=0.05,
         )
         time.sleep(2)
         duplicate = metric_value(b, "nodeguard_webhook_claims_total", outcome="duplicate")
         assert duplicate == 0, "B dropped the copy: the claim of A's abandoned delivery stands"
-        until("B's eviction", lambda: len(evicted_pods(cluster, ns, names)) == 1, timeout=30)
+        wait_until(
+            "B's eviction",
+            lambda: len(evicted_pods(cluster, ns, names)) == 1,
+            timeout=30,
+            step=0.05,
+        )

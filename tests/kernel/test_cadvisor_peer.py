@@ -12,23 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from benchmarks.agreement import compare
+from benchmarks.agreement import Check, compare
 from benchmarks.cadvisor_peer import cadvisor
 from nodeguard.exposition.exporter import snapshot_families
 from nodeguard.exposition.handler import plain_body
 from nodeguard.paths import HostPaths
 from nodeguard.sampling.sampler import Sampler, SamplerConfig
-from tests.support.agent import get
+from tests.support.agent import get, wait_until
 from tests.support.kernel_cgroup import (
     KubeletCgroup,
+    PrivateKubepods,
     hog_in,
     kubelet_cgroup,
+    private_kubepods,
     process_in,
     writable_memory_controller,
 )
@@ -59,10 +60,10 @@ def _holding(cg: KubeletCgroup, *, anon: int, file: int, path: Path) -> Iterator
         yield
 
 
-def _nodeguard_body() -> str:
+def _nodeguard_body(pods: PrivateKubepods) -> str:
     sampler = Sampler(
         config=SamplerConfig(
-            paths=HostPaths(procfs=Path("/proc"), sysfs=Path("/sys"), kmsg=Path("/dev/kmsg")),
+            paths=HostPaths(procfs=Path("/proc"), sysfs=pods.sysfs, kmsg=Path("/dev/kmsg")),
             node_name="n",
             collectors=frozenset({"meminfo", "cgroups", "kmsg"}),
         )
@@ -82,38 +83,44 @@ def test_nodeguard_and_cadvisor_agree_on_live_containers(tmp_path: Path) -> None
         pytest.skip("needs root and a writable cgroup memory controller (CI has both)")
     version, _ = found
     with contextlib.ExitStack() as stack:
-        steady = stack.enter_context(kubelet_cgroup(limit_bytes=256 * MiB))
-        reclaimed = stack.enter_context(kubelet_cgroup(limit_bytes=32 * MiB))
-        killed = stack.enter_context(kubelet_cgroup(limit_bytes=48 * MiB))
+        # A kubepods of this test's own: both sides read these cgroups alone.
+        pods = stack.enter_context(private_kubepods(tmp_path))
+        steady = stack.enter_context(kubelet_cgroup(pods, limit_bytes=256 * MiB))
+        reclaimed = stack.enter_context(kubelet_cgroup(pods, limit_bytes=32 * MiB))
+        killed = stack.enter_context(kubelet_cgroup(pods, limit_bytes=48 * MiB))
         stack.enter_context(_holding(steady, anon=24 * MiB, file=8 * MiB, path=tmp_path / "a"))
         stack.enter_context(_holding(reclaimed, anon=0, file=96 * MiB, path=tmp_path / "b"))
         with hog_in(killed, step=1 * MiB, pause=0.01, up_to=4 * 48 * MiB) as hog:
             hog.wait(timeout=30)
             assert hog.returncode == -9, "the kernel should have OOM-killed the hog"
         containers = {
-            "/" + str(cg.container_dir.relative_to(found[1])): (cg.pod_uid, cg.container_id)
+            pods.cgroup_id(cg.container_dir): (cg.pod_uid, cg.container_id)
             for cg in (steady, reclaimed, killed)
         }
         peer = stack.enter_context(
-            cadvisor(cgroup_roots=["/kubepods"], log_path=tmp_path / "cadvisor.log")
+            cadvisor(
+                cgroup_roots=[pods.cgroup_id(pods.kubepods)], log_path=tmp_path / "cadvisor.log"
+            )
         )
-        # cAdvisor reports its last housekeeping (10-15 s apart): wait for one that saw
-        # the containers standing still, as nodeguard sees them now.
-        deadline = time.monotonic() + 60
-        while True:
+        last: list[Check] = []
+
+        def agreeing() -> list[Check] | None:
             status, cadvisor_body = get(f"{peer}/metrics", timeout=30)
             assert status == 200
-            checks = compare(
-                nodeguard=_nodeguard_body(),
+            last[:] = compare(
+                nodeguard=_nodeguard_body(pods),
                 cadvisor=cadvisor_body,
                 containers=containers,
                 version=version,
             )
-            if all(c.agrees for c in checks) or time.monotonic() > deadline:
-                break
-            time.sleep(2)
-    disagree = [c for c in checks if not c.agrees]
-    assert not disagree, disagree
+            return last if all(c.agrees for c in last) else None
+
+        # cAdvisor reports its last housekeeping (10-15 s apart): wait for one that saw
+        # the containers standing still, as nodeguard sees them now.
+        try:
+            checks = wait_until("cAdvisor to agree", agreeing, timeout=120, step=2)
+        except AssertionError:
+            pytest.fail(f"disagree: {[c for c in last if not c.agrees]}")
     by = {(c.cgroup, c.what): c.nodeguard for c in checks}
     steady_cg, reclaimed_cg, killed_cg = containers
     assert by[(steady_cg, "anon")] >= 24 * MiB  # type: ignore[operator]

@@ -29,11 +29,13 @@ from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.schema import Rule
 from nodeguard.sampling.sampler import Sampler, SamplerConfig, hot_keys
 from nodeguard.snapshot import CgroupMemory, ContainerMemory, NodeSnapshot, PodMemory
-from tests.support.agent import get, running_agent
+from tests.support.agent import get, running_agent, wait_until
 from tests.support.hosts import cgroup_memory
 from tests.support.kernel_cgroup import (
+    PrivateKubepods,
     kubelet_cgroup,
     memory_stall,
+    private_kubepods,
     process_in,
     writable_memory_controller,
 )
@@ -61,6 +63,13 @@ def v1() -> None:
         pytest.skip("cgroup v1 thresholds: this host has cgroup v2")
 
 
+@pytest.fixture
+def pods(v1: None, tmp_path: Path) -> Iterator[PrivateKubepods]:
+    """A kubepods of this test's own: the sampler or the agent reads these cgroups alone."""
+    with private_kubepods(tmp_path) as made:
+        yield made
+
+
 @contextlib.contextmanager
 def holder(cg: Any) -> Iterator[subprocess.Popen[str]]:
     """A process in ``cg`` that allocates what it is told (:func:`grow`)."""
@@ -84,13 +93,13 @@ def _container(snapshot: NodeSnapshot, cid: str) -> Any:
 
 
 # -- the sampler and the engine --------------------------------------------------------------
-def test_a_focused_sample_rereads_only_the_hot_cgroups(v1: None) -> None:
-    config = SamplerConfig(paths=HostPaths(), node_name="n", focus_interval=0.25)
+def test_a_focused_sample_rereads_only_the_hot_cgroups(pods: PrivateKubepods) -> None:
+    config = SamplerConfig(paths=HostPaths(sysfs=pods.sysfs), node_name="n", focus_interval=0.25)
     sampler = Sampler(config=config)
     try:
         with (
-            kubelet_cgroup(limit_bytes=64 * MiB) as hot,
-            kubelet_cgroup(limit_bytes=64 * MiB) as cold,
+            kubelet_cgroup(pods, limit_bytes=64 * MiB) as hot,
+            kubelet_cgroup(pods, limit_bytes=64 * MiB) as cold,
             holder(hot) as hot_proc,
             holder(cold) as cold_proc,
         ):
@@ -214,14 +223,8 @@ def _firings(state: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _wait_firing(state: Path, *, target: str, timeout: float) -> dict[str, Any] | None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for rec in _firings(state):
-            if rec["target"] == target:
-                return rec
-        time.sleep(0.05)
-    return None
+def _firing(state: Path, target: str) -> dict[str, Any] | None:
+    return next((rec for rec in _firings(state) if rec["target"] == target), None)
 
 
 def _metric(base: str, name: str, **labels: str) -> float | None:
@@ -232,36 +235,44 @@ def _metric(base: str, name: str, **labels: str) -> float | None:
     return None if m is None else float(m.group(1))
 
 
-def test_a_v1_threshold_fires_the_agent_long_before_the_interval(v1: None, tmp_path: Path) -> None:
+def test_a_v1_threshold_fires_the_agent_long_before_the_interval(
+    pods: PrivateKubepods, tmp_path: Path
+) -> None:
     rules = _rules(
         tmp_path / "rules.json",
         {"signal": "container_working_set_limit_ratio", "op": ">=", "value": 0.5},
         "container",
     )
     state = tmp_path / "state"
-    with kubelet_cgroup(limit_bytes=256 * MiB) as cg, holder(cg) as proc:
+    with kubelet_cgroup(pods, limit_bytes=256 * MiB) as cg, holder(cg) as proc:
         args = [
+            f"--path.sysfs={pods.sysfs}",
             "--interval=60s",
             f"--rules={rules}",
             f"--path.state={state}",
             "--no-collector.processes",
+            # No PSI trigger: on a busy machine the node's own stalls would ask for full
+            # samples, and the count below is of the threshold's doing alone.
+            "--no-notify.psi",
         ]
         with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
             # The first full sample set thresholds on the container (the pod has no limit of
-            # its own) at 50 % (the rule) and 80 % (focus); other kubelet-shaped cgroups on
-            # this machine (a killed benchmark's) have theirs too.
-            deadline = time.monotonic() + 10
-            while (_metric(base, "nodeguard_notify_registered", kind="threshold") or 0) < 2:
-                assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
-                time.sleep(0.1)
+            # its own) at 50 % (the rule) and 80 % (focus): the only cgroup it reads.
+            log = (tmp_path / "agent.log").read_text
+            registered = wait_until(
+                "the thresholds registered",
+                lambda: _metric(base, "nodeguard_notify_registered", kind="threshold"),
+                timeout=30,
+                detail=log,
+            )
+            assert registered == 2.0
             # The status says so too, long before the next full sample.
             available = _metric(base, "nodeguard_collector_available", collector="notify_threshold")
             assert available == 1.0
             time.sleep(1)
             assert _firings(state) == []
             grow(proc, 160)  # from a few MiB to 62 % of the limit at once
-            rec = _wait_firing(state, target=_key(cg), timeout=10)
-            assert rec is not None, (tmp_path / "agent.log").read_text()
+            wait_until("the firing", lambda: _firing(state, _key(cg)), timeout=30, detail=log)
             # Counted, not timed: still the one full sample of the start, so the firing came
             # from a sample the threshold woke, not from the 60 s interval's next one.
             assert (_metric(base, "nodeguard_notify_wakeups_total", kind="threshold") or 0) >= 1
@@ -293,8 +304,12 @@ def test_a_psi_trigger_fires_the_agent_long_before_the_interval(v1: None, tmp_pa
         with memory_stall(workdir=tmp_path, seconds=30):
             # Not 60 s: the start's sample did not fire and the interval's next is 60 s away,
             # past this wait's guard, so only a sample the trigger woke can have fired.
-            rec = _wait_firing(state, target="psi-node", timeout=25)
-            assert rec is not None, (tmp_path / "agent.log").read_text()
+            rec = wait_until(
+                "the firing",
+                lambda: _firing(state, "psi-node"),
+                timeout=25,
+                detail=(tmp_path / "agent.log").read_text,
+            )
             assert (_metric(base, "nodeguard_notify_wakeups_total", kind="psi") or 0) >= 1
             assert rec["values"]["node_psi_some_avg10"] > level
 
@@ -312,19 +327,19 @@ def read_only(source: str, target: Path) -> Iterator[Path]:
 
 
 def test_without_the_privilege_it_says_so_once_and_focuses_all_the_same(
-    v1: None, tmp_path: Path
+    pods: PrivateKubepods, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
     with (
         read_only("/proc", tmp_path / "proc") as procfs,
-        read_only("/sys/fs/cgroup/memory", tmp_path / "sys/fs/cgroup/memory"),
-        kubelet_cgroup(limit_bytes=64 * MiB) as cg,
+        read_only(str(pods.root), tmp_path / "ro/sys/fs/cgroup/memory"),
+        kubelet_cgroup(pods, limit_bytes=64 * MiB) as cg,
         holder(cg) as proc,
     ):
         args = [
             "--interval=1s",
             f"--path.procfs={procfs}",
-            f"--path.sysfs={tmp_path / 'sys'}",
+            f"--path.sysfs={tmp_path / 'ro/sys'}",
             f"--path.state={state}",
             "--no-collector.processes",
             "--no-collector.kmsg",
@@ -332,10 +347,15 @@ def test_without_the_privilege_it_says_so_once_and_focuses_all_the_same(
         log_path = tmp_path / "agent.log"
         with running_agent(args=args, log_path=log_path) as base:
             grow(proc, 56)  # above 80 % of the limit: focused, by sampling alone
-            deadline = time.monotonic() + 15
-            while (_metric(base, "nodeguard_sampler_samples_total", kind="focused") or 0) < 8:
-                assert time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.2)
+            wait_until(
+                "8 focused samples",
+                lambda: (
+                    (_metric(base, "nodeguard_sampler_samples_total", kind="focused") or 0) >= 8
+                ),
+                timeout=60,
+                step=0.2,
+                detail=log_path.read_text,
+            )
             assert _metric(base, "nodeguard_focus_targets") == 2.0  # the pod and the container
             for kind in ("threshold", "psi"):
                 available = _metric(

@@ -24,7 +24,12 @@ from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import CgroupMemory, NodeSnapshot
 from nodeguard.sources.vmstat import read_vmstat
 from nodeguard.stall import at_own_limit
-from tests.support.kernel_cgroup import kubelet_cgroup, process_in, writable_memory_controller
+from tests.support.kernel_cgroup import (
+    kubelet_cgroup,
+    private_kubepods,
+    process_in,
+    writable_memory_controller,
+)
 
 MiB = 1 << 20
 DEFAULT_RULES = Path(__file__).resolve().parents[2] / "rules" / "default.yaml"
@@ -70,34 +75,36 @@ def test_a_hog_thrashing_at_its_own_limit_does_not_trip_the_node_rule(
         os.fsync(f.fileno())
         # Out of the page cache, so that the hog's reads charge the pages to its own cgroup.
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    host = HostPaths()
     engine = RuleEngine(rules=load_rules([DEFAULT_RULES]).rules)
-    sampler = Sampler(
-        config=SamplerConfig(
-            paths=host,
-            node_name="n",
-            collectors=frozenset({"meminfo", "pressure", "cgroups", "vmstat"}),
-        )
-    )
-    before = read_vmstat(paths=host)
     fired: list[str] = []
     seen: list[CgroupMemory] = []
-    try:
-        with (
-            kubelet_cgroup(limit_bytes=limit_mib * MiB) as cg,
-            process_in(cg, [sys.executable, "-c", _thrasher(big, anon_mib)]),
-        ):
-            # A minute and a quarter of snapshot time (the node rule's `for` is 1m), a real
-            # sample every 0.4 s.
-            for i in range(16):
-                time.sleep(0.4)
-                snap = dataclasses.replace(sampler.sample_once(), timestamp=1e6 + 5.0 * i)
-                mem = _memory(snap, cg.container_id)
-                if mem is not None:
-                    seen.append(mem)
-                fired += [f.rule for f in engine.evaluate(snap, global_dry_run=True)]
-    finally:
-        sampler.close()
+    # A kubepods of this test's own: the sampler reads this container alone.
+    with private_kubepods(tmp_path) as pods:
+        host = HostPaths(sysfs=pods.sysfs)
+        before = read_vmstat(paths=host)
+        sampler = Sampler(
+            config=SamplerConfig(
+                paths=host,
+                node_name="n",
+                collectors=frozenset({"meminfo", "pressure", "cgroups", "vmstat"}),
+            )
+        )
+        try:
+            with (
+                kubelet_cgroup(pods, limit_bytes=limit_mib * MiB) as cg,
+                process_in(cg, [sys.executable, "-c", _thrasher(big, anon_mib)]),
+            ):
+                # A minute and a quarter of snapshot time (the node rule's `for` is 1m), a real
+                # sample every 0.4 s.
+                for i in range(16):
+                    time.sleep(0.4)
+                    snap = dataclasses.replace(sampler.sample_once(), timestamp=1e6 + 5.0 * i)
+                    mem = _memory(snap, cg.container_id)
+                    if mem is not None:
+                        seen.append(mem)
+                    fired += [f.rule for f in engine.evaluate(snap, global_dry_run=True)]
+        finally:
+            sampler.close()
     after = read_vmstat(paths=host)
     assert len(seen) == 16
     # It hit its limit again and again, at it by unreclaimable memory too or not.

@@ -11,9 +11,8 @@ import json
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,13 +23,13 @@ from tests.support.agent import get, running_agent, wait_until
 from tests.support.kernel_cgroup import (
     READER,
     KubeletCgroup,
+    PrivateKubepods,
     cold_file,
     hog_in,
     kubelet_cgroup,
     pod_container,
     private_kubepods,
     process_in,
-    remove_cgroups,
     writable_memory_controller,
 )
 
@@ -69,6 +68,13 @@ def require_kernel() -> None:
         pytest.skip("needs root and a writable cgroup v1 memory controller (CI has both)")
 
 
+@pytest.fixture
+def pods(require_kernel: None, tmp_path: Path) -> Iterator[PrivateKubepods]:
+    """A kubepods of this test's own: the reader or the agent sees these cgroups alone."""
+    with private_kubepods(tmp_path) as made:
+        yield made
+
+
 def _container(reader: CgroupReader, cg: KubeletCgroup) -> CgroupMemory | None:
     _, pods = reader.read(mem_total=None)
     for pod in pods:
@@ -78,31 +84,32 @@ def _container(reader: CgroupReader, cg: KubeletCgroup) -> CgroupMemory | None:
     return None
 
 
-def _wait(what: str, fn: Callable[[], Any], *, timeout: float = 30.0) -> Any:
-    """:func:`tests.support.agent.wait_until` with this module's default timeout."""
-    return wait_until(what, fn, timeout=timeout)
+def _if(m: CgroupMemory | None, holds: Callable[[CgroupMemory], bool]) -> CgroupMemory | None:
+    """``m`` when it was read and ``holds``."""
+    return m if m is not None and holds(m) else None
 
 
-def test_page_cache_tmpfs_and_anon_on_the_kernel(require_kernel: None, tmp_path: Path) -> None:
+def test_page_cache_tmpfs_and_anon_on_the_kernel(pods: PrivateKubepods, tmp_path: Path) -> None:
     data = cold_file(tmp_path / "dataset", 60)
     big = cold_file(tmp_path / "bigger", 128)  # twice the limit: every pass is refaulted
     shm = Path("/dev/shm") / f"nodeguard-test-{secrets.token_hex(4)}"
-    reader = CgroupReader(paths=HostPaths())
+    reader = CgroupReader(paths=HostPaths(sysfs=pods.sysfs))
     try:
         with (
-            kubelet_cgroup(limit_bytes=LIMIT) as cache_cg,
-            kubelet_cgroup(limit_bytes=LIMIT) as thrash_cg,
-            kubelet_cgroup(limit_bytes=LIMIT) as shm_cg,
-            kubelet_cgroup(limit_bytes=LIMIT) as anon_cg,
+            kubelet_cgroup(pods, limit_bytes=LIMIT) as cache_cg,
+            kubelet_cgroup(pods, limit_bytes=LIMIT) as thrash_cg,
+            kubelet_cgroup(pods, limit_bytes=LIMIT) as shm_cg,
+            kubelet_cgroup(pods, limit_bytes=LIMIT) as anon_cg,
             process_in(cache_cg, [sys.executable, "-c", READER, str(data), "0.02"]),
             process_in(thrash_cg, [sys.executable, "-c", READER, str(big), "0.02"]),
             process_in(shm_cg, [sys.executable, "-c", TMPFS, str(shm), "40"]) as writer,
             process_in(anon_cg, [sys.executable, "-c", HOLD, "48"]) as holder,
         ):
             # The look-alike is real: the reader's working set at 95 % of its limit or more.
-            cache = _wait(
+            cache = wait_until(
                 "the reader's cache to fill its limit",
-                lambda: (m := _container(reader, cache_cg)) and (m.limit_ratio or 0) >= 0.95 and m,
+                lambda: _if(_container(reader, cache_cg), lambda m: (m.limit_ratio or 0) >= 0.95),
+                timeout=60,
             )
             assert cache.file_bytes is not None and cache.file_bytes >= 56 * MiB
             assert cache.unreclaimable_bytes is not None
@@ -121,13 +128,12 @@ def test_page_cache_tmpfs_and_anon_on_the_kernel(require_kernel: None, tmp_path:
             first = _container(reader, thrash_cg)
             assert first is not None and first.refault_file_bytes is not None
             floor = first.refault_file_bytes + 32 * MiB
-            again = _wait(
+            again = wait_until(
                 "refaults",
-                lambda: (
-                    (m := _container(reader, thrash_cg))
-                    and (m.refault_file_bytes or 0) >= floor
-                    and m
+                lambda: _if(
+                    _container(reader, thrash_cg), lambda m: (m.refault_file_bytes or 0) >= floor
                 ),
+                timeout=60,
             )
             assert again.unreclaimable_bytes is not None and again.unreclaimable_bytes <= 8 * MiB
             assert anon.refault_file_bytes == 0
@@ -139,34 +145,38 @@ def _firings(base: str, rule: str) -> list[str]:
     return [i["target"] for i in json.loads(get(f"{base}/incidents")[1]) if i["rule"] == rule]
 
 
-def test_default_rule_acts_on_anon_not_on_page_cache(require_kernel: None, tmp_path: Path) -> None:
+def test_default_rule_acts_on_anon_not_on_page_cache(pods: PrivateKubepods, tmp_path: Path) -> None:
     # The real agent with the shipped rules, dry run, no cluster (the eviction is refused;
     # the firing and its incident are what count). Both grow at ~50 MiB/s toward 64 MiB.
     data = cold_file(tmp_path / "dataset", 60)
     args = [
         f"--rules={DEFAULT_RULES}",
+        f"--path.sysfs={pods.sysfs}",
         "--interval=100ms",
         f"--path.state={tmp_path / 'state'}",
         "--no-collector.processes",
         "--dry-run",
     ]
     with (
-        kubelet_cgroup(limit_bytes=LIMIT) as cache_cg,
-        kubelet_cgroup(limit_bytes=LIMIT) as anon_cg,
+        kubelet_cgroup(pods, limit_bytes=LIMIT) as cache_cg,
+        kubelet_cgroup(pods, limit_bytes=LIMIT) as anon_cg,
         running_agent(args=args, log_path=tmp_path / "agent.log") as base,
     ):
         cache_key = f"{cache_cg.pod_uid}/{cache_cg.container_id}"
         anon_key = f"{anon_cg.pod_uid}/{anon_cg.container_id}"
-        reader = CgroupReader(paths=HostPaths())
+        reader = CgroupReader(paths=HostPaths(sysfs=pods.sysfs))
         with process_in(cache_cg, [sys.executable, "-c", READER, str(data), "0.02"]):
-            _wait(
+            wait_until(
                 "the reader's cache to fill its limit",
-                lambda: (m := _container(reader, cache_cg)) and (m.limit_ratio or 0) >= 0.95,
+                lambda: _if(_container(reader, cache_cg), lambda m: (m.limit_ratio or 0) >= 0.95),
+                timeout=60,
             )
             time.sleep(3)  # time for samples to see it at the limit, and growth to be fitted
             with hog_in(anon_cg, step=MiB, pause=0.2, up_to=4 * LIMIT) as hog:
-                fired = _wait(
-                    "a firing", lambda: anon_key in _firings(base, "container-near-limit")
+                fired = wait_until(
+                    "a firing",
+                    lambda: anon_key in _firings(base, "container-near-limit"),
+                    timeout=60,
                 )
                 alive = hog.poll() is None
                 assert hog.wait(timeout=40) == -9  # the kernel kills it: nothing evicts
@@ -177,31 +187,28 @@ def test_default_rule_acts_on_anon_not_on_page_cache(require_kernel: None, tmp_p
 def test_kubepods_against_allocatable(require_kernel: None, tmp_path: Path) -> None:
     data = cold_file(tmp_path / "dataset", 120)
     allocatable = 128 * MiB
-    with private_kubepods(tmp_path, limit=allocatable) as (sysfs, kubepods):
-        paths = HostPaths(sysfs=sysfs)
-        made: list[Path] = []
-        try:
-            loader, hog = pod_container(kubepods, made), pod_container(kubepods, made)
-            reader = CgroupReader(paths=paths)
+    with private_kubepods(tmp_path, limit=allocatable) as node:
+        loader, hog = pod_container(node), pod_container(node)
+        reader = CgroupReader(paths=HostPaths(sysfs=node.sysfs))
 
-            def pods() -> CgroupMemory | None:
-                reader.read(mem_total=None)
-                return reader.kubepods
+        def kubepods() -> CgroupMemory | None:
+            reader.read(mem_total=None)
+            return reader.kubepods
 
-            with process_in(loader, [sys.executable, "-c", READER, str(data), "0.02"]):
-                full = _wait(
-                    "the pods' cache to fill allocatable",
-                    lambda: (m := pods()) and (m.limit_ratio or 0) >= 0.95 and m,
+        with process_in(loader, [sys.executable, "-c", READER, str(data), "0.02"]):
+            full = wait_until(
+                "the pods' cache to fill allocatable",
+                lambda: _if(kubepods(), lambda m: (m.limit_ratio or 0) >= 0.95),
+                timeout=60,
+            )
+            assert full.effective_limit_bytes == allocatable
+            assert full.unreclaimable_ratio is not None and full.unreclaimable_ratio < 0.1
+            with hog_in(hog, step=MiB, pause=0.01, up_to=110 * MiB):
+                # Anon pushes the cache out; the share that kills rises with it.
+                near = wait_until(
+                    "the pods' anon near allocatable",
+                    lambda: _if(kubepods(), lambda m: (m.unreclaimable_ratio or 0) >= 0.85),
+                    timeout=60,
                 )
-                assert full.effective_limit_bytes == allocatable
-                assert full.unreclaimable_ratio is not None and full.unreclaimable_ratio < 0.1
-                with hog_in(hog, step=MiB, pause=0.01, up_to=110 * MiB):
-                    # Anon pushes the cache out; the share that kills rises with it.
-                    near = _wait(
-                        "the pods' anon near allocatable",
-                        lambda: (m := pods()) and (m.unreclaimable_ratio or 0) >= 0.85 and m,
-                    )
-                    assert near.unreclaimable_bytes is not None
-                    assert near.unreclaimable_bytes <= (near.usage_bytes or 0)
-        finally:
-            remove_cgroups(made)
+                assert near.unreclaimable_bytes is not None
+                assert near.unreclaimable_bytes <= (near.usage_bytes or 0)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,13 @@ from nodeguard.sampling.sampler import Sampler, SamplerConfig
 from nodeguard.snapshot import PodMemory
 from nodeguard.sources.cgroups import CgroupReader
 from tests.support.agent import get, running_agent, wait_until
-from tests.support.kernel_cgroup import hog_in, kubelet_cgroup, writable_memory_controller
+from tests.support.kernel_cgroup import (
+    PrivateKubepods,
+    hog_in,
+    kubelet_cgroup,
+    private_kubepods,
+    writable_memory_controller,
+)
 from tests.support.pod_list import PodList, status
 
 MiB = 1 << 20
@@ -40,14 +46,18 @@ def _kernel_log_kills(snapshot: dict[str, Any], cid: str) -> int:
 
 
 @pytest.fixture
-def require_kernel() -> None:
+def pods(tmp_path: Path) -> Iterator[PrivateKubepods]:
+    """A kubepods of this test's own: the code under test reads these cgroups alone."""
     if writable_memory_controller() is None:
         pytest.skip("needs root and a writable cgroup memory controller (CI has both)")
+    with private_kubepods(tmp_path) as made:
+        yield made
 
 
-def test_oom_kill_in_kubelet_cgroup(require_kernel: None, tmp_path: Path) -> None:
-    with kubelet_cgroup(limit_bytes=LIMIT) as cg:
+def test_oom_kill_in_kubelet_cgroup(pods: PrivateKubepods, tmp_path: Path) -> None:
+    with kubelet_cgroup(pods, limit_bytes=LIMIT) as cg:
         args = [
+            f"--path.sysfs={pods.sysfs}",
             "--interval=100ms",
             f"--path.state={tmp_path / 'state'}",
             "--no-collector.processes",
@@ -56,14 +66,16 @@ def test_oom_kill_in_kubelet_cgroup(require_kernel: None, tmp_path: Path) -> Non
             seen: list[int] = []
             limits: set[int | None] = set()
             with hog_in(cg, step=1 * MiB, pause=0.03, up_to=4 * LIMIT) as hog:
-                deadline = time.monotonic() + 30
-                while hog.poll() is None and time.monotonic() < deadline:
-                    snap = json.loads(get(f"{base}/snapshot")[1])
-                    c = _container(snap, cg.container_id)
+
+                def sample() -> bool:
+                    """The container's working set and limit as the agent sees them now."""
+                    c = _container(json.loads(get(f"{base}/snapshot")[1]), cg.container_id)
                     if c is not None and c["memory"]["working_set_bytes"] is not None:
                         seen.append(c["memory"]["working_set_bytes"])
                         limits.add(c["memory"]["effective_limit_bytes"])
-                    time.sleep(0.1)
+                    return hog.poll() is not None
+
+                wait_until("the hog's end, sampling it", sample, timeout=60)
                 hog.wait(timeout=10)
                 assert hog.returncode == -9, "the kernel should have OOM-killed the hog"
 
@@ -76,17 +88,16 @@ def test_oom_kill_in_kubelet_cgroup(require_kernel: None, tmp_path: Path) -> Non
             assert seen.index(max(seen)) > seen.index(min(seen))
 
             # Exactly one kill, from both the cgroup counter and the kernel log.
-            deadline = time.monotonic() + 10
-            while True:
-                snap = json.loads(get(f"{base}/snapshot")[1])
+            def counted() -> dict[str, Any] | None:
+                snap: dict[str, Any] = json.loads(get(f"{base}/snapshot")[1])
                 c = _container(snap, cg.container_id)
                 counter = c["memory"]["oom_kills"] if c else None
-                logged = _kernel_log_kills(snap, cg.container_id)
-                if (counter, logged) == (1, 1) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-            assert counter == 1
-            assert logged == 1
+                return snap if counter and _kernel_log_kills(snap, cg.container_id) else None
+
+            snap = wait_until("the kill in the counter and in the kernel log", counted, timeout=30)
+            c = _container(snap, cg.container_id)
+            assert c is not None and c["memory"]["oom_kills"] == 1
+            assert _kernel_log_kills(snap, cg.container_id) == 1
             kill = next(k for k in snap["oom"]["recent"] if k["container_id"] == cg.container_id)
             assert kill["pod_uid"] == cg.pod_uid
             assert kill["constraint"] == "CONSTRAINT_MEMCG"
@@ -115,13 +126,13 @@ def _pod(reader: CgroupReader, uid: str) -> PodMemory:
     return next(p for p in pods if p.uid == uid)
 
 
-def test_a_pods_oom_kills_count_its_containers_also_those_gone(require_kernel: None) -> None:
+def test_a_pods_oom_kills_count_its_containers_also_those_gone(pods: PrivateKubepods) -> None:
     # v2's memory.events counts a pod's kills hierarchically and keeps them when a child goes;
     # v1's oom_control counts only the victim's own cgroup, a container's: the reader sums it.
     uid = str(uuid.uuid4())
-    reader = CgroupReader(paths=HostPaths())
-    with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as sidecar:
-        with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as first:
+    reader = CgroupReader(paths=HostPaths(sysfs=pods.sysfs))
+    with kubelet_cgroup(pods, limit_bytes=LIMIT, pod_uid=uid) as sidecar:
+        with kubelet_cgroup(pods, limit_bytes=LIMIT, pod_uid=uid) as first:
             assert _pod(reader, uid).memory.oom_kills == 0
             with hog_in(first, step=MiB, pause=0.005, up_to=4 * LIMIT) as hog:
                 assert hog.wait(timeout=30) == -9
@@ -141,19 +152,21 @@ def test_a_pods_oom_kills_count_its_containers_also_those_gone(require_kernel: N
 
 
 def test_an_oom_kill_stays_the_containers_after_the_kubelet_replaces_it(
-    require_kernel: None,
+    pods: PrivateKubepods,
 ) -> None:
     """The kernel OOM-kills a container's process; the container's cgroup is removed and a new
     one made for its restart (a new ID, counters at 0), the pod status naming the old ID in
     ``lastState.terminated``, as the kubelet does within a second, before any sample read the
     old cgroup's count. The kill stays the container's (pod UID, name) and the pod's: one."""
     uid = str(uuid.uuid4())
-    pods = PodList()
+    pod_list = PodList()
     sampler = Sampler(
         config=SamplerConfig(
-            paths=HostPaths(), node_name="n", collectors=frozenset({"meminfo", "cgroups", "kmsg"})
+            paths=HostPaths(sysfs=pods.sysfs),
+            node_name="n",
+            collectors=frozenset({"meminfo", "cgroups", "kmsg"}),
         ),
-        cluster=pods,
+        cluster=pod_list,
     )
     history = History()
 
@@ -164,9 +177,9 @@ def test_an_oom_kill_stays_the_containers_after_the_kubelet_replaces_it(
         return sig.fn(snap, history, next(t for t in targets(snap, sig.scope) if t.key == key))
 
     try:
-        with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as sidecar:
-            with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as first:
-                pods.set(
+        with kubelet_cgroup(pods, limit_bytes=LIMIT, pod_uid=uid) as sidecar:
+            with kubelet_cgroup(pods, limit_bytes=LIMIT, pod_uid=uid) as first:
+                pod_list.set(
                     uid=uid,
                     name="trainer",
                     statuses=[
@@ -177,8 +190,8 @@ def test_an_oom_kill_stays_the_containers_after_the_kubelet_replaces_it(
                 assert kills("container_oom_kills_10m", f"{uid}/{first.container_id}") == 0
                 with hog_in(first, step=MiB, pause=0.005, up_to=4 * LIMIT) as hog:
                     assert hog.wait(timeout=30) == -9
-            with kubelet_cgroup(limit_bytes=LIMIT, pod_uid=uid) as second:
-                pods.set(
+            with kubelet_cgroup(pods, limit_bytes=LIMIT, pod_uid=uid) as second:
+                pod_list.set(
                     uid=uid,
                     name="trainer",
                     statuses=[

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,18 +79,15 @@ async def test_slow_actions_never_block_submit_and_a_full_queue_refuses(tmp_path
     assert rem.submit(firing("second", actions=("test_gate",)))  # queued
     assert not rem.submit(firing("third", actions=("test_gate",)))  # full: refused at once
     gate.set()
-    await _until(lambda: done == ["first", "second"])
+    await wait_until_async(
+        "both runbooks done", lambda: done == ["first", "second"], timeout=30, step=0.01
+    )
     stop.set()
     await task
     records = IncidentStore(directory=tmp_path / "incidents").list()
     assert [r["rule"] for r in records] == ["second", "first"]  # same time: ids sort by rule
     assert all(r["dry_run"] for r in records)  # the global dry run, not the firing's own
     assert rem.journal == {}  # every runbook done: nothing left under way
-
-
-async def _until(predicate: Callable[[], object], timeout: float = 5.0) -> None:
-    """:func:`tests.support.agent.wait_until_async` with this module's defaults."""
-    await wait_until_async("the condition", predicate, timeout=timeout, step=0.01)
 
 
 async def test_without_a_cluster_actions_say_so_and_evidence_is_recorded(tmp_path: Path) -> None:
@@ -129,7 +125,9 @@ async def test_the_journal_resumes_a_runbook_at_the_step_it_was_in(tmp_path: Pat
     stop = asyncio.Event()
     task = asyncio.create_task(first.run(stop=stop))
     assert first.submit(firing("rb", actions=("test_count", "test_gate", "test_count")))
-    await _until(lambda: standin.RUNS[("test_gate", "rb")] == 1)
+    await wait_until_async(
+        "step 2 under way", lambda: standin.RUNS[("test_gate", "rb")] == 1, timeout=30, step=0.01
+    )
     (key,) = first.journal
     assert first.journal[key]["next"] == 1  # on disk: step 1 done, step 2 under way
     task.cancel()  # as good as kill -9: nothing after this point runs
@@ -145,7 +143,9 @@ async def test_the_journal_resumes_a_runbook_at_the_step_it_was_in(tmp_path: Pat
     assert decision.resumed
     stop2 = asyncio.Event()
     task2 = asyncio.create_task(second.run(stop=stop2))
-    await _until(lambda: done == [("rb", True)])
+    await wait_until_async(
+        "the resumed runbook done", lambda: done == [("rb", True)], timeout=30, step=0.01
+    )
     stop2.set()
     await task2
     assert standin.RUNS[("test_count", "rb")] == 2  # steps 1 and 3, each once
@@ -199,7 +199,9 @@ async def test_a_step_under_way_is_finished_though_its_condition_is_gone(tmp_pat
     assert decision.resumed
     stop = asyncio.Event()
     task = asyncio.create_task(second.run(stop=stop))
-    await _until(lambda: done == [("cut", True)])
+    await wait_until_async(
+        "the cut-short runbook done", lambda: done == [("cut", True)], timeout=30, step=0.01
+    )
     stop.set()
     await task
     assert standin.FINISHING == [(True, {"inflight": {"unit": "pod/ns/hog"}})]
@@ -234,7 +236,9 @@ async def test_a_transient_failure_is_retried_with_backoff_and_later_steps_wait(
     stop = asyncio.Event()
     task = asyncio.create_task(rem.run(stop=stop))
     rem.submit(firing("flaky", actions=("test_flaky", "test_count")))
-    await _until(lambda: done == ["flaky"])
+    await wait_until_async(
+        "the retried runbook done", lambda: done == ["flaky"], timeout=30, step=0.01
+    )
     stop.set()
     await task
     assert slept == [5, 10, 15]  # capped exponential backoff
@@ -286,7 +290,7 @@ async def test_a_delivery_claimed_by_another_agent_runs_nothing(tmp_path: Path) 
     stop = asyncio.Event()
     task = asyncio.create_task(rem.run(stop=stop))
     rem.submit(firing("am", actions=("test_count",), key="fp:1:firing", source="alertmanager"))
-    await _until(lambda: rem.journal == {})
+    await wait_until_async("the journal empty", lambda: rem.journal == {}, timeout=30, step=0.01)
     stop.set()
     await task
     assert slept == [5.0]  # the API was away once: the claim waited for it
@@ -321,11 +325,6 @@ def _metric(body: str, name: str) -> float:
     return float(line.split()[-1])
 
 
-def _wait(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    """:func:`tests.support.agent.wait_until` with this module's defaults."""
-    wait_until("the condition", predicate, timeout=timeout, step=0.05)
-
-
 def test_agent_acts_on_rules_and_reload_keeps_the_last_good(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)
@@ -337,7 +336,9 @@ def test_agent_acts_on_rules_and_reload_keeps_the_last_good(tmp_path: Path) -> N
         "--node-name=node-a",
     ]
     with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
-        _wait(lambda: json.loads(get(f"{base}/incidents")[1]))
+        wait_until(
+            "an incident", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30, step=0.05
+        )
         (incident,) = json.loads(get(f"{base}/incidents")[1])
         assert incident["rule"] == "slab-high" and incident["dry_run"] is True
         assert incident["actions"] == ["record:done"]
@@ -354,18 +355,31 @@ def test_agent_acts_on_rules_and_reload_keeps_the_last_good(tmp_path: Path) -> N
         )
 
         rules.write_text(RULES.replace("value: 0.3}", "value: [}"))  # broken YAML
-        _wait(
-            lambda: _metric(get(f"{base}/metrics")[1], "nodeguard_rules_reload_errors_total") == 1
+        wait_until(
+            "the bad reload counted",
+            lambda: _metric(get(f"{base}/metrics")[1], "nodeguard_rules_reload_errors_total") == 1,
+            timeout=30,
+            step=0.05,
         )
         assert _metric(get(f"{base}/metrics")[1], "nodeguard_rules_loaded") == 1
 
         second = RULES.split("  rules:\n")[1].replace("slab-high", "slab-high-2")
         rules.write_text(RULES + second)
-        _wait(lambda: _metric(get(f"{base}/metrics")[1], "nodeguard_rules_loaded") == 2)
+        wait_until(
+            "two rules loaded",
+            lambda: _metric(get(f"{base}/metrics")[1], "nodeguard_rules_loaded") == 2,
+            timeout=30,
+            step=0.05,
+        )
         assert _metric(get(f"{base}/metrics")[1], "nodeguard_rules_reloads_total") == 1
 
         os.kill(base.pid, signal.SIGHUP)
-        _wait(lambda: _metric(get(f"{base}/metrics")[1], "nodeguard_rules_reloads_total") == 2)
+        wait_until(
+            "the SIGHUP reload",
+            lambda: _metric(get(f"{base}/metrics")[1], "nodeguard_rules_reloads_total") == 2,
+            timeout=30,
+            step=0.05,
+        )
 
 
 def test_incidents_command_lists_and_shows(tmp_path: Path) -> None:
@@ -489,7 +503,7 @@ async def test_a_step_that_plans_from_pods_waits_for_the_pod_list_then_plans_on_
     stop = asyncio.Event()
     task = asyncio.create_task(rem.run(stop=stop))
     rem.submit(f)
-    await _until(lambda: done == [True])
+    await wait_until_async("the runbook done", lambda: done == [True], timeout=30, step=0.01)
     stop.set()
     await task
     assert standin.PLANNED == [2]  # once, on the two pods listed: never on none
@@ -531,7 +545,7 @@ async def test_a_step_whose_pods_never_come_is_abandoned_with_why_and_not_as_don
     stop = asyncio.Event()
     task = asyncio.create_task(rem.run(stop=stop))
     rem.submit(f)
-    await _until(lambda: unplanned != [])
+    await wait_until_async("the unplanned claim", lambda: unplanned != [], timeout=30, step=0.01)
     stop.set()
     await task
     assert standin.PLANNED == []  # never planned on no pods
@@ -583,10 +597,9 @@ async def test_no_step_starts_and_nothing_new_is_taken_while_the_state_cannot_be
         assert rem.refusal() == "state_not_persisted"
         assert not rem.submit(firing("refused", actions=("test_count",)))
         filler.unlink()
-        for _ in range(100):
-            if standin.RUNS[("test_count", "waits")]:
-                break
-            await asyncio.sleep(0.05)
+        await wait_until_async(
+            "the step run once saved", lambda: standin.RUNS[("test_count", "waits")], timeout=30
+        )
         assert standin.RUNS[("test_count", "waits")] == 1 and state.persisted
         assert rem.refusal() is None
         stop.set()

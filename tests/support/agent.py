@@ -47,38 +47,55 @@ def wait_ready(
     request_timeout: float = 1.0,
     interval: float = 0.05,
 ) -> None:
-    """Poll ``url`` until it answers 200. Raises ``RuntimeError`` with the process's log when
-    the process exits first or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """Poll ``url`` until it answers 200 (:func:`wait_until`). Raises ``RuntimeError`` with the
+    process's log when the process exits first or ``timeout`` seconds pass."""
+
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
         with contextlib.suppress(OSError):
-            if get(url, timeout=request_timeout)[0] == 200:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} not ready at {url}:\n{log_path.read_text()[-3000:]}")
-        time.sleep(interval)
+            return get(url, timeout=request_timeout)[0] == 200
+        return False
+
+    try:
+        wait_until(f"{what} ready", ready, timeout=timeout, step=interval)
+    except AssertionError:
+        raise RuntimeError(f"{what} not ready at {url}:\n{log_path.read_text()[-3000:]}") from None
+
+
+def _timed_out(what: str, detail: Callable[[], object] | None) -> str:
+    return f"timed out waiting for {what}" + ("" if detail is None else f":\n{detail()}")
 
 
 def wait_until(
-    what: str, predicate: Callable[[], T | None], *, timeout: float, step: float = 0.1
+    what: str,
+    predicate: Callable[[], T | None],
+    *,
+    timeout: float,
+    step: float = 0.1,
+    detail: Callable[[], object] | None = None,
 ) -> T:
     """Call ``predicate`` every ``step`` seconds until it returns something true, and return
-    that. Fails the test (AssertionError naming ``what``) when ``timeout`` seconds pass first:
-    a hang guard, never a speed bound. The one wait of the tests; a module's own ``_until``
-    or ``wait_for`` only sets its defaults."""
+    that. Fails the test (AssertionError naming ``what``, with ``detail()``: a log, the last
+    values seen) when ``timeout`` seconds pass first: a hang guard, never a speed bound. The
+    one wait of the tests (``tests/unit/test_test_rules.py`` holds that no other module loops
+    on a clock)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, _timed_out(what, detail)
         time.sleep(step)
 
 
 async def wait_until_async(
-    what: str, predicate: Callable[[], T | None], *, timeout: float, step: float = 0.05
+    what: str,
+    predicate: Callable[[], T | None],
+    *,
+    timeout: float,
+    step: float = 0.05,
+    detail: Callable[[], object] | None = None,
 ) -> T:
     """:func:`wait_until` inside a running event loop: it sleeps on the loop, so the code under
     test (a watch, a worker) runs between the calls of ``predicate``."""
@@ -87,7 +104,7 @@ async def wait_until_async(
         value = predicate()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, _timed_out(what, detail)
         await asyncio.sleep(step)
 
 

@@ -31,7 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.agent import wait_until
-from tests.support.controlplane.cluster import TestCluster, _spawn, ensure_built, terminate
+from tests.support.controlplane.cluster import TestCluster, ensure_built, spawn, terminate
 from tests.support.kube_helpers import (
     Cluster,
     custom_json,
@@ -112,12 +112,14 @@ class Katib:
 
     def start(self) -> None:
         binary = ensure_built().katib_controller
-        self._proc = _spawn([str(binary), f"--kubeconfig={self.cp.kubeconfig_path}"], self.log_path)
-        deadline = time.monotonic() + 60
-        while '"Starting workers"' not in self.log_path.read_text(errors="replace"):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Katib's controller did not start:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
+        self._proc = spawn([str(binary), f"--kubeconfig={self.cp.kubeconfig_path}"], self.log_path)
+
+        def started() -> bool:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"Katib's controller exited:\n{self.log_tail()}")
+            return '"Starting workers"' in self.log()
+
+        wait_until("Katib's controller to start", started, timeout=120, detail=self.log_tail)
         self._thread = threading.Thread(target=self._loop, name="katib-stand-ins", daemon=True)
         self._thread.start()
 
@@ -132,24 +134,27 @@ class Katib:
         and a test could pass on the wrong refusal. So: a fresh probe every 2 s."""
         ns = self.cluster.namespace("katib-quota-probe")
         core = self.cluster.core
-        deadline = time.monotonic() + timeout
+        probes = itertools.count()
+
+        def counted() -> bool:
+            """A fresh probe quota, read 20 times 0.1 s apart: counted, or deleted."""
+            name = f"probe-{next(probes)}"
+            core.create_namespaced_resource_quota(
+                ns,
+                client.V1ResourceQuota.model_validate(
+                    {"metadata": {"name": name}, "spec": {"hard": {TRIAL_COUNT: "0"}}}
+                ),
+            )
+            for _ in range(20):
+                used = given(core.read_namespaced_resource_quota(name, ns).status).used or {}
+                if TRIAL_COUNT in used:
+                    return True
+                time.sleep(0.1)
+            core.delete_namespaced_resource_quota(name, ns)
+            return False
+
         try:
-            for i in itertools.count():
-                name = f"probe-{i}"
-                core.create_namespaced_resource_quota(
-                    ns,
-                    client.V1ResourceQuota.model_validate(
-                        {"metadata": {"name": name}, "spec": {"hard": {TRIAL_COUNT: "0"}}}
-                    ),
-                )
-                for _ in range(20):
-                    used = given(core.read_namespaced_resource_quota(name, ns).status).used or {}
-                    if TRIAL_COUNT in used:
-                        return
-                    time.sleep(0.1)
-                core.delete_namespaced_resource_quota(name, ns)
-                if time.monotonic() > deadline:
-                    raise AssertionError("the quota controller did not count Trials")
+            wait_until("the quota controller to count Trials", counted, timeout=timeout, step=0)
         finally:
             core.delete_namespace(ns)
 
@@ -162,6 +167,10 @@ class Katib:
     def log(self) -> str:
         """The controller's log."""
         return self.log_path.read_text(errors="replace")
+
+    def log_tail(self) -> str:
+        """The end of the controller's log: a failed wait's ``detail``."""
+        return self.log()[-2500:]
 
     # -- the stand-ins -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -237,6 +246,10 @@ class Katib:
         items = custom_json(listed)["items"]
         return {t["metadata"]["name"]: t for t in items}
 
+    def runs(self, namespace: str, experiment: str, count: int) -> bool:
+        """Whether ``count`` of the experiment's trials run (:meth:`running`)."""
+        return len(self.running(namespace, experiment)) == count
+
     def running(self, namespace: str, experiment: str) -> set[str]:
         """Names of the experiment's trials marked Running and not finished."""
         return {
@@ -244,14 +257,6 @@ class Katib:
             for n, t in self.trials(namespace, experiment).items()
             if _has(t, "Running") and not _has(t, "Succeeded")
         }
-
-    def wait(self, what: str, check: Any, *, timeout: float = 30.0) -> Any:
-        """Poll ``check()`` until truthy; its value. Raises ``AssertionError`` with the
-        controller's log tail on timeout."""
-        try:
-            return wait_until(what, check, timeout=timeout)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}:\n{self.log()[-2500:]}") from None
 
     def finish(self, namespace: str, trial: str) -> None:
         """Mark a trial Succeeded, as its Trial controller would when its job completes."""
@@ -317,7 +322,12 @@ def experiment(cluster: Cluster, ns: str, name: str) -> dict[str, Any]:
 
 def started_trials(katib: Katib, ns: str, name: str, running: int) -> dict[str, str]:
     """Wait until ``running`` trials run; their names -> UIDs."""
-    katib.wait(f"{running} running trials", lambda: len(katib.running(ns, name)) == running)
+    wait_until(
+        f"{running} running trials",
+        lambda: katib.runs(ns, name, running),
+        timeout=30,
+        detail=katib.log_tail,
+    )
     return {n: t["metadata"]["uid"] for n, t in katib.trials(ns, name).items()}
 
 

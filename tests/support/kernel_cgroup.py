@@ -1,22 +1,29 @@
-"""A kubelet-shaped memory cgroup on the real kernel, for tests that watch real OOM kills.
+"""Kubelet-shaped memory cgroups on the real kernel, for tests that watch real OOM kills.
 
-Needs root and a writable memory controller: cgroup v1 (``/sys/fs/cgroup/memory``) or v2 (the
-unified hierarchy with ``memory`` in ``cgroup.controllers``). Everything created is removed on
-exit, also when the test fails.
+Every cgroup a test makes is under a private root of its own (:func:`private_kubepods`:
+``<memory hierarchy>/nodeguard-test-<hex>/kubepods``), which the code under test is pointed
+at alone through a sysfs view: no test creates, reads or counts anything under the machine's
+own ``kubepods`` (on a Kubernetes node, the kubelet's). Needs root and a writable memory
+controller: cgroup v1 (``/sys/fs/cgroup/memory``) or v2 (the unified hierarchy with
+``memory`` in ``cgroup.controllers``). Everything created is removed on exit, also when the
+test fails. ``tests/unit/test_test_rules.py`` holds that no test writes under a kubepods path
+of ``/sys/fs/cgroup`` but through this module.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.agent import wait_until
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 
@@ -58,6 +65,32 @@ class KubeletCgroup:
     container_dir: Path
 
 
+@dataclass(frozen=True, slots=True)
+class PrivateKubepods:
+    """A ``kubepods`` cgroup under a private root of the real memory hierarchy, and a sysfs
+    view in which that root is the whole memory hierarchy.
+
+    ``root`` (``<hierarchy>/nodeguard-test-<hex>``) and ``kubepods`` (``root/kubepods``) are
+    real cgroups on the kernel's cgroupfs, made with the real files: a write to them (a limit,
+    a v1 threshold through ``cgroup.event_control``) is the kernel's. ``sysfs`` mirrors
+    ``/sys`` by symlinks except ``fs/cgroup``, whose memory hierarchy (v1 ``fs/cgroup/memory``,
+    v2 ``fs/cgroup``) is a symlink to ``root``: a reader or an agent given
+    ``HostPaths(sysfs=sysfs)`` / ``--path.sysfs`` sees these pods alone, never the kubelet's
+    or another test's, and its ``fstatfs`` checks find the kernel's cgroup file system.
+    """
+
+    version: int
+    hierarchy: Path
+    root: Path
+    kubepods: Path
+    sysfs: Path
+
+    def cgroup_id(self, path: Path) -> str:
+        """``path``'s cgroup path from the hierarchy root, as ``/proc/<pid>/cgroup``, the
+        kernel log and cAdvisor's ``id`` write it: ``/nodeguard-test-<hex>/kubepods/...``."""
+        return "/" + str(path.relative_to(self.hierarchy))
+
+
 def writable_memory_controller() -> tuple[int, Path] | None:
     """``(version, root)`` of a memory controller this process can create cgroups in."""
     if os.geteuid() != 0:
@@ -72,41 +105,124 @@ def writable_memory_controller() -> tuple[int, Path] | None:
 
 
 def _enable_memory_v2(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        (path / "cgroup.subtree_control").write_text("+memory")
+    """``+memory`` in ``path``'s ``cgroup.subtree_control``: its children get the controller
+    (Documentation/admin-guide/cgroup-v2.rst "Enabling and Disabling")."""
+    control = path / "cgroup.subtree_control"
+    if "memory" not in control.read_text().split():
+        control.write_text("+memory")
+
+
+def _limit_file(version: int) -> str:
+    return "memory.max" if version == 2 else "memory.limit_in_bytes"
+
+
+def _sysfs_view(view: Path, *, version: int, root: Path) -> Path:
+    """``view/sys``: ``/sys`` by symlinks, with the memory hierarchy at ``root`` alone."""
+    sysfs = view / "sys"
+    (sysfs / "fs").mkdir(parents=True)
+    for entry in Path("/sys").iterdir():
+        if entry.name != "fs":
+            (sysfs / entry.name).symlink_to(entry)
+    for entry in Path("/sys/fs").iterdir():
+        if entry.name != "cgroup":
+            (sysfs / "fs" / entry.name).symlink_to(entry)
+    if version == 2:
+        (sysfs / "fs/cgroup").symlink_to(root)
+    else:
+        (sysfs / "fs/cgroup").mkdir()
+        (sysfs / "fs/cgroup/memory").symlink_to(root)
+    return sysfs
+
+
+@contextlib.contextmanager
+def private_kubepods(tmp: Path, *, limit: int | None = None) -> Iterator[PrivateKubepods]:
+    """A ``kubepods`` cgroup (node allocatable ``limit``, or none) under a private root of its
+    own, and a sysfs view of it under ``tmp`` (:class:`PrivateKubepods`). On exit every cgroup
+    under the root, and the root, is removed, also when the test failed (the test's processes
+    must be gone: :func:`process_in` kills its own). Needs root and a writable memory
+    controller: cgroup v1, or v2 with ``memory`` in the unified root's
+    ``cgroup.controllers`` (v2 is written to the kernel's documentation, not run on CI)."""
+    found = writable_memory_controller()
+    if found is None:
+        raise RuntimeError("needs root and a writable cgroup memory controller")
+    version, hierarchy = found
+    root = hierarchy / f"nodeguard-test-{secrets.token_hex(4)}"
+    kubepods = root / "kubepods"
+    try:
+        if version == 2:
+            _enable_memory_v2(hierarchy)
+        root.mkdir()
+        if version == 2:
+            _enable_memory_v2(root)
+        kubepods.mkdir()
+        if version == 2:
+            _enable_memory_v2(kubepods)
+        if limit is not None:
+            (kubepods / _limit_file(version)).write_text(str(limit))
+        sysfs = _sysfs_view(tmp / root.name, version=version, root=root)
+        yield PrivateKubepods(
+            version=version, hierarchy=hierarchy, root=root, kubepods=kubepods, sysfs=sysfs
+        )
+    finally:
+        remove_cgroups(_tree(root))
+
+
+def _tree(root: Path) -> list[Path]:
+    """The cgroup directories at and under ``root``, parents before their children."""
+    if not root.is_dir():
+        return []
+    out = [root]
+    for parent, dirs, _ in os.walk(root):
+        out += [Path(parent) / d for d in sorted(dirs)]
+    return out
+
+
+def pod_container(
+    pods: PrivateKubepods,
+    *,
+    pod_uid: str | None = None,
+    container_id: str | None = None,
+    limit_bytes: int | None = None,
+    made: list[Path] | None = None,
+) -> KubeletCgroup:
+    """``kubepods/burstable/pod<uid>/<container id>`` (the cgroupfs driver's names) in
+    ``pods``, with a memory limit on the container; what it creates is appended to ``made``
+    (for :func:`remove_cgroups`: a container the test removes before the end). The rest goes
+    with the private root."""
+    uid, cid = pod_uid or str(uuid.uuid4()), container_id or secrets.token_hex(32)
+    chain = [pods.kubepods / "burstable", pods.kubepods / f"burstable/pod{uid}"]
+    chain.append(chain[-1] / cid)
+    for d in chain:
+        if not d.exists():
+            if pods.version == 2:
+                _enable_memory_v2(d.parent)
+            d.mkdir()
+            if made is not None:
+                made.append(d)
+    if limit_bytes is not None:
+        (chain[-1] / _limit_file(pods.version)).write_text(str(limit_bytes))
+    return KubeletCgroup(
+        version=pods.version, pod_uid=uid, container_id=cid, container_dir=chain[-1]
+    )
 
 
 @contextlib.contextmanager
 def kubelet_cgroup(
-    *, limit_bytes: int, pod_uid: str | None = None, container_id: str | None = None
+    pods: PrivateKubepods,
+    *,
+    limit_bytes: int,
+    pod_uid: str | None = None,
+    container_id: str | None = None,
 ) -> Iterator[KubeletCgroup]:
-    """Create ``kubepods/burstable/pod<uid>/<container id>`` with a memory limit on the container;
-    remove what was created afterwards."""
-    found = writable_memory_controller()
-    if found is None:
-        raise RuntimeError("needs root and a writable cgroup memory controller")
-    version, root = found
-    uid = pod_uid or str(uuid.uuid4())
-    cid = container_id or secrets.token_hex(32)
-    chain = [
-        root / "kubepods",
-        root / "kubepods/burstable",
-        root / f"kubepods/burstable/pod{uid}",
-        root / f"kubepods/burstable/pod{uid}/{cid}",
-    ]
-    created: list[Path] = []
+    """:func:`pod_container` for the block: what it created is removed when the block ends
+    (the kubelet removing a container's cgroup, and its pod's when it was the last)."""
+    made: list[Path] = []
     try:
-        for d in chain:
-            if version == 2:
-                _enable_memory_v2(d.parent)
-            if not d.exists():
-                d.mkdir()
-                created.append(d)
-        limit_file = "memory.max" if version == 2 else "memory.limit_in_bytes"
-        (chain[-1] / limit_file).write_text(str(limit_bytes))
-        yield KubeletCgroup(version=version, pod_uid=uid, container_id=cid, container_dir=chain[-1])
+        yield pod_container(
+            pods, pod_uid=pod_uid, container_id=container_id, limit_bytes=limit_bytes, made=made
+        )
     finally:
-        remove_cgroups(created)
+        remove_cgroups(made)
 
 
 def cold_file(path: Path, mib: int) -> Path:
@@ -122,63 +238,20 @@ def cold_file(path: Path, mib: int) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def private_kubepods(tmp: Path, *, limit: int | None = None) -> Iterator[tuple[Path, Path]]:
-    """A ``kubepods`` cgroup (node allocatable ``limit``, or none) under a private v1 root, and
-    a sysfs tree whose ``fs/cgroup/memory`` is that root: ``(sysfs, kubepods)``. An agent or a
-    reader given that sysfs sees these pods alone, not the machine's (other tests' cgroups).
-    Needs root and the v1 memory controller; removed on exit."""
-    root = CGROUP_FS / "memory" / f"nodeguard-test-{secrets.token_hex(4)}"
-    kubepods = root / "kubepods"
-    made: list[Path] = []
+def _removed(d: Path) -> bool:
     try:
-        for d in (root, kubepods):
-            d.mkdir()
-            made.append(d)
-        if limit is not None:
-            (kubepods / "memory.limit_in_bytes").write_text(str(limit))
-        cgroupfs = tmp / "sys/fs/cgroup"
-        cgroupfs.mkdir(parents=True)
-        (cgroupfs / "memory").symlink_to(root)
-        yield tmp / "sys", kubepods
-    finally:
-        remove_cgroups(made)
-
-
-def pod_container(
-    kubepods: Path,
-    made: list[Path],
-    *,
-    pod_uid: str | None = None,
-    container_id: str | None = None,
-    limit_bytes: int | None = None,
-) -> KubeletCgroup:
-    """``kubepods/burstable/pod<uid>/<container id>`` (v1, the cgroupfs driver's names) with a
-    memory limit on the container; what it creates is appended to ``made``, for
-    :func:`remove_cgroups`."""
-    uid, cid = pod_uid or str(uuid.uuid4()), container_id or secrets.token_hex(32)
-    chain = [kubepods / "burstable", kubepods / f"burstable/pod{uid}"]
-    chain.append(chain[-1] / cid)
-    for d in chain:
-        if not d.exists():
-            d.mkdir()
-            made.append(d)
-    if limit_bytes is not None:
-        (chain[-1] / "memory.limit_in_bytes").write_text(str(limit_bytes))
-    return KubeletCgroup(version=1, pod_uid=uid, container_id=cid, container_dir=chain[-1])
+        d.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # a killed task can take a moment to leave the cgroup
+    return True
 
 
 def remove_cgroups(made: list[Path]) -> None:
     """Remove cgroups made in this order, children after their parents, deepest first."""
     for d in reversed(made):
-        for _ in range(50):
-            try:
-                d.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)  # a killed task can take a moment to leave the cgroup
+        wait_until(f"{d} removed", functools.partial(_removed, d), timeout=30)
 
 
 @contextlib.contextmanager
@@ -233,7 +306,8 @@ def memory_stall(*, workdir: Path, seconds: float) -> Iterator[subprocess.Popen[
         "    os.close(fd)\n"
     )
     with (
-        kubelet_cgroup(limit_bytes=48 << 20) as cg,
+        private_kubepods(workdir) as pods,
+        kubelet_cgroup(pods, limit_bytes=48 << 20) as cg,
         process_in(cg, [sys.executable, "-c", code]) as proc,
     ):
         yield proc

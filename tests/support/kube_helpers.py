@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.watch import PodWatcher
 from tests.fixtures.make_hosts import CID, UID_STATIC
+from tests.support.agent import wait_until
 
 # Katib's CRDs and an example experiment, vendored (tests/fixtures/katib/README.md).
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "katib"
@@ -286,18 +287,20 @@ class Cluster:
         """The budget once its status is the controller's for its generation, ``healthy``
         pods counted (a hang guard of 120 s: the disruption controller of a loaded 2-core
         machine has been seen to take over 30 s)."""
-        deadline = time.monotonic() + 120
-        while True:
+        last: dict[str, Any] = {}
+
+        def synced() -> dict[str, Any] | None:
             pdb = self.as_json(self.policy.read_namespaced_pod_disruption_budget(name, namespace))
-            status = pdb.get("status") or {}
-            if (
-                status.get("observedGeneration") == pdb["metadata"]["generation"]
-                and status.get("currentHealthy", 0) == healthy
-            ):
-                return pdb
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the disruption controller never synced {name}: {status}")
-            time.sleep(0.1)
+            last["status"] = status = pdb.get("status") or {}
+            generation = status.get("observedGeneration") == pdb["metadata"]["generation"]
+            return pdb if generation and status.get("currentHealthy", 0) == healthy else None
+
+        return wait_until(
+            f"the disruption controller to sync {name}",
+            synced,
+            timeout=120,
+            detail=lambda: last.get("status"),
+        )
 
     def pod_json(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -323,20 +326,24 @@ class Cluster:
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
+
+        def served(plural: str) -> bool:
+            try:
+                self.custom.list_cluster_custom_object("kubeflow.org", "v1beta1", plural)
+            except ApiException as exc:  # the CRD takes a moment to be served
+                if exc.status != 404:
+                    raise
+                return False
+            return True
+
         for plural in ("experiments", "trials", "suggestions"):
-            for _ in range(100):
-                try:
-                    self.custom.list_cluster_custom_object("kubeflow.org", "v1beta1", plural)
-                    break
-                except ApiException as exc:  # the CRD takes a moment to be served
-                    if exc.status != 404:
-                        raise
-                    time.sleep(0.1)
+            wait_until(f"{plural} served", functools.partial(served, plural), timeout=60)
 
     def katib_experiment(self, namespace: str) -> dict[str, Any]:
         doc = yaml.safe_load((FIXTURES / "example-random.yaml").read_text())
         doc["metadata"]["namespace"] = namespace
-        for _ in range(50):
+
+        def created() -> dict[str, Any] | None:
             try:
                 return custom_json(
                     self.custom.create_namespaced_custom_object(
@@ -346,8 +353,9 @@ class Cluster:
             except ApiException as exc:  # the CRD takes a moment to be served
                 if exc.status != 404:
                     raise
-                time.sleep(0.1)
-        raise RuntimeError("Experiment CRD never served")
+                return None
+
+        return wait_until("the Experiment CRD served", created, timeout=60)
 
 
 @contextlib.asynccontextmanager

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.agent import get, wait_until
+from tests.support.agent import get
 from tests.support.hosts import HOSTS, host_flags
 from tests.support.kube_helpers import Cluster
 
@@ -67,11 +66,6 @@ def is_gone(cluster: Cluster, ns: str, name: str) -> bool:
 def evicted_pods(cluster: Cluster, ns: str, names: list[str]) -> list[str]:
     """Those of ``names`` (pods of ``ns``) that are gone or going."""
     return [n for n in names if is_gone(cluster, ns, n)]
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """:func:`tests.support.agent.wait_until` with this module's defaults."""
-    return wait_until(what, check, timeout=timeout, step=0.05)
 
 
 def metric_value(base: str, name: str, **labels: str) -> float:

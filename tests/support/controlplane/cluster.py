@@ -422,7 +422,8 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
 
-def _spawn(args: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(args: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a session of its own, its output appended to ``log_path``."""
     with open(log_path, "ab") as log_file:
         log_file.write(f"\n==== {time.strftime('%H:%M:%S')} starting {args[0]}\n".encode())
         log_file.flush()
@@ -619,7 +620,7 @@ class TestCluster:
         self._write_kubeconfig()
 
         peer_url = f"http://127.0.0.1:{peer_port}"
-        self._etcd = _spawn(
+        self._etcd = spawn(
             [
                 str(binaries.etcd),
                 "--name=nodeguard-test",
@@ -653,7 +654,7 @@ class TestCluster:
         self, controllers: str, log_path: Path
     ) -> subprocess.Popen[bytes]:
         assert self._binaries is not None
-        return _spawn(
+        return spawn(
             [
                 str(self._binaries.kube_controller_manager),
                 f"--kubeconfig={self.kubeconfig_path}",
@@ -769,7 +770,7 @@ class TestCluster:
         ]
 
     def _start_apiserver(self) -> None:
-        self._apiserver = _spawn(self._apiserver_args(), self.apiserver_log_path)
+        self._apiserver = spawn(self._apiserver_args(), self.apiserver_log_path)
         self._wait(
             self._apiserver_ready,
             self._apiserver,
@@ -784,21 +785,25 @@ class TestCluster:
         log_path: Path,
         what: str,
     ) -> None:
-        deadline = time.monotonic() + self._startup_timeout
-        while True:
+        """:func:`~tests.support.agent.wait_until` ``ready()``, its failures as
+        :class:`ControlPlaneError` (a port taken is retried by :meth:`start`)."""
+        from tests.support.agent import wait_until  # which imports this module's terminate
+
+        def up() -> bool:
             if proc is not None and proc.poll() is not None:
                 raise ControlPlaneError(
                     f"{log_path.stem} exited with status {proc.returncode} while waiting for "
                     f"{what}; last lines of {log_path}:\n{_tail(log_path)}"
                 )
-            if ready():
-                return
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(
-                    f"timed out after {self._startup_timeout:.0f}s waiting for {what}; "
-                    f"last lines of {log_path}:\n{_tail(log_path)}"
-                )
-            time.sleep(0.2)
+            return ready()
+
+        try:
+            wait_until(what, up, timeout=self._startup_timeout, step=0.2)
+        except AssertionError:
+            raise ControlPlaneError(
+                f"timed out after {self._startup_timeout:.0f}s waiting for {what}; "
+                f"last lines of {log_path}:\n{_tail(log_path)}"
+            ) from None
 
     def _http_get(self, url: str, *, tls: bool) -> tuple[int, bytes]:
         handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]

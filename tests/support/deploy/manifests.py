@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 import os
 import re
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from tests.support.agent import wait_until
 from tests.support.deploy import kustomize
 from tests.support.kube_helpers import given
 
@@ -154,16 +155,14 @@ def install_crds(api: client.ApiClient) -> None:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-    deadline = time.monotonic() + 30
+
+    def established(name: str) -> bool:
+        crd = ext.read_custom_resource_definition(name)
+        conditions = {c.type: c.status for c in given(crd.status).conditions or []}
+        return conditions.get("Established") == "True"
+
     for name in names:
-        while True:
-            crd = ext.read_custom_resource_definition(name)
-            conditions = {c.type: c.status for c in given(crd.status).conditions or []}
-            if conditions.get("Established") == "True":
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {name} not established")
-            time.sleep(0.1)
+        wait_until(f"CRD {name} established", functools.partial(established, name), timeout=60)
 
 
 # -- RBAC --------------------------------------------------------------------------------------

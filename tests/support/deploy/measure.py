@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support.agent import wait_until
 from tests.support.controlplane.cluster import terminate
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,17 +101,20 @@ def observe(cmd: list[str], *, duration: float, env: dict[str, str]) -> dict[str
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while _get(f"{base}/readyz") != 200:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"agent not ready: {proc.stderr.read() if proc.stderr else ''}")
-            time.sleep(0.2)
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"agent exited: {proc.stderr.read() if proc.stderr else ''}")
+            return _get(f"{base}/readyz") == 200
+
+        wait_until("the agent ready", ready, timeout=60, step=0.2)
         start_cpu, start = _cpu_seconds(proc.pid), time.monotonic()
         rss: list[int] = []
         windows: list[tuple[float, float]] = [(start, start_cpu)]
         scrapes = 0
         tick = 0
         last = ""
+        # not a wait: the measurement itself, for ``duration`` seconds
         while time.monotonic() - start < duration:
             time.sleep(1)
             tick += 1
@@ -175,25 +179,27 @@ def _sleepers(cgroup_dir: Path, count: int) -> Iterator[None]:
 
 def measure_node(duration: float, tmp: Path, *, pods: int, procs_per_pod: int) -> dict[str, Any]:
     from tests.support.controlplane.cluster import TestCluster
-    from tests.support.kernel_cgroup import kubelet_cgroup
+    from tests.support.kernel_cgroup import kubelet_cgroup, private_kubepods
     from tests.support.kube_helpers import Cluster
 
     with TestCluster() as cp, contextlib.ExitStack() as stack:
         cluster = Cluster(cp.kubeconfig_path)
         stack.callback(cluster.api.close)
         ns, node = cluster.namespace("measure"), cluster.node(memory="1024Gi")
+        # A kubepods of its own: the agent reads these pods alone, never the machine's.
+        kubepods = stack.enter_context(private_kubepods(tmp))
         for i in range(pods):
             pod = cluster.pod(namespace=ns, node=node, name=f"worker-{i}", request="1Gi")
             cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
             cg = stack.enter_context(
                 kubelet_cgroup(
-                    limit_bytes=8 << 30, pod_uid=pod["metadata"]["uid"], container_id=cid
+                    kubepods, limit_bytes=8 << 30, pod_uid=pod["metadata"]["uid"], container_id=cid
                 )
             )
             stack.enter_context(_sleepers(cg.container_dir, procs_per_pod))
         cmd = _agent(
             "--path.procfs=/proc",
-            "--path.sysfs=/sys",
+            f"--path.sysfs={kubepods.sysfs}",
             "--path.kmsg=/dev/kmsg",
             f"--path.state={tmp / 'state-node'}",
             f"--rules={REPO / 'rules' / 'default.yaml'}",
