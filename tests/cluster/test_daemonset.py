@@ -351,6 +351,10 @@ def test_components_and_overlays(kustomize_bin: Path, tmp_path: Path) -> None:
     volumes = {v["name"]: v for v in find(psi, "DaemonSet")["spec"]["template"]["spec"]["volumes"]}
     pressure = volumes[mounts["/host/proc/pressure"]["name"]]["hostPath"]
     assert pressure == {"path": "/proc/pressure", "type": "Directory"}
+    # Before Linux 6.5 psi_open refuses a writer without CAP_SYS_RESOURCE; SYSLOG kept, ALL
+    # still dropped (a patch replaces the list, the map is merged).
+    capabilities = container(psi)["securityContext"]["capabilities"]
+    assert capabilities == {"drop": ["ALL"], "add": ["SYSLOG", "SYS_RESOURCE"]}
     assert parts["alert-driven"]["rules"] == {
         "alertmanager.yaml": (REPO / "rules/alertmanager.yaml").read_text()
     }
