@@ -55,9 +55,15 @@ class PodView:
     training: bool
 
     @property
+    def controller(self) -> str | None:
+        """``Kind name`` of its controlling owner (``ReplicaSet web-5d9``), ``None`` for a pod
+        no controller recreates (deleted, it is gone for good)."""
+        owner = next((o for o in self.meta.owners if o.controller), None)
+        return f"{owner.kind} {owner.name}" if owner else None
+
+    @property
     def workload(self) -> str:
-        """``kind/name`` of its controller (``replicaset/web-5d9``), else ``pod/<name>``: what
-        ``kubectl set resources`` is given."""
+        """``kind/name`` of its controller (``replicaset/web-5d9``), else ``pod/<name>``."""
         owner = next((o for o in self.meta.owners if o.controller), None)
         return f"{owner.kind.lower()}/{owner.name}" if owner else f"pod/{self.meta.name}"
 

@@ -40,8 +40,13 @@ systemReserved:
   memory: 1Gi
 kubeReserved:
   memory: {kube}Mi
+# Setting one evictionHard threshold drops the kubelet's other defaults (the kubelet
+# reference, "Eviction thresholds"): the disk ones are written out to keep them.
 evictionHard:
-  memory.available: {eviction}Mi"""
+  memory.available: {eviction}Mi
+  nodefs.available: 10%
+  imagefs.available: 15%
+  nodefs.inodesFree: 5%"""
 
 
 def _findings(cluster: Cluster) -> Iterator[Finding]:

@@ -74,17 +74,26 @@ def _finding(
     top = sorted((p for p in pods if of(p)), key=lambda p: (-of(p), p.meta.namespace, p.meta.name))
     top = top[:TOP]
     percent = 100 * total / allocatable if allocatable else float("inf")
+    largest = top[0]
     if what == "requests":
-        fix = (
-            f"kubectl describe node {node.name}   # Allocated resources\n"
-            "# move the largest away (its controller recreates it where it fits):\n"
-            f"kubectl -n {top[0].meta.namespace} delete pod {top[0].meta.name}"
-        )
+        if largest.controller is not None:
+            move = (
+                f"# move the largest away ({largest.controller} recreates it where it fits):\n"
+                f"kubectl -n {largest.meta.namespace} delete pod {largest.meta.name}"
+            )
+        else:
+            # A pod without a controller is never recreated: deleting it is losing it.
+            move = (
+                f"# the largest, {largest.meta.namespace}/{largest.meta.name}, has no controller "
+                "(deleted, it is gone): lower its request in its manifest and re-create it, or "
+                "move another"
+            )
+        fix = f"kubectl describe node {node.name}   # Allocated resources\n{move}"
     else:
         fix = (
-            "# lower the largest limits toward their requests:\n"
-            f"kubectl -n {top[0].meta.namespace} set resources {top[0].workload} "
-            "--limits=memory=<size>\n"
+            "# lower the largest limits toward their requests, in the template that makes "
+            f"{largest.meta.namespace}/{largest.meta.name} "
+            f"({largest.controller or 'its manifest: it has no controller'})\n"
             "# or keep new pods off this node:\n"
             f"kubectl taint node {node.name} nodeguard/memory=overcommitted:NoSchedule"
         )

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.doctor.findings import Fact, Finding, ObjectRef
-from nodeguard.doctor.inputs import Cluster, NodeView, PodView
+from nodeguard.doctor.inputs import Cluster, ContainerView, NodeView, PodView
 from nodeguard.doctor.registry import Check, register
 
 __all__ = ["gpu_or_training"]
@@ -64,12 +64,6 @@ def _finding(node: NodeView, pod: PodView, why: str) -> Finding:
         if best_effort
         else ("pod without a memory limit")
     )
-    target = pod.workload
-    fixes = [
-        f"kubectl -n {meta.namespace} set resources {target} -c {c.name} "
-        f"--limits=memory={_suggested(c.memory_request_bytes)}"
-        for c in bare
-    ]
     return Finding(
         check="unbounded-memory",
         severity="error",
@@ -84,15 +78,46 @@ def _finding(node: NodeView, pod: PodView, why: str) -> Finding:
             Fact(label="pod memory request", bytes=meta.memory_request_bytes),
             Fact(label="node allocatable", bytes=node.meta.allocatable_memory_bytes),
         ),
-        fix="\n".join(fixes) or f"set a memory limit on every container of {target}",
+        fix=_template_fix(pod, bare),
     )
 
 
+def _template_fix(pod: PodView, bare: list[ContainerView]) -> str:
+    """Where the limit goes, as a manifest fragment: a pod's resources cannot be edited in
+    place (the API server refuses pod updates but the image, the resize subresource cannot
+    change a pod's QoS class), and a Job's or a Trial's template is immutable, so the limit is
+    set in the template that makes the pod (its Deployment for a ReplicaSet's pod, the
+    Experiment's trialTemplate for a Katib trial), and takes effect on the pods made next."""
+    owner = pod.controller
+    if owner is None:
+        where = (
+            f"# pod {pod.meta.namespace}/{pod.meta.name} has no controller: set the limit in "
+            "its manifest and re-create it"
+        )
+    elif owner.startswith("ReplicaSet "):
+        where = (
+            f"# in the pod template of the Deployment that owns {owner} (or of the ReplicaSet "
+            "itself when it has no Deployment); new pods get it"
+        )
+    else:
+        where = f"# in the pod template of {owner} (or what creates it); new pods get it"
+    lines = [where, "containers:"]
+    for c in bare:
+        lines += [
+            f"  - name: {c.name}",
+            "    resources:",
+            "      limits:",
+            f"        memory: {_suggested(c.memory_request_bytes)}",
+        ]
+    return "\n".join(lines)
+
+
 def _suggested(request: int | None) -> str:
-    """The request as a limit (Guaranteed-like) when there is one, else a placeholder."""
+    """The request as a limit (Guaranteed-like) when there is one, else a size to choose (in
+    a YAML comment, so a pasted fragment is still valid YAML)."""
     if request:
         return f"{-(-request // 2**20)}Mi"
-    return "<size>"
+    return "1Gi  # its peak working set and some room: choose it"
 
 
 register(

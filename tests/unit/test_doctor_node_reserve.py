@@ -28,6 +28,9 @@ def test_allocatable_equal_to_capacity_is_an_error() -> None:
     # GKE's table on 1 TiB: 1 + 0.8 + 0.8 + 112 * 0.06 + 896 * 0.02 = 27.24 GiB.
     assert "kubeReserved:\n  memory: 27893Mi" in f.fix
     assert "memory.available: 10485Mi" in f.fix  # 1 % of capacity
+    # One evictionHard threshold set drops the kubelet's other defaults: the disk ones kept.
+    for default in ("nodefs.available: 10%", "imagefs.available: 15%", "nodefs.inodesFree: 5%"):
+        assert default in f.fix
 
 
 def test_only_the_default_eviction_threshold_warns_and_huge_pages_are_not_a_reserve() -> None:

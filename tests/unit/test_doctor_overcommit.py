@@ -57,6 +57,9 @@ def test_requests_past_allocatable_are_an_error_and_sidecars_count_as_the_schedu
         8 * GiB + GiB // 2
     )
     assert kinds["limits"].severity == "warning"
+    # The largest has no controller: deleting it would lose it, so no delete is offered.
+    assert "delete pod" not in kinds["requests"].fix
+    assert "ml/p, has no controller" in kinds["requests"].fix, kinds["requests"].fix
 
 
 def test_finished_pods_and_other_nodes_hold_nothing() -> None:

@@ -30,9 +30,17 @@ def test_a_pod_without_a_limit_on_a_gpu_node_is_an_error_naming_its_containers()
     assert facts["containers without a limit"].text == "loader (container)"
     assert facts["pod memory request"].bytes == 3 * GiB
     assert facts["node allocatable"].bytes == 64 * GiB
-    assert f.fix == (
-        "kubectl -n ml set resources replicaset/prep-5d9 -c loader --limits=memory=1024Mi"
-    )
+    # A pod's resources cannot be changed in place: the fix is the template that makes it.
+    assert f.fix.splitlines() == [
+        "# in the pod template of the Deployment that owns ReplicaSet prep-5d9 (or of the "
+        "ReplicaSet itself when it has no Deployment); new pods get it",
+        "containers:",
+        "  - name: loader",
+        "    resources:",
+        "      limits:",
+        "        memory: 1024Mi",
+    ]
+    assert "kubectl" not in f.fix
 
 
 def test_best_effort_pods_and_unbounded_init_and_sidecar_containers_are_named() -> None:
