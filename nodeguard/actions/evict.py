@@ -927,7 +927,8 @@ class _Tally:
         if self.outcome(plan) == "refused" and self.stop is None:
             message += (
                 f"; no {plan.measure} known for the candidates, so no memory target can be met "
-                "(nodeguard act: --agent-url http://NODE:9847, or --free 0 for the first unit)"
+                "(nodeguard act: --agent-url http://AGENT_POD_IP:9847, or --free 0 for the first "
+                "unit)"
             )
         return message
 
@@ -1073,8 +1074,9 @@ register(
                 names=("--agent-url",),
                 dest="agent_url",
                 metavar="URL",
-                help="the node's nodeguard (http://NODE:9847), for each pod's unreclaimable "
-                "memory from its /snapshot (default: none, usage unknown)",
+                help="the node's agent (http://AGENT_POD_IP:9847: its pod IP, or a "
+                "port-forward), for each pod's unreclaimable memory from its /snapshot "
+                "(default: none, usage unknown)",
             ),
         ),
     )

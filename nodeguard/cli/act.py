@@ -12,9 +12,10 @@ incident. It dispatches through the same action registry as the agent's runbook
 frees 5 % of the node's memory capacity and stops at priority 999 unless told otherwise, as a
 rule's ``evict`` does), the same implementation, the same audit (log line, Event). For
 ``evict`` it prints the ranked plan: each unit's place and why, and each excluded pod and why.
-Usage comes from the node's agent (``--agent-url http://NODE:9847``, its ``/snapshot``): each
-pod's unreclaimable memory, what its eviction frees, as the agent's own ``evict`` counts it (the
-working set where the agent has no unreclaimable figure); without one, units rank by priority
+Usage comes from the node's agent (``--agent-url http://AGENT_POD_IP:9847``, its
+``/snapshot``): each pod's unreclaimable memory, what its eviction frees, as the agent's own
+``evict`` counts it (the working set where the agent has no unreclaimable figure); without one,
+units rank by priority
 with usage unknown and are not evicted toward a target (``--free 0`` evicts the first unit).
 
 Output fits 80 columns: sizes in binary units (``--json``: the results with exact bytes), each
@@ -175,7 +176,7 @@ def render_plan(plan: dict[str, Any], *, console: Console) -> None:
     measure = plan.get("measure", UNRECLAIMABLE)
     if ranked and all(u["usage_bytes"] is None for u in ranked):
         console.print(
-            f"No {measure} known (pass --agent-url http://NODE:9847): ranked by priority "
+            f"No {measure} known (pass --agent-url http://AGENT_POD_IP:9847): ranked by priority "
             "alone; a --free target cannot be measured (--free 0 evicts the first unit)."
         )
     console.print(f"[bold]Eviction plan[/bold] ({len(ranked)} unit(s), first goes first):")

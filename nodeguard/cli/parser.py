@@ -23,8 +23,29 @@ class Parser(argparse.ArgumentParser):
     subparser is made of the same class (argparse uses its parent's)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("usage", "%(prog)s [flags]")
+        self._short_usage = "usage" not in kwargs
         super().__init__(*args, **kwargs)
+
+    def format_usage(self) -> str:
+        """``usage: PROG [flags] POSITIONAL...``: the positionals (``ACTION``, ``[ID]``) named,
+        the flags listed below it."""
+        self._shorten()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        """argparse's help, with the one-line usage of :meth:`format_usage`."""
+        self._shorten()
+        return super().format_help()
+
+    def _shorten(self) -> None:
+        if not self._short_usage:
+            return
+        names = []
+        for action in self._get_positional_actions():
+            name = action.metavar if isinstance(action.metavar, str) else action.dest.upper()
+            many = "..." if action.nargs in ("+", "*") else ""
+            names.append(f"[{name}{many}]" if action.nargs in ("?", "*") else f"{name}{many}")
+        self.usage = " ".join(["%(prog)s", "[flags]", *names])
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None

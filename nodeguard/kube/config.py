@@ -46,9 +46,11 @@ def loaded_configuration(*, kubeconfig: Path | None, context: str | None) -> k8s
         if kubeconfig is None and not os.environ.get("KUBECONFIG") and _in_a_pod():
             k8s_config.load_incluster_config(client_configuration=configuration)
         else:
-            # config_file None: the library reads $KUBECONFIG, else ~/.kube/config.
+            # config_file None: the library reads $KUBECONFIG, else ~/.kube/config. An empty
+            # $KUBECONFIG is unset, as kubectl reads it (the library would read "" as a path).
+            home = None if os.environ.get("KUBECONFIG") else str(_home_config())
             k8s_config.load_kube_config(
-                config_file=str(kubeconfig) if kubeconfig else None,
+                config_file=str(kubeconfig) if kubeconfig else home,
                 context=context,
                 client_configuration=configuration,
             )
@@ -91,18 +93,19 @@ def _sources(kubeconfig: Path | None) -> list[str]:
     """Where :func:`loaded_configuration` looked, in its order, for the error that says none
     worked."""
     if kubeconfig is not None:
-        return [f"--kubeconfig {kubeconfig}"]
+        return [f"--kubeconfig {kubeconfig}{_absent(kubeconfig)}"]
     tried = ["--kubeconfig (not given)"]
     env = os.environ.get("KUBECONFIG")
     if env:
-        return [*tried, f"$KUBECONFIG={env}"]
+        missing = all(_absent(Path(p)) for p in env.split(os.pathsep) if p)
+        return [*tried, f"$KUBECONFIG={env}{' (absent)' if missing else ''}"]
     tried.append("$KUBECONFIG (unset)")
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
     if host:
         return [*tried, f"the in-cluster config (KUBERNETES_SERVICE_HOST={host}: the pod's token)"]
     home = _home_config()
-    return [
-        *tried,
-        "the in-cluster config (not in a pod)",
-        f"{home}{'' if home.exists() else ' (absent)'}",
-    ]
+    return [*tried, "the in-cluster config (not in a pod)", f"{home}{_absent(home)}"]
+
+
+def _absent(path: Path) -> str:
+    return "" if path.exists() else " (absent)"

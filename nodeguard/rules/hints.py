@@ -47,8 +47,11 @@ def rule_hints(
                 f" (or 5m, 1h) to say so",
             )
         for key, conditions in (("when", rule.when), ("clear", rule.clear or [])):
+            written: Any = raw.get(key) if isinstance(raw, Mapping) else None
             for j, cond in enumerate(conditions):
-                hint = _small_bytes(cond)
+                given = written[j].get("value") if _item(written, j) else None
+                # Only a bare number can be missing its unit: "512Ki" says what it means.
+                hint = _small_bytes(cond) if _bare_number(given) else None
                 if hint:
                     say(["spec", "rules", i, key, j, "value"], hint)
     return out
@@ -73,6 +76,18 @@ def _durations(raw: Any, *, at: list[int | str]) -> list[tuple[list[int | str], 
         if isinstance(value, int | float) and not isinstance(value, bool) and value:
             found.append((loc, float(value)))
     return found
+
+
+def _item(items: Any, index: int) -> bool:
+    """Whether ``items`` is a list whose ``index`` is a mapping (the raw file may be anything)."""
+    return isinstance(items, list) and index < len(items) and isinstance(items[index], Mapping)
+
+
+def _bare_number(value: Any) -> bool:
+    """A number as YAML reads it, or a string of digits: what has no unit."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int | float) or (isinstance(value, str) and value.strip().isdigit())
 
 
 def _small_bytes(cond: Condition) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import io
 import json
@@ -449,6 +450,10 @@ def test_every_command_finds_its_cluster_in_one_order(
     assert cluster_named(kubeconfig=None, home=True)
     assert not cluster_named(kubeconfig=None, home=False)  # the agent
     assert cluster_named(kubeconfig=tmp_path / "given", home=False)
+    # An empty $KUBECONFIG is unset, as kubectl reads it.
+    monkeypatch.setenv("KUBECONFIG", "")
+    assert not cluster_named(kubeconfig=None, home=False)
+    assert cluster_named(kubeconfig=None, home=True)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "env"))
     assert cluster_named(kubeconfig=None, home=False)
     monkeypatch.delenv("KUBECONFIG")
@@ -470,7 +475,16 @@ def test_snapshot_reads_kubeconfig_from_the_environment(tmp_path: Path) -> None:
     )
     assert out.returncode == 0 and "Node memory" in out.stdout, out.stderr
     assert f"tried --kubeconfig (not given), $KUBECONFIG={broken}" in out.stderr, out.stderr
+    assert f"$KUBECONFIG={broken} (absent)" not in out.stderr  # it is there, but broken
     assert "pod names unknown" in out.stderr
+    gone = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "act", "cordon", "--node", "n", "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "", "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "nope")},
+    )
+    assert f"$KUBECONFIG={tmp_path / 'nope'} (absent)" in gone.stderr, gone.stderr
 
 
 def _every_command() -> list[list[str]]:
@@ -534,3 +548,17 @@ def test_act_help_lists_the_exit_statuses() -> None:
         described = " ".join(text.split("exit status:")[1].split())
         assert all(f"; {code} " in described for code in codes), described
         assert described.startswith("0 done")
+
+
+def test_the_usage_line_names_the_positionals() -> None:
+    """One line, the flags below it, but what must follow the command named."""
+    parser = build_parser()
+    usage = {}
+    for name in SUBCOMMANDS:
+        with pytest.raises(SystemExit), contextlib.redirect_stdout(io.StringIO()) as out:
+            parser.parse_args([name, "--help"])
+        usage[name] = out.getvalue().splitlines()[0]
+    assert usage["act"] == "usage: nodeguard act [flags] ACTION"
+    assert usage["incidents"] == "usage: nodeguard incidents [flags] [ID]"
+    assert usage["check"] == "usage: nodeguard check [flags] PATH..."
+    assert usage["run"] == "usage: nodeguard run [flags]"

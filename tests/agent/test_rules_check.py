@@ -344,7 +344,8 @@ def test_warnings_for_what_loads_but_is_likely_meant_otherwise(tmp_path: Path) -
 
 def test_no_warning_for_what_says_what_it_means(tmp_path: Path) -> None:
     """The look-alikes: durations with units, a zero duration, a byte amount of 1Mi or more
-    written as a number, ``> 0`` on bytes, and a rate in bytes per second (small by nature)."""
+    written as a number, ``> 0`` on bytes, a rate in bytes per second (small by nature), and a
+    small amount written with its unit (``512Ki`` says what it means)."""
     text = GOOD_RULE.replace(
         "      scope: node\n",
         "      scope: node\n      for: 30s\n      cooldown: 0\n"
@@ -354,7 +355,8 @@ def test_no_warning_for_what_says_what_it_means(tmp_path: Path) -> None:
         '        - {signal: node_memory_available_ratio, op: "<", value: 0.05}\n'
         '        - {signal: node_memory_available_bytes, op: "<", value: 1048576}\n'
         '        - {signal: node_memory_available_bytes, op: ">", value: 0}\n'
-        '        - {signal: node_direct_reclaim_bytes_per_second, op: ">", value: 262144}\n',
+        '        - {signal: node_direct_reclaim_bytes_per_second, op: ">", value: 262144}\n'
+        '        - {signal: node_memory_available_bytes, op: "<", value: 512Ki}\n',
     )
     rc, out = _check(tmp_path, text)
     assert (rc, out) == (0, "Checking F\n  SUCCESS: 1 rules found\n")

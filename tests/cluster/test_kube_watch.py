@@ -186,7 +186,7 @@ def test_act_evict_dry_run_prints_a_plan(cluster: Cluster, control_plane: TestCl
     for blind in (act("--free", "1Gi", status=3), act(status=3)):
         assert "DRY RUN evict refused: would evict 0 unit(s)" in blind
         assert blind.count("(unreclaimable memory unknown)") == 1
-        assert "--agent-url http://NODE:9847, or --free 0 for the first unit" in blind
+        assert "--agent-url http://AGENT_POD_IP:9847, or --free 0 for the first unit" in blind
     text = act("--free", "0")  # the first unit only
     plan = text[text.index("Eviction plan") : text.index("Never evicted here")]
     assert "pandas-prep" in plan and "trainer" not in plan
