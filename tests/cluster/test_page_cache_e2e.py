@@ -189,7 +189,10 @@ def test_reader_stays_and_hog_is_evicted_once_across_kill_9(
                 wait_until("the hog's eviction", lambda: _gone(cluster, s.ns, "hog"), timeout=15)
                 assert hog.wait(timeout=30) == -9  # no kubelet here: the kernel ends it
         assert alive, "the kernel OOM-killed the hog before its eviction was requested"
-        assert loader_then is not None and loader_then["working_set_bytes"] >= 0.95 * LIMIT
+        # Still at its limit when the hog's eviction was decided. Its working set there moves
+        # between about 85 and 98 % as reclaim deactivates its cache and the next pass activates
+        # it again (a CI run read 85 %): the 95 % look-alike is the one shown above.
+        assert loader_then is not None and loader_then["usage_bytes"] >= 0.95 * LIMIT
         assert not _evictions(proxied.seen, "loader")
 
         # The restarted agent finishes the runbook that the first one had under way, while the
