@@ -46,7 +46,8 @@ evictionHard:
   memory.available: {eviction}Mi
   nodefs.available: 10%
   imagefs.available: 15%
-  nodefs.inodesFree: 5%"""
+  nodefs.inodesFree: 5%
+  imagefs.inodesFree: 5%"""
 
 
 def _findings(cluster: Cluster) -> Iterator[Finding]:

@@ -1,7 +1,8 @@
 """The findings for people: at most 80 columns, grouped by severity (errors first), one entry a
 finding: its check and title, the objects, the evidence (memory in binary units, never split
-from its number) and the fix, which stays pasteable into a shell: a long command is wrapped
-with ``\\`` at the end of each part, a long comment continues as a comment."""
+from its number) and the fix, which stays pasteable: a long command is wrapped with ``\\`` at
+the end of each part, a long comment continues as a comment (a comment after code first goes on
+a line of its own), and a manifest line is never wrapped."""
 
 from __future__ import annotations
 
@@ -38,14 +39,28 @@ def _fix(text: str) -> list[str]:
     head = f"{_INDENT}{'fix:':<{_LABEL}}"
     pad = " " * len(head)
     out: list[str] = []
-    for i, line in enumerate(text.splitlines() or [""]):
-        first = head if i == 0 else pad
-        if line.startswith("#"):
-            out.extend(_wrap(line, first=first, rest=pad + "# "))
+    lines: list[str] = []
+    for line in text.splitlines() or [""]:
+        # A comment after code goes on a line of its own before it: wrapped, a trailing
+        # comment would continue as code (a "\\" in a comment continues nothing).
+        code, sep, comment = line.partition("  # ")
+        if sep and code.strip():
+            lines += [f"{' ' * (len(code) - len(code.lstrip()))}# {comment}", code]
         else:
+            lines.append(line)
+    for i, line in enumerate(lines):
+        first = head if i == 0 else pad
+        if line.lstrip().startswith("#"):
+            indent = line[: len(line) - len(line.lstrip())]
+            out.extend(_wrap(line.lstrip(), first=first + indent, rest=pad + indent + "# "))
+        elif line.startswith("kubectl "):
+            # A command wraps with "\\" at the end of each part, still one command pasted.
             parts = _wrap(line, first=first, rest=pad + "  ", width=WIDTH - 2)
             out.extend(p + " \\" for p in parts[:-1])
             out.append(parts[-1])
+        else:
+            # A manifest line is never wrapped: a broken YAML line is no longer YAML.
+            out.append(first + line)
     return out
 
 

@@ -85,9 +85,10 @@ def _finding(node: NodeView, pod: PodView, why: str) -> Finding:
 def _template_fix(pod: PodView, bare: list[ContainerView]) -> str:
     """Where the limit goes, as a manifest fragment: a pod's resources cannot be edited in
     place (the API server refuses pod updates but the image, the resize subresource cannot
-    change a pod's QoS class), and a Job's or a Trial's template is immutable, so the limit is
-    set in the template that makes the pod (its Deployment for a ReplicaSet's pod, the
-    Experiment's trialTemplate for a Katib trial), and takes effect on the pods made next."""
+    change a pod's QoS class), and a Job's template is immutable, so the limit is set in the
+    template that makes the pod (its Deployment for a ReplicaSet's pod; for a Job's, the
+    CronJob or Experiment trialTemplate that makes the Job, or a re-created Job), and takes
+    effect on the pods made next."""
     owner = pod.controller
     if owner is None:
         where = (
@@ -99,16 +100,27 @@ def _template_fix(pod: PodView, bare: list[ContainerView]) -> str:
             f"# in the pod template of the Deployment that owns {owner} (or of the ReplicaSet "
             "itself when it has no Deployment); new pods get it"
         )
+    elif owner.startswith("Job "):
+        where = (
+            f"# {owner}'s template cannot change: set it in what makes the Job (its CronJob, a "
+            "Katib Experiment's trialTemplate) or re-create the Job with it"
+        )
     else:
         where = f"# in the pod template of {owner} (or what creates it); new pods get it"
-    lines = [where, "containers:"]
-    for c in bare:
-        lines += [
-            f"  - name: {c.name}",
-            "    resources:",
-            "      limits:",
-            f"        memory: {_suggested(c.memory_request_bytes)}",
-        ]
+    lines = [where]
+    # Init containers and sidecars (restartable init containers) are under initContainers: a
+    # limit written under containers would name a container the pod does not have.
+    for section, kinds in (("initContainers", ("init", "sidecar")), ("containers", ("container",))):
+        chosen = [c for c in bare if c.kind in kinds]
+        if chosen:
+            lines.append(f"{section}:")
+        for c in chosen:
+            lines += [
+                f"  - name: {c.name}",
+                "    resources:",
+                "      limits:",
+                f"        memory: {_suggested(c.memory_request_bytes)}",
+            ]
     return "\n".join(lines)
 
 
@@ -117,7 +129,7 @@ def _suggested(request: int | None) -> str:
     a YAML comment, so a pasted fragment is still valid YAML)."""
     if request:
         return f"{-(-request // 2**20)}Mi"
-    return "1Gi  # its peak working set and some room: choose it"
+    return "1Gi  # choose: its peak working set and some room"
 
 
 register(

@@ -29,7 +29,13 @@ def test_allocatable_equal_to_capacity_is_an_error() -> None:
     assert "kubeReserved:\n  memory: 27893Mi" in f.fix
     assert "memory.available: 10485Mi" in f.fix  # 1 % of capacity
     # One evictionHard threshold set drops the kubelet's other defaults: the disk ones kept.
-    for default in ("nodefs.available: 10%", "imagefs.available: 15%", "nodefs.inodesFree: 5%"):
+    # The kubelet's five Linux defaults (pkg/kubelet/eviction/defaults_linux.go).
+    for default in (
+        "nodefs.available: 10%",
+        "imagefs.available: 15%",
+        "nodefs.inodesFree: 5%",
+        "imagefs.inodesFree: 5%",
+    ):
         assert default in f.fix
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 import nodeguard.doctor  # noqa: F401  (registers every check)
 from nodeguard.cli.doctor import exit_status
 from nodeguard.doctor.findings import Fact, Finding, ObjectRef
@@ -105,3 +107,44 @@ def test_the_exit_status_is_the_worst_finding_against_fail_on() -> None:
     assert exit_status([warning], fail_on="error") == 0
     assert exit_status([warning], fail_on="warning") == 1
     assert exit_status([warning, error], fail_on="error") == 1
+
+
+def test_a_fix_in_the_table_pastes_as_it_reads() -> None:
+    """A manifest fragment is never wrapped (its lines stay YAML), a comment after code goes on
+    its own line first, and a command's trailing comment never wraps into a second command."""
+    long = "ip-10-120-33-201.us-west-2.compute.internal"
+    fragment = (
+        "# in the pod template of ReplicaSet web-5d9\ncontainers:\n  - name: main\n"
+        "    resources:\n      limits:\n"
+        "        memory: 1Gi  # choose: its peak working set and some room, measured over a day"
+    )
+    findings = [
+        Finding(
+            check="unbounded-memory",
+            severity="error",
+            title="t",
+            objects=(),
+            evidence=(),
+            fix=fragment,
+        ),
+        Finding(
+            check="overcommit",
+            severity="error",
+            title="u",
+            objects=(),
+            evidence=(),
+            fix=f"kubectl describe node {long}   # Allocated resources",
+        ),
+    ]
+    lines = render(findings).splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("    fix:"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("  overcommit"))
+    prefix = len("    fix:      ")
+    loaded = yaml.safe_load("\n".join(ln[prefix:] for ln in lines[start:end]))
+    assert loaded["containers"][0]["resources"]["limits"]["memory"] == "1Gi"
+    command = [
+        ln[prefix:] for ln in lines[end + 3 :] if ln.startswith(" " * prefix) or "fix:" in ln
+    ]
+    assert command[0] == "# Allocated resources"
+    assert command[1] == "kubectl describe node \\"
+    assert command[2].strip() == long

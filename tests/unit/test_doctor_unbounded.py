@@ -3,6 +3,8 @@ limit on GPU or training nodes, and the look-alikes that must not trip it."""
 
 from __future__ import annotations
 
+import yaml
+
 import nodeguard.doctor  # noqa: F401  (registers every check)
 from nodeguard.doctor.findings import Finding
 from nodeguard.doctor.inputs import Cluster
@@ -57,6 +59,13 @@ def test_best_effort_pods_and_unbounded_init_and_sidecar_containers_are_named() 
     assert by_pod["be"].evidence[0].text == "label nvidia.com/gpu.present=true"
     unbounded = {x.label: x.text for x in by_pod["with-init"].evidence}
     assert unbounded["containers without a limit"] == "fetch (init), proxy (sidecar)"
+    # Their limits go under initContainers, where the pod has them (under containers they
+    # would name containers it does not have), each fragment valid YAML.
+    fix = by_pod["with-init"].fix
+    assert "initContainers:" in fix and "\ncontainers:" not in fix
+    spec = yaml.safe_load(fix)
+    assert [c["name"] for c in spec["initContainers"]] == ["fetch", "proxy"]
+    assert yaml.safe_load(by_pod["be"].fix)["containers"][0]["resources"]["limits"]["memory"]
 
 
 def test_a_node_running_training_counts_though_it_shows_no_gpu() -> None:
@@ -86,3 +95,11 @@ def test_look_alikes_that_must_not_trip() -> None:
         namespaces=frozenset({"ml"}),
     )
     assert found(c) == []
+
+
+def test_a_jobs_pod_is_fixed_where_the_job_is_made() -> None:
+    """A Job's template is immutable: the fix names what makes the Job, or re-creating it."""
+    gpu = node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
+    p = pod("nightly-x", node="gpu-1", containers=[container()], owner=("Job", "nightly-2900"))
+    (f,) = found(cluster(nodes=(gpu,), pods=(p,)))
+    assert f.fix.splitlines()[0].startswith("# Job nightly-2900's template cannot change")
