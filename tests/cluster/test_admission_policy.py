@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from nodeguard.actions.audit import Auditor
 from nodeguard.actions.context import Env
@@ -34,6 +33,7 @@ from nodeguard.kube.errors import Forbidden
 from tests.support.acting import run_action
 from tests.support.agent import wait_until
 from tests.support.controlplane.cluster import TestCluster
+from tests.support.deploy.admission import POLICY_KINDS, api_as, dry_patch, remove_policies
 from tests.support.deploy.manifests import (
     Applier,
     Obj,
@@ -46,7 +46,6 @@ from tests.support.deploy.manifests import (
 from tests.support.kube_helpers import Cluster, cordoned, given
 
 COMPONENT = "own-writes"
-POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
 # A hang guard for the API server's policy and RBAC informers, not a speed bound.
 SETTLE = 30.0
@@ -65,22 +64,6 @@ class Tokens:
 def _policies(kustomize_bin: Path, tmp: Path) -> list[Obj]:
     objs = compose(tmp, components=[COMPONENT], binary=kustomize_bin)
     return [o for o in objs if o["kind"] in POLICY_KINDS]
-
-
-def _remove(applier: Applier, policies: list[Obj]) -> None:
-    """Delete the bindings, then the policies (those that were made)."""
-    adm = client.AdmissionregistrationV1Api(applier.api)
-    for kind, delete in (
-        ("ValidatingAdmissionPolicyBinding", adm.delete_validating_admission_policy_binding),
-        ("ValidatingAdmissionPolicy", adm.delete_validating_admission_policy),
-    ):
-        for o in policies:
-            if o["kind"] == kind:
-                try:
-                    delete(o["metadata"]["name"])
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
 
 
 def _payload(token: str) -> dict[str, Any]:
@@ -145,27 +128,6 @@ def _client(cp: TestCluster, token: str) -> KubeClient:
     return KubeClient.with_token(server=cp.server_url, token=token, ca_file=cp.ca_cert_path)
 
 
-def _api(cp: TestCluster, token: str) -> client.ApiClient:
-    """The client library's ApiClient authenticated by ``token``."""
-    cfg = client.Configuration()
-    cfg.host, cfg.ssl_ca_cert = cp.server_url, str(cp.ca_cert_path)
-    cfg.api_key = {"authorization": f"Bearer {token}"}
-    return client.ApiClient(cfg)
-
-
-def _dry_patch(cp: TestCluster, token: str, node: str) -> ApiException | None:
-    """A server-side dry-run patch of ``node``'s annotations with ``token``: None when
-    admitted, the refusal otherwise (admission runs on dry runs too)."""
-    with _api(cp, token) as api:
-        try:
-            client.CoreV1Api(api).patch_node(
-                node, {"metadata": {"annotations": {"nodeguard.io/probe": "x"}}}, dry_run="All"
-            )
-        except ApiException as exc:
-            return exc
-    return None
-
-
 @pytest.fixture(scope="module")
 def tokens(
     *,
@@ -203,7 +165,7 @@ def tokens(
     unbound = service_account_token(applier.api, name=name, namespace=namespace)
     wait_until(
         "RBAC to grant nodeguard Node patches",
-        lambda: _dry_patch(control_plane, unbound, node_b) is None,
+        lambda: dry_patch(control_plane, unbound, node_b) is None,
         timeout=SETTLE,
     )
     policies = _policies(kustomize_bin, tmp_path_factory.mktemp(COMPONENT))
@@ -212,7 +174,7 @@ def tokens(
             applier.apply(o, dry_run=False)
         wait_until(
             "the API server to enforce the policies",
-            lambda: _dry_patch(control_plane, unbound, node_b) is not None,
+            lambda: dry_patch(control_plane, unbound, node_b) is not None,
             timeout=SETTLE,
         )
         yield Tokens(
@@ -224,13 +186,8 @@ def tokens(
             unbound=unbound,
         )
     finally:
-        _remove(applier, policies)
         core.delete_namespaced_pod(pod_json["metadata"]["name"], namespace, grace_period_seconds=0)
-        wait_until(
-            "the API server to stop enforcing the policies",
-            lambda: _dry_patch(control_plane, unbound, node_b) is None,
-            timeout=SETTLE,
-        )
+        remove_policies(applier, policies, cp=control_plane, token=unbound, node=node_b)
 
 
 def test_the_component_is_two_policies_for_the_daemonsets_service_account(
@@ -395,10 +352,10 @@ def test_other_users_are_not_affected(
 ) -> None:
     # A ServiceAccount whose name starts like nodeguard's, with the same roles: not limited.
     helper = _service_account(applier, namespace=tokens.namespace, name="nodeguard-helper")
-    assert _dry_patch(control_plane, helper, tokens.node_b) is None
+    assert dry_patch(control_plane, helper, tokens.node_b) is None
     ns = cluster.namespace("lookalike")
     q = _user_quota(cluster, ns, "users", labels={})
-    with _api(control_plane, helper) as api:
+    with api_as(control_plane, helper) as api:
         client.CoreV1Api(api).delete_namespaced_resource_quota(
             "users",
             ns,
@@ -411,7 +368,7 @@ def test_other_users_are_not_affected(
     # The ServiceAccount named nodeguard in another namespace (an overlay's namespace:, a Helm
     # release elsewhere) is limited as the DaemonSet's is.
     elsewhere = _service_account(applier, namespace=cluster.namespace("ng"), name="nodeguard")
-    refused = _dry_patch(control_plane, elsewhere, tokens.node_b)
+    refused = dry_patch(control_plane, elsewhere, tokens.node_b)
     assert refused is not None and refused.status == 403
     assert "this token names no node" in str(refused.body)
 

@@ -226,7 +226,7 @@ async def test_act_resume_finds_the_pause_without_trial_pods_on_the_node(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    out = (await proc.communicate())[0].decode()
+    out = " ".join((await proc.communicate())[0].decode().split())  # results wrap at 80
     assert proc.returncode == 0, out
     assert f"resumed Katib experiment {ns}/exp" in out
     assert cluster.core.list_namespaced_resource_quota(ns).items == []
@@ -241,7 +241,8 @@ async def test_act_resume_finds_the_pause_without_trial_pods_on_the_node(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    out = (await missing.communicate())[0].decode()
+    # A result wraps at 80 columns: its words are read joined.
+    out = " ".join((await missing.communicate())[0].decode().split())
     assert missing.returncode == 4 and "not found" in out, out
 
 

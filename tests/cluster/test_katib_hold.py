@@ -40,7 +40,8 @@ HELD = "nodeguard.io/katib-held"
 
 async def _act(*flags: str, kubeconfig: Path) -> tuple[int, str]:
     proc = await _spawn(*flags, kubeconfig=kubeconfig)
-    out = (await proc.communicate())[0].decode()
+    # Results wrap at 80 columns (an indented continuation): read with their words joined.
+    out = " ".join((await proc.communicate())[0].decode().split())
     assert proc.returncode is not None
     return proc.returncode, out
 

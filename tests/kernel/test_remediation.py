@@ -407,7 +407,15 @@ def test_incidents_command_lists_and_shows(tmp_path: Path) -> None:
     short = record["id"][:15]
     assert "slab-high" in listing and "cordon:done" in listing and short in listing
     shown = subprocess.run(
-        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={tmp_path}", short],
+        [
+            sys.executable,
+            "-m",
+            "nodeguard",
+            "incidents",
+            f"--path.state={tmp_path}",
+            short,
+            "--json",
+        ],
         capture_output=True,
         text=True,
         check=True,
