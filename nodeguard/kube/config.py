@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
@@ -65,6 +66,14 @@ def loaded_configuration(*, kubeconfig: Path | None, context: str | None) -> k8s
         reason = f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
         raise KubeError(
             f"no usable Kubernetes config ({reason}); tried {', '.join(_sources(kubeconfig))}"
+        ) from exc
+    except (yaml.YAMLError, TypeError, ValueError, AttributeError, KeyError) as exc:
+        # The library parses the file and walks it as a mapping: a file that is not YAML, or
+        # YAML of another shape ([1, 2]), fails inside it with these. Bad input, not a crash.
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise KubeError(
+            f"no usable Kubernetes config (not a kubeconfig: {first}); tried "
+            f"{', '.join(_sources(kubeconfig))}"
         ) from exc
     return configuration
 

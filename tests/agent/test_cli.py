@@ -562,3 +562,21 @@ def test_the_usage_line_names_the_positionals() -> None:
     assert usage["incidents"] == "usage: nodeguard incidents [flags] [ID]"
     assert usage["check"] == "usage: nodeguard check [flags] PATH..."
     assert usage["run"] == "usage: nodeguard run [flags]"
+
+
+@pytest.mark.parametrize("text", ["garbage: [\n", "[1, 2]\n"], ids=["not-yaml", "a-list"])
+def test_a_malformed_kubeconfig_is_a_clear_error(tmp_path: Path, text: str) -> None:
+    """A kubeconfig that is not YAML, or YAML of another shape, is bad input: one line saying
+    so and where it was found, exit status 1, no traceback."""
+    broken = tmp_path / "kubeconfig"
+    broken.write_text(text)
+    out = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "act", "cordon", "--node", "n", "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "", "HOME": str(tmp_path), "KUBECONFIG": str(broken), "COLUMNS": "200"},
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "no usable Kubernetes config (not a kubeconfig: " in out.stderr
+    assert f"$KUBECONFIG={broken}" in out.stderr
