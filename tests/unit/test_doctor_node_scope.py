@@ -5,6 +5,7 @@ the pod watch's JSON (:class:`~nodeguard.agent.posture.NodePosture`) and the gau
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -77,6 +78,21 @@ def test_a_node_check_finds_on_the_node_cluster_what_it_finds_for_that_node_in_t
         ]
         alone = [f for c in node_checks() for f in c.run(node_cluster(node=n, pods=pods))]
         assert sorted(alone, key=repr) == sorted(on_node, key=repr), n.name
+
+
+def test_pods_on_from_the_index_is_the_plain_scan() -> None:
+    # The fast path (pods indexed by node once) against the filter it replaced.
+    phases = ("Running", "Succeeded", "Failed", "Pending")
+    bound = [pod(f"p{i}", node=f"n{i % 3}", phase=phases[i % 4]) for i in range(24)]
+    pods = (*bound, pod("unbound", node=""))
+    c = cluster(nodes=(node("n0"), node("n1")), pods=pods)
+    for name in ("n0", "n1", "n2", "", "absent"):
+        plain = [p for p in pods if p.meta.node_name == name and not p.meta.finished]
+        assert c.pods_on(name) == plain, name
+    assert c.pods_on("n0")  # something to compare
+    # A copy made with dataclasses.replace is indexed anew.
+    moved = dataclasses.replace(c, pods=pods[:1])
+    assert [p.meta.name for p in moved.pods_on("n0")] == ["p0"] and moved.pods_on("n1") == []
 
 
 def test_counts_are_zero_for_every_node_check_and_severity_on_a_clean_node() -> None:
