@@ -133,7 +133,8 @@ def _dashboard(
 
 
 def node_memory() -> dict[str, Any]:
-    """Node memory: breakdown, PSI, containers against limits, OOM kills, overcommit, GPU."""
+    """Node memory: breakdown, PSI, containers against limits, OOM kills, overcommit, GPU,
+    the doctor's findings on the node."""
     p = [
         _panel(
             1,
@@ -366,6 +367,26 @@ def node_memory() -> dict[str, Any]:
             x=0,
             y=49,
             w=24,
+        ),
+        _panel(
+            14,
+            "Posture findings",
+            [
+                (
+                    f"nodeguard_posture_findings{{{SEL}}} * on (instance, job) group_left (node) nodeguard_node_info{{{SEL}}}",
+                    "{{node}} {{check}} {{severity}}",
+                ),
+            ],
+            unit="short",
+            x=0,
+            y=57,
+            w=24,
+            kind="table",
+            description="Findings of nodeguard doctor's node checks (unbounded-memory, "
+            "overcommit, node-reserve) on each node's pods and Node, by check and severity, as "
+            "its agent evaluates them every --posture.interval (1m); 0 is none found. "
+            "`nodeguard doctor --node NODE` names the objects and the fix. A node without rows "
+            "has an agent without Kubernetes access.",
         ),
     ]
     return _dashboard("nodeguard-node-memory", "nodeguard / Node memory", p, ["memory"])

@@ -22,6 +22,7 @@ from nodeguard.actions.audit import Auditor
 from nodeguard.actions.context import Env
 from nodeguard.actions.limits import EvictionBackoff, EvictionLimiter
 from nodeguard.agent.config import AgentConfig
+from nodeguard.agent.posture import NodePosture
 from nodeguard.alerts.claims import AlertClaims
 from nodeguard.alerts.webhook import AlertDedupe, WebhookReceiver
 from nodeguard.firing import Firing
@@ -54,10 +55,11 @@ log = logging.getLogger("nodeguard")
 
 
 class Cluster(NamedTuple):
-    """The Kubernetes API and this node's pod watch."""
+    """The Kubernetes API, this node's pod watch and the doctor's views it keeps."""
 
     kube: KubeClient
     pods: PodWatcher
+    posture: NodePosture
 
 
 def connect(cfg: AgentConfig) -> Cluster | None:
@@ -69,7 +71,14 @@ def connect(cfg: AgentConfig) -> Cluster | None:
         log.info("no --kubeconfig, no $KUBECONFIG and not in a pod: running without a cluster")
         return None
     kube = KubeClient.load(kubeconfig=cfg.kubeconfig)
-    return Cluster(kube=kube, pods=PodWatcher(kube=kube, node_name=cfg.sampler.node_name))
+    posture = NodePosture()
+    # The doctor's views are kept only when something evaluates them.
+    watcher = PodWatcher(
+        kube=kube,
+        node_name=cfg.sampler.node_name,
+        listener=posture if cfg.posture_interval > 0 else None,
+    )
+    return Cluster(kube=kube, pods=watcher, posture=posture)
 
 
 def make_env(

@@ -33,6 +33,7 @@ from nodeguard.agent.acting import (
 )
 from nodeguard.agent.config import STATE_FILE, AgentConfig
 from nodeguard.agent.decide import Decisions, levels
+from nodeguard.agent.posture import PostureCollector
 from nodeguard.alerts.metrics import NodeInfoCollector, WebhookCollector
 from nodeguard.alerts.webhook import AlertDedupe
 from nodeguard.connections import ConnectionGuard, ConnectionsCollector
@@ -133,6 +134,8 @@ def build(cfg: AgentConfig) -> Agent | None:
         registry.register(RemediationCollector(engine=engine, source=source, remediator=remediator))
     if actor is not None:
         registry.register(ActorCollector(actor=actor))
+    if cluster is not None and cfg.posture_interval > 0:
+        registry.register(PostureCollector(posture=cluster.posture))
     notifications = (
         Notifications(
             sampler=sampler,

@@ -12,10 +12,12 @@ from nodeguard.kube.client import REQUEST_TIMEOUT_SECONDS
 from nodeguard.sampling.focus import NotifyConfig
 from nodeguard.sampling.sampler import SamplerConfig
 
-__all__ = ["STATE_FILE", "AgentConfig"]
+__all__ = ["DEFAULT_POSTURE_INTERVAL", "STATE_FILE", "AgentConfig"]
 
 #: The remediation state's file name under ``--path.state``.
 STATE_FILE = "remediation-state.json"
+#: ``--posture.interval`` when not given, seconds (:mod:`nodeguard.agent.posture`: why a minute).
+DEFAULT_POSTURE_INTERVAL = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +49,8 @@ class AgentConfig:
     #: Seconds after SIGTERM to wait for the tasks before cancelling them (``--shutdown.timeout``).
     shutdown_timeout: float = 20.0
     pod_list_wait: float | None = None
+    #: Seconds between evaluations of the doctor's node checks (``--posture.interval``; 0: off).
+    posture_interval: float = DEFAULT_POSTURE_INTERVAL
 
     def pods_wait(self) -> float:
         """How long a step that plans from pods (an eviction) waits for this node's pod list

@@ -107,8 +107,8 @@ def _say_started(agent: Agent) -> None:
 
 
 def _tasks(agent: Agent, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
-    """The sampler and the remediator; with a cluster, the Lease, the pod watch, and the
-    search of the cluster objects for undos the state file lost."""
+    """The sampler and the remediator; with a cluster, the Lease, the pod watch, the search
+    of the cluster objects for undos the state file lost, and the doctor's node checks."""
     tasks: list[asyncio.Task[Any]] = [
         asyncio.create_task(agent.sampler.run(stop=stop), name="sampler"),
         asyncio.create_task(agent.remediator.run(stop=stop), name="remediator"),
@@ -122,6 +122,9 @@ def _tasks(agent: Agent, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
             kube=cluster.kube, engine=agent.engine, node=agent.cfg.sampler.node_name, stop=stop
         )
         tasks.append(asyncio.create_task(adopt, name="adopt"))
+        if agent.cfg.posture_interval > 0:
+            posture = cluster.posture.run(stop=stop, interval=agent.cfg.posture_interval)
+            tasks.append(asyncio.create_task(posture, name="posture"))
     return tasks
 
 

@@ -158,6 +158,7 @@ def config(args: argparse.Namespace) -> AgentConfig:
         metric_filter=metric_filter(args),
         shutdown_timeout=args.shutdown_timeout,
         pod_list_wait=args.pod_list_wait,
+        posture_interval=args.posture_interval,
     )
 
 

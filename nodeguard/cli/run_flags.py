@@ -105,6 +105,10 @@ def _focus_interval(text: str) -> float:
     return seconds
 
 
+def _off_or_duration(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0s", "off") else duration(text)
+
+
 def _max_body(text: str) -> int:
     # aiohttp's client_max_size of 0 is no bound at all; one alert's delivery is about 1 KiB.
     value = byte_size(text)
@@ -229,6 +233,16 @@ def remediation(parser: argparse.ArgumentParser) -> None:
         help="how long an eviction decided (or resumed) before this node's pod list is known "
         "waits for it, then is abandoned with why and its rule may fire again "
         f"({DURATION_EXAMPLES}; default: two --interval and 20s, one API call's timeout)",
+    )
+    g.add_argument(
+        "--posture.interval",
+        dest="posture_interval",
+        type=_off_or_duration,
+        default="1m",
+        metavar="DURATION",
+        help="with a cluster, how often nodeguard doctor's node checks run on this node's pods "
+        "and Node when one changed, for nodeguard_posture_findings "
+        f"({DURATION_EXAMPLES}; default 1m, 0 turns it off)",
     )
     g.add_argument(
         "--actor.lease-namespace",

@@ -9,6 +9,8 @@
   (:mod:`~nodeguard.doctor.quota_limits`), ``node-reserve``
   (:mod:`~nodeguard.doctor.node_reserve`).
 - :mod:`~nodeguard.doctor.table`: the findings at 80 columns, grouped by severity.
+- :mod:`~nodeguard.doctor.node_scope`: the checks of scope ``node`` on one node's cluster, as
+  the agent runs them for ``nodeguard_posture_findings``.
 
 Importing the package imports every module of it, so the registry is complete.
 """

@@ -9,7 +9,8 @@ computation of them (:mod:`nodeguard.kube.resources`: component-helpers ``PodReq
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from nodeguard.snapshot import NodeMeta, PodMeta
@@ -132,11 +133,23 @@ class Cluster:
     quotas: tuple[QuotaView, ...]
     limit_ranges: tuple[LimitRangeView, ...]
     namespaces: frozenset[str] = frozenset()
+    # The pods holding resources by node, indexed once: each node check asks for every node's
+    # pods, and a scan of every pod per node made the checks quadratic (docs/benchmarks.md,
+    # "nodeguard doctor": 200 nodes and 10,000 pods).
+    _on_node: Mapping[str, tuple[PodView, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        on_node: dict[str, list[PodView]] = {}
+        for p in self.pods:
+            if not p.meta.finished:
+                on_node.setdefault(p.meta.node_name, []).append(p)
+        object.__setattr__(self, "_on_node", {n: tuple(ps) for n, ps in on_node.items()})
 
     def in_scope(self, namespace: str) -> bool:
         """Whether a namespace is one the run was asked about."""
         return not self.namespaces or namespace in self.namespaces
 
     def pods_on(self, node: str) -> list[PodView]:
-        """The pods bound to ``node`` that hold resources (neither Succeeded nor Failed)."""
-        return [p for p in self.pods if p.meta.node_name == node and not p.meta.finished]
+        """The pods bound to ``node`` that hold resources (neither Succeeded nor Failed), in
+        the order of ``pods``."""
+        return list(self._on_node.get(node, ()))

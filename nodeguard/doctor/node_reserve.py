@@ -99,5 +99,7 @@ register(
         id="node-reserve",
         title="nodes that reserve no memory for the system (node status)",
         run=_findings,
+        scope="node",
+        severities=("warning", "error"),
     )
 )

@@ -120,5 +120,7 @@ register(
         id="overcommit",
         title="memory requests or limits summed past a node's allocatable",
         run=_findings,
+        scope="node",
+        severities=("warning", "error"),
     )
 )

@@ -137,5 +137,7 @@ register(
         id="unbounded-memory",
         title="pods without a memory limit on nodes with GPUs or training",
         run=_findings,
+        scope="node",
+        severities=("error",),
     )
 )

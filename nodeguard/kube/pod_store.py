@@ -5,13 +5,19 @@ What is kept of a pod is bounded: nodeguard reads names and flags from annotatio
 :data:`MAX_ANNOTATION_CHARS` (``kubectl.kubernetes.io/last-applied-configuration`` holds the
 whole manifest, up to the API server's 256 KiB for all annotations) is dropped from the copy:
 a node with thousands of evicted pods would otherwise hold each one's manifest.
+
+A :class:`PodListener` given to the store sees every pod JSON the store parses (the list's and
+the watch's) and keeps what it needs of it: the store keeps :class:`PodMeta` only, and what a
+listener keeps is its own (the agent's doctor views, :mod:`nodeguard.agent.posture`), so no
+pod document is held for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 from nodeguard.kube.calls import JSON
 from nodeguard.kube.objects import pod_meta
@@ -21,6 +27,7 @@ from nodeguard.snapshot import PodMeta
 __all__ = [
     "EARLIER_IDS_PER_CONTAINER",
     "MAX_ANNOTATION_CHARS",
+    "PodListener",
     "PodStore",
     "trimmed",
     "with_earlier_ids",
@@ -61,13 +68,33 @@ def with_earlier_ids(meta: PodMeta, earlier: PodMeta | None) -> PodMeta:
     return dataclasses.replace(meta, containers=ids)
 
 
+class PodListener(Protocol):
+    """What else is kept of the node's pods and of the Node, from the JSON the watch reads.
+    Called from the watch's worker thread (pods) and from the loop (the node): an
+    implementation guards its own state."""
+
+    def pods_listed(self, items: Sequence[JSON]) -> None:
+        """A pod list: exactly these pods (Pod JSON) are the node's now."""
+
+    def pod_changed(self, pod: JSON) -> None:
+        """A watch ADDED or MODIFIED event's Pod."""
+
+    def pod_deleted(self, uid: str) -> None:
+        """A watch DELETED event's pod, by ``metadata.uid``."""
+
+    def node_read(self, node: JSON) -> None:
+        """The Node, as just read."""
+
+
 class PodStore:
     """The pods by ``metadata.uid``, from a list and then watch events; safe to read from the
-    loop while the watch thread writes."""
+    loop while the watch thread writes. ``listener`` sees each list and event after the store
+    applied it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, listener: PodListener | None = None) -> None:
         self._lock = threading.Lock()
         self._pods: dict[str, PodMeta] = {}
+        self._listener = listener
 
     def by_cgroup_uid(self) -> Mapping[str, PodMeta]:
         """A copy of the pods by the UID their cgroups carry (:attr:`PodMeta.cgroup_uid`)."""
@@ -76,9 +103,12 @@ class PodStore:
 
     def replace(self, items: Iterable[JSON]) -> int:
         """Keep exactly the pods of a list (Pod JSON); how many."""
-        fresh = {m.uid: m for m in (trimmed(pod_meta(p)) for p in items)}
+        docs = list(items)
+        fresh = {m.uid: m for m in (trimmed(pod_meta(p)) for p in docs)}
         with self._lock:
             self._pods = {u: with_earlier_ids(m, self._pods.get(u)) for u, m in fresh.items()}
+        if self._listener is not None:
+            self._listener.pods_listed(docs)
         return len(fresh)
 
     def apply(self, event: JSON) -> str | None:
@@ -93,7 +123,12 @@ class PodStore:
             meta = trimmed(pod_meta(obj))
             with self._lock:
                 self._pods[meta.uid] = with_earlier_ids(meta, self._pods.get(meta.uid))
+            if self._listener is not None:
+                self._listener.pod_changed(obj)
         elif kind == "DELETED":
+            uid = obj.get("metadata", {}).get("uid", "")
             with self._lock:
-                self._pods.pop(obj.get("metadata", {}).get("uid", ""), None)
+                self._pods.pop(uid, None)
+            if self._listener is not None:
+                self._listener.pod_deleted(uid)
         return str(rv) if rv else None

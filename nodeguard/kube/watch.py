@@ -8,7 +8,8 @@ is read again with every list and every ``node_refresh`` seconds.
 
 What is kept of a pod is bounded (:mod:`~nodeguard.kube.pod_store`: an annotation value over
 :data:`MAX_ANNOTATION_CHARS` is dropped from the copy); one watch is streamed in a worker thread
-(:mod:`~nodeguard.kube.watch_stream`).
+(:mod:`~nodeguard.kube.watch_stream`). A :class:`~nodeguard.kube.pod_store.PodListener` sees
+every pod list, watch event and Node read.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from nodeguard.kube.objects import node_meta
 from nodeguard.kube.pod_store import (
     EARLIER_IDS_PER_CONTAINER,
     MAX_ANNOTATION_CHARS,
+    PodListener,
     PodStore,
     trimmed,
     with_earlier_ids,
@@ -48,6 +50,7 @@ class PodWatcher:
     """The pods of one node, kept current; read with :meth:`pods` and :meth:`node`.
 
     ``run(stop=...)`` is the asyncio task. ``synced`` is set after the first successful list.
+    ``listener`` (optional) sees every pod list and event after the store and every Node read.
     """
 
     def __init__(
@@ -58,12 +61,14 @@ class PodWatcher:
         watch_timeout: int = 60,
         node_refresh: float = 60.0,
         max_backoff: float = 30.0,
+        listener: PodListener | None = None,
     ) -> None:
         self._kube = kube
         self._node_name = node_name
         self._node_refresh = node_refresh
         self._max_backoff = max_backoff
-        self._store = PodStore()
+        self._store = PodStore(listener=listener)
+        self._listener = listener
         self._stream = PodWatchStream(
             kube=kube, node_name=node_name, watch_timeout=watch_timeout, apply=self._store.apply
         )
@@ -88,8 +93,11 @@ class PodWatcher:
 
     async def _refresh_node(self) -> None:
         try:
-            self._node = node_meta(await self._kube.get_node(name=self._node_name))
+            doc = await self._kube.get_node(name=self._node_name)
+            self._node = node_meta(doc)
             self._node_read_at = time.monotonic()
+            if self._listener is not None:
+                self._listener.node_read(doc)
         except KubeError as exc:
             log.warning("cannot read node %s: %s", self._node_name, exc)
 

@@ -12,7 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("script", ["run.py", "inprocess.py", "profile.py", "kernel_churn.py"])
+@pytest.mark.parametrize(
+    "script", ["run.py", "inprocess.py", "profile.py", "kernel_churn.py", "doctor.py"]
+)
 def test_benchmark_script_starts(script: str) -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), "--help"],

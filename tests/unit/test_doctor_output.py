@@ -26,6 +26,7 @@ def test_every_check_module_registers_one_check_named_in_the_readme() -> None:
         "__init__",
         "findings",
         "inputs",
+        "node_scope",
         "read",
         "registry",
         "table",
