@@ -27,3 +27,6 @@ _.api_key  # unused attribute (tests/cluster/test_controlplane_smoke.py:107)
 _.api_key_prefix  # unused attribute (tests/cluster/test_controlplane_smoke.py:108)
 buffers_bytes  # unused variable (nodeguard/snapshot.py:151)
 shmem_bytes  # unused variable (nodeguard/snapshot.py:154)
+# http.server.BaseHTTPRequestHandler calls these (tests/support/doctor_cluster.py stand-in kubelet)
+_.do_GET
+_.log_message

@@ -3,8 +3,8 @@
 Reads Nodes, Pods, ResourceQuotas and LimitRanges once (:mod:`nodeguard.doctor.read`; the
 RBAC it needs is ``docs/doctor-rbac.yaml``), runs every registered check
 (:mod:`nodeguard.doctor.registry`) and prints the findings as a table at 80 columns grouped by
-severity, or with ``--json`` as a JSON object (``findings``: each with ``check``,
-``severity``, ``title``, ``objects``, ``evidence`` in bytes and ``fix``; ``worst``;
+severity, or with ``--json`` as a JSON object (``findings``: each with ``check``, ``severity``,
+``title``, ``objects``, ``evidence`` in bytes and ``fix``; ``worst``;
 ``exit_status``). ``--namespace`` and ``--node`` (each repeatable) narrow what is checked: a
 namespace alone brings the nodes its pods run on, a node alone the namespaces of its pods; a
 node's sums always count every pod on it.
@@ -12,6 +12,10 @@ node's sums always count every pod on it.
 Exit status: 0 when no finding is at or above ``--fail-on`` (default ``error``); 1 when one is;
 2 bad flags; 3 the cluster could not be read (no configuration, the API server unreachable or
 refusing: the message says which); 4 a ``--node`` does not exist.
+
+Notes on what could not be read (the kubelets' ``configz`` without ``nodes/proxy``, the
+agents' rules ConfigMap without ``get configmaps``) go to stderr, once each, as kubectl prints
+its warnings, so the table and the JSON hold the findings alone.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 import json
 import sys
 
+from nodeguard.cli.agent_flags import agent_settings
 from nodeguard.cli.flags import add_json, add_kubeconfig, add_log_level
 from nodeguard.doctor.findings import SEVERITIES, Finding, worst
 from nodeguard.doctor.read import read_cluster
@@ -80,9 +85,15 @@ def exit_status(findings: list[Finding], *, fail_on: str) -> int:
 async def _doctor(args: argparse.Namespace) -> list[Finding]:
     kube = KubeClient.load(kubeconfig=args.kubeconfig)
     try:
-        cluster = await read_cluster(kube, namespaces=args.namespace, nodes=args.node)
+        cluster = await read_cluster(
+            kube, namespaces=args.namespace, nodes=args.node, agent_flags=agent_settings
+        )
     finally:
         kube.close()
+    # What could not be read (a refused configz, a ConfigMap), once each, where kubectl puts
+    # its warnings: stderr keeps the table and the JSON the findings alone.
+    for note in cluster.notes:
+        sys.stderr.write(f"nodeguard doctor: note: {note}\n")
     return run_checks(cluster)
 
 

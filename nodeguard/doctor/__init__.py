@@ -1,13 +1,17 @@
 """``nodeguard doctor``: a read-only check of a cluster's memory posture for ML training.
 
 - :mod:`~nodeguard.doctor.inputs`: what the checks read (nodes, pods, quotas, LimitRanges),
-  read once by :mod:`~nodeguard.doctor.read` through :mod:`nodeguard.kube`.
+  read once by :mod:`~nodeguard.doctor.read` through :mod:`nodeguard.kube`;
+  :mod:`~nodeguard.doctor.agent_inputs` the nodeguard agents, their rules and the kubelets'
+  ``configz`` (:mod:`~nodeguard.doctor.read_agents`, :mod:`~nodeguard.doctor.read_kubelet`),
+  :mod:`~nodeguard.doctor.quota_scopes` which pods a scoped quota counts.
 - :mod:`~nodeguard.doctor.findings`: a finding (check, severity, objects, evidence, fix).
 - :mod:`~nodeguard.doctor.registry`: the checks, one module each, registered by id:
   ``unbounded-memory`` (:mod:`~nodeguard.doctor.unbounded`), ``overcommit``
   (:mod:`~nodeguard.doctor.overcommit`), ``quota-limitrange``
   (:mod:`~nodeguard.doctor.quota_limits`), ``node-reserve``
-  (:mod:`~nodeguard.doctor.node_reserve`).
+  (:mod:`~nodeguard.doctor.node_reserve`), ``nodeguard-agents``
+  (:mod:`~nodeguard.doctor.agents`).
 - :mod:`~nodeguard.doctor.table`: the findings at 80 columns, grouped by severity.
 - :mod:`~nodeguard.doctor.node_scope`: the checks of scope ``node`` on one node's cluster, as
   the agent runs them for ``nodeguard_posture_findings``.

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nodeguard.doctor.agent_inputs import AgentRules, AgentView, KubeletConfigView
+from nodeguard.doctor.quota_scopes import PodScope, ScopeRequirement
 from nodeguard.snapshot import NodeMeta, PodMeta
 
 __all__ = [
@@ -47,13 +49,15 @@ class PodView:
     containers, the ``nvidia.com/gpu`` it requests (summed over its containers' limits, the
     device plugin's extended resource) and whether it is a training pod (its owner is a
     Kubeflow training job or it carries a Katib trial, training-operator, JobSet or Volcano
-    job label)."""
+    job label). ``scope`` is what a scoped ResourceQuota looks at
+    (:mod:`~nodeguard.doctor.quota_scopes`)."""
 
     meta: PodMeta
     limits_sum: int
     containers: tuple[ContainerView, ...]
     gpus: int
     training: bool
+    scope: PodScope | None = None
 
     @property
     def controller(self) -> str | None:
@@ -88,13 +92,15 @@ class NodeView:
 class QuotaView:
     """A ResourceQuota: its ``spec.hard`` memory in bytes (``requests.memory``, or ``memory``
     which means the same, the smaller when both; ``limits.memory``) and whether it is scoped
-    (``spec.scopes`` or ``spec.scopeSelector``: it then applies to some pods only)."""
+    (``spec.scopes`` or ``spec.scopeSelector``: it then applies to some pods only), and
+    those scopes (:func:`~nodeguard.doctor.quota_scopes.quota_matches` decides a pod)."""
 
     namespace: str
     name: str
     hard_requests_memory: int | None
     hard_limits_memory: int | None
     scoped: bool
+    scopes: tuple[ScopeRequirement, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +139,12 @@ class Cluster:
     quotas: tuple[QuotaView, ...]
     limit_ranges: tuple[LimitRangeView, ...]
     namespaces: frozenset[str] = frozenset()
+    #: The nodeguard agents' pods, the rules of their ConfigMaps, the kubelets' configz by
+    #: node, and what could not be read (:mod:`~nodeguard.doctor.agent_inputs`).
+    agents: tuple[AgentView, ...] = ()
+    agent_rules: tuple[AgentRules, ...] = ()
+    kubelet_configs: tuple[KubeletConfigView, ...] = ()
+    notes: tuple[str, ...] = ()
     # The pods holding resources by node, indexed once: each node check asks for every node's
     # pods, and a scan of every pod per node made the checks quadratic (docs/benchmarks.md,
     # "nodeguard doctor": 200 nodes and 10,000 pods).
@@ -148,6 +160,10 @@ class Cluster:
     def in_scope(self, namespace: str) -> bool:
         """Whether a namespace is one the run was asked about."""
         return not self.namespaces or namespace in self.namespaces
+
+    def kubelet_config(self, node: str) -> KubeletConfigView | None:
+        """``node``'s kubelet configuration, ``None`` when it was not read."""
+        return next((k for k in self.kubelet_configs if k.node == node), None)
 
     def pods_on(self, node: str) -> list[PodView]:
         """The pods bound to ``node`` that hold resources (neither Succeeded nor Failed), in

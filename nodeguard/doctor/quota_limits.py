@@ -24,16 +24,27 @@ Admission of a pod runs LimitRanger, then ResourceQuota:
   decoding, pkg/apis/core/v1/defaults.go ``SetDefaults_Pod``, so a LimitRange ``default`` also
   satisfies ``requests.memory``: its ``defaultRequest`` is filled from it.)
 
-Only unscoped quotas are read (``spec.scopes`` and ``scopeSelector`` narrow a quota to some pods:
-not done). Not a finding: defaults that fit the quota, a quota whose namespace gives defaults.
+A scoped quota (``spec.scopes``, ``scopeSelector``) is admitted against, and constrains, only
+the pods its scopes match (:mod:`~nodeguard.doctor.quota_scopes`, the API server's
+``podMatchesScopeFunc``). Its findings are about the namespace's pods it counts, evaluated as
+their next copies would be: for a LimitRange default, a copy whose container relies on it
+(given a memory default, it is not BestEffort); for a missing default, the pod as it is. A
+scoped quota that counts none of the namespace's pods yields no finding (a ``PriorityClass In
+[high]`` quota says nothing about the ``low`` pods it never sees). Not known here: a
+PriorityClass with ``globalDefault`` that the Priority admission plugin writes into pods
+without one (the pods read already carry it).
+
+Not a finding: defaults that fit the quota, a quota whose namespace gives defaults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
 
 from nodeguard.doctor.findings import Fact, Finding, ObjectRef
-from nodeguard.doctor.inputs import Cluster, LimitRangeView, QuotaView
+from nodeguard.doctor.inputs import Cluster, LimitRangeView, PodView, QuotaView
+from nodeguard.doctor.quota_scopes import quota_matches
 from nodeguard.doctor.registry import Check, register
 
 __all__: list[str] = []
@@ -51,6 +62,55 @@ def _findings(cluster: Cluster) -> Iterator[Finding]:
         yield from _defaults_above_quota(ns, quotas, ranges)
         yield from _min_above_max(ns, ranges)
         yield from _quota_without_defaults(ns, quotas, ranges)
+        pods = [p for p in cluster.pods if p.meta.namespace == ns and not p.meta.finished]
+        scoped = sorted((q for q in cluster.quotas if q.namespace == ns and q.scoped), key=_name)
+        for quota in scoped:
+            defaulted = _counted(quota, pods, defaulted=True)
+            if defaulted:
+                yield from _defaults_above_quota(ns, [quota], ranges, counted=defaulted)
+            as_they_are = _counted(quota, pods, defaulted=False)
+            if as_they_are:
+                yield from _quota_without_defaults(ns, [quota], ranges, counted=as_they_are)
+
+
+def _name(quota: QuotaView) -> str:
+    return quota.name
+
+
+def _counted(quota: QuotaView, pods: list[PodView], *, defaulted: bool) -> list[PodView]:
+    """The pods a scoped quota counts; with ``defaulted``, as copies given a LimitRange memory
+    default (so not BestEffort, pkg/apis/core/v1/helper/qos ``GetPodQOS``)."""
+    counted = []
+    for pod in pods:
+        if pod.scope is None:
+            continue
+        scope = dataclasses.replace(pod.scope, best_effort=False) if defaulted else pod.scope
+        if quota_matches(quota.scopes, scope):
+            counted.append(pod)
+    return sorted(counted, key=lambda p: p.meta.name)
+
+
+#: Pods named in a scoped quota's finding, at most.
+SHOWN_PODS = 5
+
+
+def _scope_facts(
+    quota: QuotaView, counted: Sequence[PodView]
+) -> tuple[str, tuple[Fact, ...], tuple[ObjectRef, ...]]:
+    """For a scoped quota: the title's tail, the evidence and the pods named."""
+    if not quota.scoped:
+        return "", (), ()
+    shown = counted[:SHOWN_PODS]
+    more = f" (+{len(counted) - len(shown)})" if len(counted) > len(shown) else ""
+    scope = ", ".join(str(r) for r in quota.scopes)
+    return (
+        f" (pods of scope {scope})",
+        (
+            Fact(label="quota scope", text=scope),
+            Fact(label="pods it counts", text=", ".join(p.meta.name for p in shown) + more),
+        ),
+        tuple(_ref("Pod", p.meta.namespace, p.meta.name) for p in shown),
+    )
 
 
 def _smallest(quotas: list[QuotaView], hard_name: str) -> tuple[int, QuotaView] | None:
@@ -66,7 +126,11 @@ def _smallest(quotas: list[QuotaView], hard_name: str) -> tuple[int, QuotaView] 
 
 
 def _defaults_above_quota(
-    ns: str, quotas: list[QuotaView], ranges: list[LimitRangeView]
+    ns: str,
+    quotas: list[QuotaView],
+    ranges: list[LimitRangeView],
+    *,
+    counted: Sequence[PodView] = (),
 ) -> Iterator[Finding]:
     pairs = (
         ("default", "limits.memory", "limit"),
@@ -81,17 +145,20 @@ def _defaults_above_quota(
                 value = item.default if api_field == "default" else item.default_request
                 if item.type != "Container" or value is None or value <= hard[0]:
                     continue
+                tail, facts, pods = _scope_facts(hard[1], counted)
                 yield Finding(
                     check="quota-limitrange",
                     severity="error",
-                    title=f"LimitRange default {word} above the quota's {hard_name} in {ns}",
+                    title=f"LimitRange default {word} above the quota's {hard_name} in {ns}{tail}",
                     objects=(
                         _ref("LimitRange", lr.namespace, lr.name),
                         _ref("ResourceQuota", ns, hard[1].name),
+                        *pods,
                     ),
                     evidence=(
                         Fact(label=f"Container {api_field} memory", bytes=value),
                         Fact(label=f"quota hard {hard_name}", bytes=hard[0]),
+                        *facts,
                     ),
                     fix=(
                         f"# lower spec.limits[{lr.items.index(item)}].{api_field}.memory to at "
@@ -137,7 +204,11 @@ def _min_above_max(ns: str, ranges: list[LimitRangeView]) -> Iterator[Finding]:
 
 
 def _quota_without_defaults(
-    ns: str, quotas: list[QuotaView], ranges: list[LimitRangeView]
+    ns: str,
+    quotas: list[QuotaView],
+    ranges: list[LimitRangeView],
+    *,
+    counted: Sequence[PodView] = (),
 ) -> Iterator[Finding]:
     items = [i for lr in ranges for i in lr.items if i.type == "Container"]
     for hard_name, given in (
@@ -151,17 +222,19 @@ def _quota_without_defaults(
         if hard is None or given:
             continue
         fragment = "default" if hard_name == "limits.memory" else "defaultRequest"
+        tail, facts, pods = _scope_facts(hard[1], counted)
         yield Finding(
             check="quota-limitrange",
             severity="error",
             title=(
                 f"quota on {hard_name} in {ns} and no LimitRange {fragment}: "
-                "pods without one are refused"
+                f"pods without one are refused{tail}"
             ),
-            objects=(_ref("ResourceQuota", ns, hard[1].name),),
+            objects=(_ref("ResourceQuota", ns, hard[1].name), *pods),
             evidence=(
                 Fact(label=f"quota hard {hard_name}", bytes=hard[0]),
                 Fact(label=f"LimitRange {fragment}", text="none"),
+                *facts,
             ),
             fix=(
                 f"kubectl -n {ns} apply -f - <<EOF\napiVersion: v1\nkind: LimitRange\n"

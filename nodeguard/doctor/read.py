@@ -20,6 +20,9 @@ from nodeguard.doctor.inputs import (
     PodView,
     QuotaView,
 )
+from nodeguard.doctor.quota_scopes import pod_scope, scope_requirements
+from nodeguard.doctor.read_agents import AgentFlags, read_agents
+from nodeguard.doctor.read_kubelet import read_kubelet_configs
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import node_meta, parse_bytes, pod_meta
 from nodeguard.kube.resources import memory_bytes, pod_memory
@@ -78,6 +81,7 @@ def pod_view(pod: JSON) -> PodView:
         gpus=gpus,
         training=any(o.kind in TRAINING_OWNERS for o in meta.owners)
         or any(label in meta.labels for label in TRAINING_LABELS),
+        scope=pod_scope(pod, best_effort=meta.qos_class == "besteffort"),
     )
 
 
@@ -107,6 +111,7 @@ def quota_view(quota: JSON) -> QuotaView:
         hard_requests_memory=min(requests) if requests else None,
         hard_limits_memory=memory_bytes({"memory": hard.get("limits.memory")}),
         scoped=bool(spec.get("scopes") or spec.get("scopeSelector")),
+        scopes=scope_requirements(spec),
     )
 
 
@@ -130,11 +135,19 @@ def limit_range_view(limit_range: JSON) -> LimitRangeView:
 
 
 async def read_cluster(
-    kube: KubeClient, *, namespaces: Sequence[str] = (), nodes: Sequence[str] = ()
+    kube: KubeClient,
+    *,
+    namespaces: Sequence[str] = (),
+    nodes: Sequence[str] = (),
+    agent_flags: AgentFlags | None = None,
+    kubelet_configz: bool = True,
 ) -> Cluster:
     """Read what the checks need, scoped as :class:`~nodeguard.doctor.inputs.Cluster` says.
-    A ``--node`` that does not exist raises :class:`~nodeguard.kube.errors.NotFound`; API
-    failures raise :mod:`nodeguard.kube.errors` types."""
+    ``agent_flags`` parses a nodeguard agent's arguments (``None``: agents are found but their
+    flags and rules not read); ``kubelet_configz`` reads each node's kubelet configuration
+    (:mod:`~nodeguard.doctor.read_kubelet`). A ``--node`` that does not exist raises
+    :class:`~nodeguard.kube.errors.NotFound`; API failures raise :mod:`nodeguard.kube.errors`
+    types (a refused ConfigMap or configz read is a note instead)."""
     if nodes:
         node_docs = [await kube.get_node(name=n) for n in nodes]
         pod_docs = [p for n in nodes for p in (await kube.list_pods(node_name=n))[0]]
@@ -158,10 +171,23 @@ async def read_cluster(
             namespaces = sorted({(p.get("metadata") or {}).get("namespace", "") for p in pod_docs})
             quotas = [q for q in quotas if q.get("metadata", {}).get("namespace") in namespaces]
             ranges = [r for r in ranges if r.get("metadata", {}).get("namespace") in namespaces]
+    agents, agent_rules, agent_notes = await read_agents(
+        kube, pod_docs, flags=agent_flags or _no_flags
+    )
+    names = [str((n.get("metadata") or {}).get("name", "")) for n in node_docs]
+    configs, config_notes = await read_kubelet_configs(kube, names) if kubelet_configz else ((), ())
     return Cluster(
         nodes=tuple(node_view(n) for n in node_docs),
         pods=tuple(pod_view(p) for p in pod_docs),
         quotas=tuple(quota_view(q) for q in quotas),
         limit_ranges=tuple(limit_range_view(r) for r in ranges),
         namespaces=frozenset(namespaces),
+        agents=agents,
+        agent_rules=agent_rules,
+        kubelet_configs=configs,
+        notes=(*agent_notes, *config_notes),
     )
+
+
+def _no_flags(_args: Sequence[str]) -> None:
+    return None

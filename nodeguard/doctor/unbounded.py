@@ -23,23 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from nodeguard.doctor.findings import Fact, Finding, ObjectRef
+from nodeguard.doctor.gpu_nodes import gpu_or_training
 from nodeguard.doctor.inputs import Cluster, ContainerView, NodeView, PodView
 from nodeguard.doctor.registry import Check, register
 
+#: gpu_or_training lives in nodeguard.doctor.gpu_nodes (shared by the checks); kept here too.
 __all__ = ["gpu_or_training"]
-
-
-def gpu_or_training(node: NodeView, pods: list[PodView]) -> str | None:
-    """Why ``node`` counts as a GPU or training node (the evidence's words); ``None`` if not."""
-    if node.gpus:
-        return f"{node.gpus} nvidia.com/gpu"
-    if node.gpu_label:
-        return "label nvidia.com/gpu.present=true"
-    if any(p.gpus for p in pods):
-        return "runs pods requesting nvidia.com/gpu"
-    if any(p.training for p in pods):
-        return "runs training pods"
-    return None
 
 
 def _findings(cluster: Cluster) -> Iterator[Finding]:

@@ -29,6 +29,7 @@ from nodeguard.kube.config import api_client, loaded_configuration, token_config
 from nodeguard.kube.core import CoreV1
 from nodeguard.kube.custom_objects import CustomObjects
 from nodeguard.kube.leases import Leases
+from nodeguard.kube.node_config import NodeConfig
 from nodeguard.kube.nodes import Nodes
 from nodeguard.kube.pods import Pods
 from nodeguard.kube.quotas import ResourceQuotas
@@ -84,6 +85,9 @@ class KubeClient:
         custom = CustomObjects(calls=calls, custom=self.custom)
         self.get_custom, self.list_custom = custom.get_custom, custom.list_custom
         self.patch_custom = custom.patch_custom
+        node_config = NodeConfig(calls=calls, core=core)
+        self.get_config_map = node_config.get_config_map
+        self.get_kubelet_configz = node_config.get_kubelet_configz
 
     @classmethod
     def load(cls, *, kubeconfig: Path | None = None, context: str | None = None) -> KubeClient:

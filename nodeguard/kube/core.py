@@ -133,3 +133,13 @@ class CoreV1(_Raw):
     def list_namespaced_limit_range(self, namespace: str, **kw: Any) -> Any:
         path = "/api/v1/namespaces/{namespace}/limitranges"
         return self._call("GET", path, {"namespace": namespace}, None, kw)
+
+    # -- nodeguard doctor: the agent's rules ConfigMap, the kubelet's configz -------------------
+    def read_namespaced_config_map(self, name: str, namespace: str, **kw: Any) -> Any:
+        path = "/api/v1/namespaces/{namespace}/configmaps/{name}"
+        return self._call("GET", path, {"name": name, "namespace": namespace}, None, kw)
+
+    def connect_get_node_proxy_configz(self, name: str, **kw: Any) -> Any:
+        # The node proxy subresource (verb get on nodes/proxy): the API server forwards the
+        # request to the kubelet's /configz on the node's address and kubelet port.
+        return self._call("GET", "/api/v1/nodes/{name}/proxy/configz", {"name": name}, None, kw)

@@ -69,8 +69,10 @@ def pod(
     labels: dict[str, str] | None = None,
     owner: tuple[str, str] | None = None,
     pod_limit: str | None = None,
+    spec_extra: dict[str, Any] | None = None,
 ) -> PodView:
     spec: dict[str, Any] = {"nodeName": node, "containers": containers or [container()]}
+    spec.update(spec_extra or {})
     if init:
         spec["initContainers"] = init
     if pod_limit:
@@ -84,11 +86,17 @@ def pod(
 
 
 def quota(
-    name: str, *, namespace: str = "ml", hard: dict[str, str], scoped: bool = False
+    name: str,
+    *,
+    namespace: str = "ml",
+    hard: dict[str, str],
+    scoped: bool = False,
+    spec_extra: dict[str, Any] | None = None,
 ) -> QuotaView:
     spec: dict[str, Any] = {"hard": hard}
     if scoped:
         spec["scopes"] = ["NotBestEffort"]
+    spec.update(spec_extra or {})
     return quota_view({"metadata": {"name": name, "namespace": namespace}, "spec": spec})
 
 

@@ -16,7 +16,7 @@ from nodeguard.doctor.table import WIDTH, render
 from tests.support.doctor import GiB, cluster, container, node, pod
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECK_MODULES = {"unbounded", "overcommit", "quota_limits", "node_reserve"}
+CHECK_MODULES = {"unbounded", "overcommit", "quota_limits", "node_reserve", "agents"}
 
 
 def test_every_check_module_registers_one_check_named_in_the_readme() -> None:
@@ -24,10 +24,15 @@ def test_every_check_module_registers_one_check_named_in_the_readme() -> None:
     modules = {p.stem for p in (ROOT / "nodeguard/doctor").glob("*.py")}
     assert modules - CHECK_MODULES == {
         "__init__",
+        "agent_inputs",
         "findings",
+        "gpu_nodes",
         "inputs",
         "node_scope",
+        "quota_scopes",
         "read",
+        "read_agents",
+        "read_kubelet",
         "registry",
         "table",
     }

@@ -88,7 +88,7 @@ def test_a_limits_quota_with_no_default_limit_refuses_pods_without_one() -> None
     assert found(cluster(quotas=(q,), limit_ranges=(lr,))) == []
 
 
-def test_scoped_quotas_and_namespaces_out_of_scope_are_not_read() -> None:
+def test_a_scoped_quota_that_counts_no_pod_and_namespaces_out_of_scope_yield_nothing() -> None:
     scoped = quota("scoped", hard={"limits.memory": "8Gi"}, scoped=True)
     other = quota("compute", namespace="team-b", hard={"limits.memory": "8Gi"})
     assert found(cluster(quotas=(scoped, other), namespaces=frozenset({"ml"}))) == []
