@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.doctor_cluster import (
     doctor_account,
     doctor_node,
-    proxyable_address,
+    proxy_address,
     run_doctor,
     stand_in_kubelet,
 )
@@ -78,10 +76,13 @@ def test_a_kubelet_the_api_server_cannot_reach_is_one_note_too(
 def test_with_nodes_proxy_the_real_eviction_threshold_is_read_through_the_api_server(
     cluster: Cluster, control_plane: TestCluster, tmp_path: Path
 ) -> None:
-    ip = proxyable_address()
-    if ip is None:
-        pytest.skip("this machine has no address the API server may proxy to (not loopback)")
-    with stand_in_kubelet(tmp_path, ip=ip, configz=CONFIGZ) as (port, asked):
+    with (
+        proxy_address() as ip,
+        stand_in_kubelet(tmp_path, ip=ip, configz=CONFIGZ) as (
+            port,
+            asked,
+        ),
+    ):
         big = doctor_node(
             cluster, memory="1Ti", allocatable=f"{1024 - 12}Gi", gpus=8, kubelet=(ip, port)
         )

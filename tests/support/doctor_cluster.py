@@ -136,6 +136,28 @@ def proxyable_address() -> str | None:
     return None
 
 
+#: A documentation address (RFC 5737 TEST-NET-3) put on the loopback device when the machine
+#: has no other: not in 127/8, so the API server proxies to it, and reachable only from here.
+SPARE_ADDRESS = "203.0.113.77"
+
+
+@contextmanager
+def proxy_address() -> Iterator[str]:
+    """:func:`proxyable_address`, or where there is none (a CI machine with loopback only)
+    :data:`SPARE_ADDRESS` added to ``lo`` for the test (``ip addr``, as root) and removed
+    after it."""
+    ip = proxyable_address()
+    if ip is not None:
+        yield ip
+        return
+    device = ["ip", "addr", "{}", f"{SPARE_ADDRESS}/32", "dev", "lo"]
+    subprocess.run([a.format("add") for a in device], check=True, timeout=10)
+    try:
+        yield SPARE_ADDRESS
+    finally:
+        subprocess.run([a.format("del") for a in device], check=False, timeout=10)
+
+
 def _self_signed(directory: Path, ip: str) -> tuple[Path, Path]:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
