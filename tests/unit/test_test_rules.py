@@ -273,39 +273,12 @@ def test_no_test_asserts_on_wall_clock_time_or_loops_on_a_clock() -> None:
 
 
 def test_the_clock_check_finds_what_is_planted(tmp_path: Path) -> None:
+    # The planted sources are fixture files, not strings here, so that this file holds no
+    # wall-clock assert of its own, even as text.
+    planted = TESTS / "fixtures/clock_rules"
     (tmp_path / "support").mkdir()
-    (tmp_path / "support" / "agent.py").write_text(
-        "import time\n"
-        "def wait_until():\n"  # the helper itself: its clock is the hang guard
-        "    deadline = time.monotonic() + 1\n"
-        "    assert time.monotonic() < deadline\n"
-        "def wait_other():\n"  # another function of the same module is not
-        "    while time.monotonic() < 5:\n"
-        "        pass\n"
-    )
-    (tmp_path / "test_x.py").write_text(
-        "import time\n"
-        "from time import perf_counter as pc\n"
-        "def test_a():\n"
-        "    started = time.monotonic()\n"
-        "    took = time.monotonic() - started\n"
-        "    assert took < 1.0\n"  # a clock, through a name: found
-        "    assert pc() - started <= 2\n"  # a clock imported under another name: found
-        "    assert 'x' in 'xy', took\n"  # a reading in the message: fine
-        "    assert time.sleep(0) is None\n"  # not a clock: fine
-        "    env = dict(now=time.time())\n"  # built with a reading, not one
-        "    assert env['now'] > 0\n"  # so fine
-        "def test_b():\n"
-        "    took = 3\n"  # the same name, not a reading here: fine
-        "    assert took < 5\n"
-        "    # not a wait: a measurement for its duration\n"
-        "    while time.monotonic() < 5:\n"
-        "        pass\n"
-        "    end = time.time() + 2\n"
-        "    while time.time() < end:\n"  # found
-        "        pass\n"
-        "    deadline = 10\n"  # found, whatever it holds
-    )
+    for name in ("support/agent.py", "test_x.py"):
+        (tmp_path / name).write_text((planted / f"{name}.txt").read_text())
     assert clock_violations(tmp_path) == [
         "support/agent.py:6: loops on a clock",
         "test_x.py:6: asserts on wall-clock time",
