@@ -5,6 +5,7 @@ HTTPS for the API server's node proxy to reach."""
 from __future__ import annotations
 
 import datetime
+import functools
 import ipaddress
 import json
 import os
@@ -23,6 +24,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.support.agent import wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.deploy.manifests import service_account_token, token_kubeconfig
 from tests.support.kube_helpers import Cluster, unique
@@ -47,6 +49,33 @@ def shipped_roles() -> dict[str, dict[str, Any]]:
     """docs/doctor-rbac.yaml's ClusterRoles by name."""
     docs = yaml.safe_load_all((REPO / "docs/doctor-rbac.yaml").read_text())
     return {d["metadata"]["name"]: d for d in docs}
+
+
+def _binding(role: str, subject: list[dict[str, str]]) -> dict[str, Any]:
+    """A (Cluster)RoleBinding of ClusterRole ``role`` to ``subject``, under a fresh name."""
+    return {
+        "metadata": {"name": unique(role)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": subject,
+    }
+
+
+def _allowed(cluster: Cluster, *, user: str, rule: dict[str, Any], ns: str) -> bool:
+    """Whether the API server's authorizer allows ``user`` the first verb of ``rule`` (a
+    ClusterRole rule) on its first resource (a SubjectAccessReview, as the admin)."""
+    attributes = {
+        "verb": rule["verbs"][0],
+        "group": rule.get("apiGroups", [""])[0],
+        "resource": rule["resources"][0],
+        **({"name": rule["resourceNames"][0]} if rule.get("resourceNames") else {}),
+        **({"namespace": ns} if ns else {}),
+    }
+    review = client.AuthorizationV1Api(cluster.api).create_subject_access_review(
+        client.V1SubjectAccessReview.model_validate(
+            {"spec": {"user": user, "resourceAttributes": attributes}}
+        )
+    )
+    return bool(review.status and review.status.allowed)
 
 
 def doctor_account(
@@ -75,32 +104,21 @@ def doctor_account(
                 raise
     for name in cluster_roles:
         rbac.create_cluster_role_binding(
-            client.V1ClusterRoleBinding.model_validate(
-                {
-                    "metadata": {"name": unique(name)},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": name,
-                    },
-                    "subjects": subject,
-                }
-            )
+            client.V1ClusterRoleBinding.model_validate(_binding(name, subject))
         )
     for where, name in namespace_roles:
         rbac.create_namespaced_role_binding(
             where,
-            client.V1RoleBinding.model_validate(
-                {
-                    "metadata": {"name": unique(name)},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": name,
-                    },
-                    "subjects": subject,
-                }
-            ),
+            client.V1RoleBinding.model_validate(_binding(name, subject)),
+        )
+    user = f"system:serviceaccount:{ns}:{sa}"
+    for where, name in [*(("", r) for r in cluster_roles), *namespace_roles]:
+        # The authorizer sees a new binding through its informer, a moment later: the account
+        # is handed out once the API server allows the first rule of each role it was bound.
+        wait_until(
+            f"{name} in force for {user}",
+            functools.partial(_allowed, cluster, user=user, rule=roles[name]["rules"][0], ns=where),
+            timeout=30,
         )
     return token_kubeconfig(
         path,
