@@ -11,7 +11,7 @@ node's sums always count every pod on it.
 
 Exit status: 0 when no finding is at or above ``--fail-on`` (default ``error``); 1 when one is;
 2 bad flags; 3 the cluster could not be read (no configuration, the API server unreachable or
-refusing: the message says which); 4 a ``--node`` does not exist.
+refusing: the message says which); 4 a ``--node`` or ``--namespace`` does not exist.
 
 Notes on what could not be read (the kubelets' ``configz`` without ``nodes/proxy``, the
 agents' rules ConfigMap without ``get configmaps``) go to stderr, once each, as kubectl prints
@@ -40,7 +40,7 @@ HELP = "check the cluster's memory posture for ML training (read-only)"
 EPILOG = (
     "exit status: 0 no finding at or above --fail-on; 1 a finding at or above it; 2 bad "
     "flags; 3 the cluster could not be read (no kubeconfig, the API server unreachable or "
-    "refusing); 4 a --node does not exist. The RBAC it needs: docs/doctor-rbac.yaml"
+    "refusing); 4 a --node or --namespace does not exist. The RBAC it needs: docs/doctor-rbac.yaml"
 )
 EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE, EXIT_NOT_FOUND = 0, 1, 3, 4
 

@@ -33,12 +33,13 @@ Not checked: GPU memory thresholds (the API does not give a GPU's memory), rates
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from nodeguard.doctor.agent_inputs import AgentRules, AgentView
 from nodeguard.doctor.findings import Fact, Finding, ObjectRef
 from nodeguard.doctor.gpu_nodes import gpu_or_training
-from nodeguard.doctor.inputs import Cluster
+from nodeguard.doctor.inputs import Cluster, NodeView
 from nodeguard.doctor.registry import Check, register
 
 __all__ = ["BOUNDED_BY_NODE_MEMORY"]
@@ -75,7 +76,7 @@ def _names(names: list[str]) -> str:
 def _missing(cluster: Cluster) -> Iterator[Finding]:
     running = {a.node for a in cluster.agents if a.running}
     bare = [
-        (node.name, why)
+        (node, why)
         for node in cluster.nodes
         if node.name not in running
         and (why := gpu_or_training(node, cluster.pods_on(node.name))) is not None
@@ -86,14 +87,44 @@ def _missing(cluster: Cluster) -> Iterator[Finding]:
         check=CHECK,
         severity="error",
         title=f"{len(bare)} GPU/training node(s) without a running nodeguard agent",
-        objects=tuple(_ref("Node", "", name) for name, _ in bare),
-        evidence=tuple(Fact(label=name, text=why) for name, why in bare[:SHOWN]),
-        fix=(
-            "# install the agent (daemonset/ or charts/nodeguard), or let it tolerate and "
-            "select these nodes:\nkubectl -n nodeguard get daemonset nodeguard -o "
-            "jsonpath='{.spec.template.spec.tolerations} {.spec.template.spec.nodeSelector}'"
-        ),
+        objects=tuple(_ref("Node", "", node.name) for node, _ in bare),
+        evidence=tuple(Fact(label=node.name, text=why) for node, why in bare[:SHOWN]),
+        fix=_missing_fix(cluster, [node for node, _ in bare]),
     )
+
+
+def _missing_fix(cluster: Cluster, nodes: list[NodeView]) -> str:
+    """What runs an agent there. The shipped DaemonSet tolerates every taint
+    (daemonset/base/daemonset.yaml ``tolerations: [{operator: Exists}]``) and its
+    ``gpu-nodes`` overlay selects ``nvidia.com/gpu.present=true``, GPU Feature Discovery's
+    label: no agent at all is an install, a GPU node without the label is a label, and a
+    labelled node without one is its agent pod's own story (pending, crashing)."""
+    if not cluster.agents:
+        return (
+            "# no nodeguard agent runs in this cluster; from a nodeguard checkout:\n"
+            "kubectl apply -k daemonset/overlays/gpu-nodes"
+        )
+    unlabelled = [n.name for n in nodes if not n.gpu_label and n.gpus]
+    cpu_only = [n.name for n in nodes if not n.gpu_label and not n.gpus]
+    labelled = [n.name for n in nodes if n.gpu_label]
+    parts = []
+    if unlabelled:
+        parts.append(
+            "# the gpu-nodes DaemonSet selects nvidia.com/gpu.present=true:\n"
+            f"kubectl label node {' '.join(unlabelled[:SHOWN])} nvidia.com/gpu.present=true"
+        )
+    if cpu_only:
+        parts.append(
+            f"# training without GPUs on {_names(cpu_only)}: run the agent on every node\n"
+            "# (daemonset/ rather than daemonset/overlays/gpu-nodes)"
+        )
+    if labelled:
+        ns = cluster.agents[0].namespace
+        parts.append(
+            "# selected, yet no agent runs: its pod there and why\n"
+            f"kubectl -n {ns} get pods -o wide --field-selector spec.nodeName={labelled[0]}"
+        )
+    return "\n".join(parts)
 
 
 def _by_owner(agents: list[AgentView]) -> dict[ObjectRef, list[AgentView]]:
@@ -223,7 +254,7 @@ def _out_of_reach(
                 title=f"rule {rule.name} of {cm} can never trip on {len(unreachable)} node(s)",
                 objects=(cm, *(_ref("Node", "", n) for n, _ in unreachable[:SHOWN])),
                 evidence=(
-                    Fact(label="condition", text=str(cond)),
+                    Fact(label="condition", text=f"{cond.signal} {cond.op}"),
                     Fact(label="threshold", bytes=int(cond.value)),
                     Fact(
                         label=f"largest node memory ({unreachable[-1][0]})",
@@ -238,11 +269,29 @@ def _out_of_reach(
             )
 
 
+def _in_scope(cluster: Cluster) -> Cluster:
+    """The cluster with only the agents of the nodes in scope (``--node``, or the nodes of the
+    ``--namespace`` pods) and the rules they read: asked about namespace ``ml``, the doctor
+    says nothing of the agents on nodes where ``ml`` has no pod. With no scope, every agent,
+    scheduled or not."""
+    if not cluster.namespaces:
+        return cluster
+    nodes = {n.name for n in cluster.nodes}
+    agents = tuple(a for a in cluster.agents if a.node in nodes)
+    sources = {s for a in agents for s in a.rules_sources}
+    return dataclasses.replace(
+        cluster,
+        agents=agents,
+        agent_rules=tuple(r for r in cluster.agent_rules if r.source in sources),
+    )
+
+
 def _findings(cluster: Cluster) -> Iterator[Finding]:
     yield from _missing(cluster)
-    yield from _dry_run(cluster)
-    yield from _webhook(cluster)
-    yield from _rules(cluster)
+    scoped = _in_scope(cluster)
+    yield from _dry_run(scoped)
+    yield from _webhook(scoped)
+    yield from _rules(scoped)
 
 
 register(

@@ -47,13 +47,14 @@ __all__ = ["eviction_bytes"]
 DEFAULT_EVICTION_BYTES = 100 * 2**20
 
 FIX = """\
-# the node's KubeletConfiguration (e.g. /var/lib/kubelet/config.yaml), then restart the kubelet
+# in /var/lib/kubelet/config.yaml (the KubeletConfiguration),
+# then restart the kubelet. One evictionHard entry drops the
+# other defaults (kubelet reference, "Eviction thresholds"):
+# the disk ones are written out to keep them.
 systemReserved:
   memory: 1Gi
 kubeReserved:
   memory: {kube}Mi
-# Setting one evictionHard threshold drops the kubelet's other defaults (the kubelet
-# reference, "Eviction thresholds"): the disk ones are written out to keep them.
 evictionHard:
   memory.available: {eviction}Mi
   nodefs.available: 10%

@@ -93,9 +93,10 @@ def _finding(
         fix = (
             "# lower the largest limits toward their requests, in the template that makes "
             f"{largest.meta.namespace}/{largest.meta.name} "
-            f"({largest.controller or 'its manifest: it has no controller'})\n"
-            "# or keep new pods off this node:\n"
-            f"kubectl taint node {node.name} nodeguard/memory=overcommitted:NoSchedule"
+            f"({largest.controller or 'its manifest: it has no controller'});\n"
+            "# or keep new pods off this node until then (DaemonSets that tolerate every\n"
+            f"# taint still come; undo: kubectl taint node {node.name} memory-overcommitted-):\n"
+            f"kubectl taint node {node.name} memory-overcommitted=true:NoSchedule"
         )
     return Finding(
         check="overcommit",

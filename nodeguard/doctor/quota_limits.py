@@ -40,14 +40,15 @@ Not a finding: defaults that fit the quota, a quota whose namespace gives defaul
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Iterator, Sequence
 
 from nodeguard.doctor.findings import Fact, Finding, ObjectRef
-from nodeguard.doctor.inputs import Cluster, LimitRangeView, PodView, QuotaView
+from nodeguard.doctor.inputs import Cluster, LimitItem, LimitRangeView, PodView, QuotaView
 from nodeguard.doctor.quota_scopes import quota_matches
 from nodeguard.doctor.registry import Check, register
 
-__all__: list[str] = []
+__all__ = ["FALLBACK_LIMIT", "starting_defaults"]
 
 Bound = tuple[int, LimitRangeView, str]  # bytes, the LimitRange, "Container max" ...
 
@@ -61,8 +62,8 @@ def _findings(cluster: Cluster) -> Iterator[Finding]:
         )
         yield from _defaults_above_quota(ns, quotas, ranges)
         yield from _min_above_max(ns, ranges)
-        yield from _quota_without_defaults(ns, quotas, ranges)
         pods = [p for p in cluster.pods if p.meta.namespace == ns and not p.meta.finished]
+        yield from _quota_without_defaults(ns, quotas, ranges, pods=pods)
         scoped = sorted((q for q in cluster.quotas if q.namespace == ns and q.scoped), key=_name)
         for quota in scoped:
             defaulted = _counted(quota, pods, defaulted=True)
@@ -208,9 +209,14 @@ def _quota_without_defaults(
     quotas: list[QuotaView],
     ranges: list[LimitRangeView],
     *,
+    pods: Sequence[PodView] = (),
     counted: Sequence[PodView] = (),
 ) -> Iterator[Finding]:
+    """One finding for a namespace whose quota needs a memory limit (request) that no
+    LimitRange gives: both hard names in it when both are missing, so its one fix (a single
+    LimitRange, applied once) gives both defaults."""
     items = [i for lr in ranges for i in lr.items if i.type == "Container"]
+    missing = []
     for hard_name, given in (
         ("limits.memory", any(i.default is not None for i in items)),
         (
@@ -219,29 +225,108 @@ def _quota_without_defaults(
         ),
     ):
         hard = _smallest(quotas, hard_name)
-        if hard is None or given:
-            continue
-        fragment = "default" if hard_name == "limits.memory" else "defaultRequest"
-        tail, facts, pods = _scope_facts(hard[1], counted)
-        yield Finding(
-            check="quota-limitrange",
-            severity="error",
-            title=(
-                f"quota on {hard_name} in {ns} and no LimitRange {fragment}: "
-                f"pods without one are refused{tail}"
-            ),
-            objects=(_ref("ResourceQuota", ns, hard[1].name), *pods),
-            evidence=(
-                Fact(label=f"quota hard {hard_name}", bytes=hard[0]),
-                Fact(label=f"LimitRange {fragment}", text="none"),
-                *facts,
-            ),
-            fix=(
-                f"kubectl -n {ns} apply -f - <<EOF\napiVersion: v1\nkind: LimitRange\n"
-                f"metadata: {{name: memory-defaults}}\nspec:\n  limits:\n  - type: Container\n"
-                f"    {fragment}: {{memory: <size>}}\nEOF"
-            ),
-        )
+        if hard is not None and not given:
+            missing.append((hard_name, hard))
+    if not missing:
+        return
+    names = " and ".join(name for name, _ in missing)
+    fragments = " and ".join(
+        "default" if name == "limits.memory" else "defaultRequest" for name, _ in missing
+    )
+    quota = missing[0][1][1]
+    tail, facts, refs = _scope_facts(quota, counted)
+    starting = starting_defaults(
+        pods=counted or pods,
+        items=items,
+        hard_limits=next((h[0] for n, h in missing if n == "limits.memory"), None),
+        hard_requests=next((h[0] for n, h in missing if n == "requests.memory"), None),
+    )
+    lines = "".join(f"    {field}: {{memory: {value // 2**20}Mi}}\n" for field, value in starting)
+    yield Finding(
+        check="quota-limitrange",
+        severity="error",
+        title=(
+            f"quota on {names} in {ns} and no LimitRange {fragments}: "
+            f"pods without one are refused{tail}"
+        ),
+        objects=tuple(
+            {
+                str(r): r
+                for r in (*(_ref("ResourceQuota", ns, h[1].name) for _, h in missing), *refs)
+            }.values()
+        ),
+        evidence=(
+            *(Fact(label=f"quota hard {name}", bytes=h[0]) for name, h in missing),
+            Fact(label=f"LimitRange {fragments}", text="none"),
+            *facts,
+        ),
+        fix=(
+            f"# starting values ({_basis(pods=counted or pods)}): size them to the workload\n"
+            f"kubectl -n {ns} apply -f - <<EOF\napiVersion: v1\nkind: LimitRange\n"
+            f"metadata: {{name: memory-defaults}}\nspec:\n  limits:\n  - type: Container\n"
+            f"{lines}EOF"
+        ),
+    )
+
+
+#: The default limit given when no container of the namespace sets one: a small service's
+#: size, to be replaced by a measured one.
+FALLBACK_LIMIT = 2**30
+
+
+def _typical(pods: Sequence[PodView], *, limit: bool) -> int | None:
+    """The median (the lower middle one) of the memory limits (requests) the namespace's
+    containers set: a default is for the containers that name none, a typical one's size
+    rather than the largest's."""
+    values = [
+        v
+        for p in pods
+        for c in p.containers
+        if (v := c.memory_limit_bytes if limit else c.memory_request_bytes) is not None
+    ]
+    return statistics.median_low(values) if values else None
+
+
+def _basis(*, pods: Sequence[PodView]) -> str:
+    if _typical(pods, limit=True) is None and _typical(pods, limit=False) is None:
+        return f"no container here sets memory: {FALLBACK_LIMIT // 2**20}Mi"
+    return "the median of what containers here set"
+
+
+def starting_defaults(
+    *,
+    pods: Sequence[PodView],
+    items: Sequence[LimitItem],
+    hard_limits: int | None,
+    hard_requests: int | None,
+) -> list[tuple[str, int]]:
+    """The ``default`` and ``defaultRequest`` (bytes, whole MiB) to put in a new LimitRange's
+    ``Container`` entry so that a namespace's quota admits pods that name no memory: the
+    median limit (request) its containers set now, else :data:`FALLBACK_LIMIT`, within
+    what the namespace allows: at most the smallest quota ``hard`` and ``Container``/``Pod``
+    ``max``, at least the largest ``Container`` ``min`` (LimitRanger's
+    ``PodValidateLimitFunc`` refuses a defaulted container outside them), and the request at
+    most the limit (``ValidateLimitRange``: "default request value must be less than or equal
+    to default limit value"). ``default`` only when ``hard_limits`` is given,
+    ``defaultRequest`` only when ``hard_requests`` is (with only ``default`` the API server
+    fills ``defaultRequest`` from it)."""
+    caps = [i.max for i in items if i.max is not None]
+    floor = max((i.min for i in items if i.min is not None), default=0)
+
+    def clamp(value: int, *hard: int | None) -> int:
+        ceiling = min([*caps, *(h for h in hard if h is not None)], default=value)
+        return max(floor, min(value, ceiling)) // 2**20 * 2**20
+
+    typical_limit = _typical(pods, limit=True)
+    typical_request = _typical(pods, limit=False)
+    out: list[tuple[str, int]] = []
+    limit = clamp(typical_limit or typical_request or FALLBACK_LIMIT, hard_limits)
+    if hard_limits is not None:
+        out.append(("default", limit))
+    if hard_requests is not None:
+        request = clamp(typical_request or typical_limit or FALLBACK_LIMIT, hard_requests)
+        out.append(("defaultRequest", min(request, limit) if hard_limits is not None else request))
+    return out
 
 
 def _ref(kind: str, namespace: str, name: str) -> ObjectRef:

@@ -145,9 +145,12 @@ async def read_cluster(
     """Read what the checks need, scoped as :class:`~nodeguard.doctor.inputs.Cluster` says.
     ``agent_flags`` parses a nodeguard agent's arguments (``None``: agents are found but their
     flags and rules not read); ``kubelet_configz`` reads each node's kubelet configuration
-    (:mod:`~nodeguard.doctor.read_kubelet`). A ``--node`` that does not exist raises
-    :class:`~nodeguard.kube.errors.NotFound`; API failures raise :mod:`nodeguard.kube.errors`
+    (:mod:`~nodeguard.doctor.read_kubelet`). A ``--node`` or ``--namespace`` that does not
+    exist raises :class:`~nodeguard.kube.errors.NotFound` (a misspelt namespace would
+    otherwise read as an empty, clean one); API failures raise :mod:`nodeguard.kube.errors`
     types (a refused ConfigMap or configz read is a note instead)."""
+    for ns in namespaces:
+        await kube.get_namespace(name=ns)
     if nodes:
         node_docs = [await kube.get_node(name=n) for n in nodes]
         pod_docs = [p for n in nodes for p in (await kube.list_pods(node_name=n))[0]]

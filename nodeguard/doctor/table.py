@@ -1,8 +1,8 @@
 """The findings for people: at most 80 columns, grouped by severity (errors first), one entry a
 finding: its check and title, the objects, the evidence (memory in binary units, never split
 from its number) and the fix, which stays pasteable: a long command is wrapped with ``\\`` at
-the end of each part, a long comment continues as a comment (a comment after code first goes on
-a line of its own), and a manifest line is never wrapped."""
+the end of each part (never inside a quoted word), a long comment continues as a comment (a
+comment after code first goes on a line of its own), and a manifest line is never wrapped."""
 
 from __future__ import annotations
 
@@ -35,6 +35,35 @@ def _field(label: str, text: str) -> list[str]:
     return _wrap(text, first=head, rest=" " * len(head) + "  ")
 
 
+def _hold_quoted(line: str) -> str:
+    """``line`` with each space inside a shell quote (``'...'``, ``"..."``) held by a no-break
+    space, so that wrapping never splits a quoted word: a ``\\`` inside quotes continues
+    nothing, and the pasted command would break. Quotes are told as POSIX sh tells them
+    (a backslash escapes outside single quotes)."""
+    out, quote, escaped = [], "", False
+    for ch in line:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote and ch == quote:
+            quote = ""
+        elif not quote and ch in "'\"":
+            quote = ch
+        out.append(_NBSP if ch == " " and quote else ch)
+    return "".join(out)
+
+
+def _continues(previous: str, line: str) -> bool:
+    """Whether comment ``line`` goes on from comment ``previous`` (the same indent)."""
+    indent = len(line) - len(line.lstrip())
+    return (
+        previous.lstrip().startswith("#")
+        and line.lstrip().startswith("#")
+        and indent == len(previous) - len(previous.lstrip())
+    )
+
+
 def _fix(text: str) -> list[str]:
     head = f"{_INDENT}{'fix:':<{_LABEL}}"
     pad = " " * len(head)
@@ -46,6 +75,10 @@ def _fix(text: str) -> list[str]:
         code, sep, comment = line.partition("  # ")
         if sep and code.strip():
             lines += [f"{' ' * (len(code) - len(code.lstrip()))}# {comment}", code]
+        elif _continues(lines[-1] if lines else "", line):
+            # Consecutive comment lines are one paragraph, wrapped again at the table's width:
+            # kept as written, a line broken for the source wraps again into a ragged one.
+            lines[-1] += " " + line.lstrip()[1:].lstrip()
         else:
             lines.append(line)
     for i, line in enumerate(lines):
@@ -55,7 +88,7 @@ def _fix(text: str) -> list[str]:
             out.extend(_wrap(line.lstrip(), first=first + indent, rest=pad + indent + "# "))
         elif line.startswith("kubectl "):
             # A command wraps with "\\" at the end of each part, still one command pasted.
-            parts = _wrap(line, first=first, rest=pad + "  ", width=WIDTH - 2)
+            parts = _wrap(_hold_quoted(line), first=first, rest=pad + "  ", width=WIDTH - 2)
             out.extend(p + " \\" for p in parts[:-1])
             out.append(parts[-1])
         else:

@@ -86,6 +86,7 @@ class KubeClient:
         self.get_custom, self.list_custom = custom.get_custom, custom.list_custom
         self.patch_custom = custom.patch_custom
         node_config = NodeConfig(calls=calls, core=core)
+        self.get_namespace = node_config.get_namespace
         self.get_config_map = node_config.get_config_map
         self.get_kubelet_configz = node_config.get_kubelet_configz
 

@@ -134,7 +134,10 @@ class CoreV1(_Raw):
         path = "/api/v1/namespaces/{namespace}/limitranges"
         return self._call("GET", path, {"namespace": namespace}, None, kw)
 
-    # -- nodeguard doctor: the agent's rules ConfigMap, the kubelet's configz -------------------
+    # -- nodeguard doctor: a --namespace, the agent's rules ConfigMap, the kubelet's configz ----
+    def read_namespace(self, name: str, **kw: Any) -> Any:
+        return self._call("GET", "/api/v1/namespaces/{name}", {"name": name}, None, kw)
+
     def read_namespaced_config_map(self, name: str, namespace: str, **kw: Any) -> Any:
         path = "/api/v1/namespaces/{namespace}/configmaps/{name}"
         return self._call("GET", path, {"name": name, "namespace": namespace}, None, kw)

@@ -1,5 +1,6 @@
-"""What ``nodeguard doctor`` reads beside the object lists: a ConfigMap (the agent's rules) and
-a kubelet's running configuration (``configz``) through the API server's node proxy.
+"""What ``nodeguard doctor`` reads beside the object lists: a Namespace (that a ``--namespace``
+exists), a ConfigMap (the agent's rules) and a kubelet's running configuration (``configz``)
+through the API server's node proxy.
 
 ``GET /api/v1/nodes/{node}/proxy/configz`` needs ``get`` on ``nodes/proxy`` (RBAC); the API
 server forwards it to the kubelet's ``/configz`` (kubernetes pkg/kubelet/server/server.go
@@ -16,11 +17,16 @@ __all__ = ["NodeConfig"]
 
 
 class NodeConfig:
-    """Reads a ConfigMap and a node's kubelet configuration."""
+    """Reads a Namespace, a ConfigMap and a node's kubelet configuration."""
 
     def __init__(self, *, calls: ApiCalls, core: CoreV1) -> None:
         self._calls = calls
         self._core = core
+
+    async def get_namespace(self, *, name: str) -> JSON:
+        """One Namespace; :class:`~nodeguard.kube.errors.NotFound` when there is none (a
+        list of a namespace's objects answers an empty list either way)."""
+        return await self._calls.read(self._core.read_namespace, name)
 
     async def get_config_map(self, *, name: str, namespace: str) -> JSON:
         """One ConfigMap; :class:`~nodeguard.kube.errors.NotFound` when absent,

@@ -226,6 +226,11 @@ def test_thresholds_the_node_can_never_reach_and_alert_rules_with_the_webhook_of
         ),
     }
     f = next(f for f in found(c) if "much-available" in f.title)
+    # The condition without its number: the threshold beside it says it in binary units.
+    assert (f.evidence[0].label, f.evidence[0].text) == (
+        "condition",
+        "node_memory_available_bytes >",
+    )
     assert [(x.label, x.bytes) for x in f.evidence][1:] == [
         ("threshold", 64 * GiB),
         ("largest node memory (gpu-1)", 64 * GiB),
@@ -259,3 +264,51 @@ def test_rules_that_do_not_load_and_a_missing_config_map_are_errors() -> None:
         agent_rules=(AgentRules(source=SOURCE, unread="forbidden"),),
     )
     assert found(c) == []
+
+
+def test_an_unknown_signal_is_named_without_the_list_of_every_known_one() -> None:
+    bad = rules_from_data(
+        SOURCE, {"default.yaml": RULES.replace("container_working_set_bytes", "container_wss")}
+    )
+    problem = bad.problems[0]  # then its value, a byte amount to a signal no longer known
+    assert problem == (
+        "configmap nodeguard-rules: default.yaml:16: spec.rules[2].when[0].signal: unknown "
+        "signal 'container_wss' (did you mean 'container_working_set_bytes'?)"
+    )
+
+
+def test_the_fix_for_missing_agents_is_what_would_run_one_there() -> None:
+    gpu = node("gpu-1", gpus=8)  # no GPU Feature Discovery label: gpu-nodes does not select it
+    labelled = node("gpu-2", gpus=8, labels={"nvidia.com/gpu.present": "true"})
+    trainer = pod("t", node="cpu-1", labels={"training.kubeflow.org/job-name": "bert"})
+    nodes = (gpu, labelled, node("cpu-1"))
+
+    def fix(*agents: AgentView) -> list[str]:
+        c = Cluster(nodes=nodes, pods=(trainer,), quotas=(), limit_ranges=(), agents=agents)
+        (f,) = [f for f in found(c) if f.severity == "error"]
+        return f.fix.splitlines()
+
+    assert fix() == [
+        "# no nodeguard agent runs in this cluster; from a nodeguard checkout:",
+        "kubectl apply -k daemonset/overlays/gpu-nodes",
+    ]
+    lines = fix(agent("ng-9", node_name="other", args=[*SHIPPED, "--no-dry-run"]))
+    assert "kubectl label node gpu-1 nvidia.com/gpu.present=true" in lines
+    assert "kubectl -n nodeguard get pods -o wide --field-selector spec.nodeName=gpu-2" in lines
+    assert "# training without GPUs on cpu-1: run the agent on every node" in lines
+
+
+def test_with_a_namespace_the_agents_of_other_nodes_are_not_reported() -> None:
+    nodes = (node("gpu-1", gpus=8),)
+    agents = (agent("ng-1", node_name="gpu-1"), agent("ng-2", node_name="gpu-2"))
+    c = Cluster(
+        nodes=nodes,
+        pods=(),
+        quotas=(),
+        limit_ranges=(),
+        agents=agents,
+        namespaces=frozenset({"ml"}),
+    )
+    (f,) = found(c)
+    assert f.title.endswith("in dry run: they record, never act")
+    assert f.evidence[0].text == "ng-1"  # not ng-2: gpu-2 runs no pod of ml

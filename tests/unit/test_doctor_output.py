@@ -154,3 +154,19 @@ def test_a_fix_in_the_table_pastes_as_it_reads() -> None:
     assert command[0] == "# Allocated resources"
     assert command[1] == "kubectl describe node \\"
     assert command[2].strip() == long
+
+
+def test_a_long_command_never_wraps_inside_a_quoted_word() -> None:
+    """A ``\\`` inside quotes continues nothing: the pasted command would break."""
+    command = (
+        "kubectl -n nodeguard get daemonset nodeguard -o "
+        "jsonpath='{.spec.template.spec.tolerations} {.spec.template.spec.nodeSelector}'"
+    )
+    f = Finding(check="x", severity="error", title="t", objects=(), evidence=(), fix=command)
+    lines = [ln for ln in render([f]).splitlines() if ln.startswith(" " * 14) or "fix:" in ln]
+    parts = [ln[14:].removesuffix(" \\").strip() for ln in lines]
+    assert " ".join(parts) == command
+    assert "jsonpath='{.spec.template.spec.tolerations} {.spec.template.spec.nodeSelector}'" in (
+        parts
+    )
+    assert max(len(ln) for ln in lines) <= 80 or any("jsonpath" in ln for ln in lines)
