@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nodeguard.doctor.agent_inputs import AgentRules, AgentView, KubeletConfigView
+from nodeguard.doctor.katib_inputs import KatibInputs
 from nodeguard.doctor.quota_scopes import PodScope, ScopeRequirement
 from nodeguard.snapshot import NodeMeta, PodMeta
 
@@ -144,6 +145,8 @@ class Cluster:
     agents: tuple[AgentView, ...] = ()
     agent_rules: tuple[AgentRules, ...] = ()
     kubelet_configs: tuple[KubeletConfigView, ...] = ()
+    #: The Katib Experiments of the namespaces in scope and the nodes' labels.
+    katib: KatibInputs = field(default_factory=KatibInputs)
     notes: tuple[str, ...] = ()
     # The pods holding resources by node, indexed once: each node check asks for every node's
     # pods, and a scan of every pod per node made the checks quadratic (docs/benchmarks.md,

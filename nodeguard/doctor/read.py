@@ -22,6 +22,7 @@ from nodeguard.doctor.inputs import (
 )
 from nodeguard.doctor.quota_scopes import pod_scope, scope_requirements
 from nodeguard.doctor.read_agents import AgentFlags, read_agents
+from nodeguard.doctor.read_katib import read_katib
 from nodeguard.doctor.read_kubelet import read_kubelet_configs
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import node_meta, parse_bytes, pod_meta
@@ -179,6 +180,7 @@ async def read_cluster(
     )
     names = [str((n.get("metadata") or {}).get("name", "")) for n in node_docs]
     configs, config_notes = await read_kubelet_configs(kube, names) if kubelet_configz else ((), ())
+    katib, katib_notes = await read_katib(kube, namespaces=namespaces, nodes=node_docs)
     return Cluster(
         nodes=tuple(node_view(n) for n in node_docs),
         pods=tuple(pod_view(p) for p in pod_docs),
@@ -188,7 +190,8 @@ async def read_cluster(
         agents=agents,
         agent_rules=agent_rules,
         kubelet_configs=configs,
-        notes=(*agent_notes, *config_notes),
+        katib=katib,
+        notes=(*agent_notes, *config_notes, *katib_notes),
     )
 
 

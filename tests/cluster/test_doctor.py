@@ -241,6 +241,45 @@ def test_fail_on_decides_the_exit_status_and_the_table_fits_80_columns(
     assert max(len(line) for line in lines) <= 80
     assert lines[-1] == "1 finding(s): 0 error, 1 warning, 0 info"
     assert doctor(control_plane.kubeconfig_path, "--node=doctor-no-such-node")[0] == 4
+    # A misspelt namespace has no pods, quotas or LimitRanges: not "no findings", exit 4.
+    rc, out, err = doctor(control_plane.kubeconfig_path, "--namespace=doctor-no-such-ns")
+    assert (rc, out) == (4, "") and "doctor-no-such-ns" in err, err
+
+
+def test_the_limit_range_fix_once_applied_admits_pods_and_clears_the_finding(
+    cluster: Cluster, control_plane: TestCluster
+) -> None:
+    """A quota on both limits.memory and requests.memory with no LimitRange: one finding whose
+    one LimitRange, applied as printed, makes the API server admit a pod that names no
+    memory, and the doctor then finds nothing there."""
+    ns = cluster.namespace("doctor-fixed")
+    _create(
+        cluster,
+        ns,
+        "ResourceQuota",
+        "compute",
+        {"hard": {"limits.memory": "8Gi", "requests.memory": "4Gi"}},
+    )
+    wait_until("the quota counted", functools.partial(_quota_counted, cluster, ns), timeout=60)
+    assert "must specify limits.memory" in _refused(cluster, ns, {})
+    rc, out, err = doctor(control_plane.kubeconfig_path, "--json", f"--namespace={ns}")
+    (finding,) = json.loads(out)["findings"]
+    assert (rc, finding["check"]) == (1, "quota-limitrange"), err
+    manifest = finding["fix"].split("<<EOF\n", 1)[1].rsplit("EOF", 1)[0]
+    doc = yaml.safe_load(manifest)
+    _create(cluster, ns, "LimitRange", doc["metadata"]["name"], doc["spec"])
+    pod = client.V1Pod.model_validate(
+        {
+            "metadata": {"name": "plain"},
+            "spec": {"containers": [{"name": "main", "image": "pause"}]},
+        }
+    )
+    created = cluster.core.create_namespaced_pod(ns, pod)
+    resources = created.to_dict()["spec"]["containers"][0]["resources"]
+    # No container here sets memory: the 1 GiB starting value, for both.
+    assert (resources["limits"]["memory"], resources["requests"]["memory"]) == ("1Gi", "1Gi")
+    rc, out, err = doctor(control_plane.kubeconfig_path, "--json", f"--namespace={ns}")
+    assert (rc, json.loads(out)["findings"]) == (0, []), err
 
 
 def test_the_shipped_cluster_role_is_enough_and_needed(

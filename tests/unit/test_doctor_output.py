@@ -16,7 +16,7 @@ from nodeguard.doctor.table import WIDTH, render
 from tests.support.doctor import GiB, cluster, container, node, pod
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECK_MODULES = {"unbounded", "overcommit", "quota_limits", "node_reserve", "agents"}
+CHECK_MODULES = {"unbounded", "overcommit", "quota_limits", "node_reserve", "agents", "katib_fit"}
 
 
 def test_every_check_module_registers_one_check_named_in_the_readme() -> None:
