@@ -361,9 +361,27 @@ def _limits(exp: ExperimentView, trials: list[_Trial]) -> Iterator[Finding]:
             "warning",
             "trial containers without a memory limit",
             [Fact(label="containers", text=", ".join(unlimited))],
-            "# in spec.trialTemplate.trialSpec, each container's resources:\n"
-            "limits:\n  memory: ${trialParameters.memory}  # the request's parameter, or more",
+            _limit_fix(exp),
         )
+
+
+def _limit_fix(exp: ExperimentView) -> str:
+    """A limit for each container of the template that has none: its request as written (a
+    ``${trialParameters.X}`` stays one, so the limit follows the parameter), else a starting
+    value to size."""
+    lines = []
+    for spec, _ in _pod_specs(json.loads(exp.trial_spec or "{}")):
+        for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
+            resources = c.get("resources") or {}
+            if (resources.get("limits") or {}).get("memory") is not None:
+                continue
+            request = (resources.get("requests") or {}).get("memory")
+            value = f'"{request}"  # its request' if request else "1Gi  # choose: its peak and room"
+            lines += [f"- name: {c.get('name', '')}", "  resources:", "    limits:"]
+            lines.append(f"      memory: {value}")
+    return "# in spec.trialTemplate.trialSpec, the containers' resources:\n" + "\n".join(
+        dict.fromkeys(lines)
+    )
 
 
 def _findings(cluster: Cluster) -> Iterator[Finding]:

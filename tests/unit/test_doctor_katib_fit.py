@@ -192,6 +192,8 @@ def test_limits_below_the_request_and_no_limit() -> None:
         "Katib experiment ml/sweep: trial containers without a memory limit",
         "train",
     )
+    # The limit follows the request's parameter, as written in the template.
+    assert f.fix.splitlines()[-1] == '      memory: "${trialParameters.memory}"  # its request'
 
 
 def test_trial_pods_are_counted_as_the_controllers_run_them() -> None:
