@@ -27,6 +27,9 @@ pod's request is nodeguard's ``PodRequests`` (:func:`nodeguard.kube.resources.po
 - **limit below request** (error): a container whose memory limit is below its request for some
   parameter value: the API server refuses the pod (pkg/apis/core/validation
   ``ValidateResourceRequirements``, "must be less than or equal to memory limit").
+- **LimitRange max** (error): a trial container's request or limit above the namespace's
+  ``Container`` ``max``, or a trial pod's above its ``Pod`` ``max``: LimitRanger refuses the
+  pod (the per-pod maximum below what the training template asks for).
 - **no limit** (warning): trial containers with no memory limit: a trial that grows takes the
   node's memory from its neighbours.
 
@@ -100,6 +103,8 @@ class TrialPod:
     limit_below_request: tuple[str, ...]
     node_selector: tuple[tuple[str, str], ...]
     gpus: int
+    #: The largest memory request or limit of one of its containers.
+    largest_container: int = 0
 
 
 def _count(value: Any) -> int:
@@ -133,7 +138,7 @@ def trial_pods(trial: JSON) -> list[TrialPod]:
     for spec, count in _pod_specs(trial.get("spec") or {}):
         memory = pod_memory({"spec": spec})
         unlimited, below = [], []
-        gpus = 0
+        gpus, largest = 0, 0
         for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
             resources = c.get("resources") or {}
             request = memory_bytes(resources.get("requests"))
@@ -143,6 +148,7 @@ def trial_pods(trial: JSON) -> list[TrialPod]:
             elif request is not None and limit < request:
                 below.append(c.get("name", ""))
             gpus += _count((resources.get("limits") or {}).get(GPU, 0))
+            largest = max(largest, request or 0, limit or 0)
         selector = spec.get("nodeSelector") or {}
         pods.append(
             TrialPod(
@@ -153,6 +159,7 @@ def trial_pods(trial: JSON) -> list[TrialPod]:
                 limit_below_request=tuple(below),
                 node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
                 gpus=gpus,
+                largest_container=largest,
             )
         )
     return pods
@@ -384,6 +391,48 @@ def _limit_fix(exp: ExperimentView) -> str:
     )
 
 
+def _limit_range_max(
+    cluster: Cluster, exp: ExperimentView, trials: list[_Trial]
+) -> Iterator[Finding]:
+    """Trial pods above the namespace's LimitRange ``max``: LimitRanger's
+    ``PodValidateLimitFunc`` refuses a container whose request or limit is above a
+    ``Container`` ``max``, and a pod whose summed request or limit is above a ``Pod``
+    ``max`` (plugin/pkg/admission/limitranger/admission.go), so those trials never start."""
+    ranges = [r for r in cluster.limit_ranges if r.namespace == exp.namespace]
+    for kind in ("Container", "Pod"):
+        caps = [(i.max, r) for r in ranges for i in r.items if i.type == kind and i.max is not None]
+        if not caps:
+            continue
+        cap, lr = min(caps, key=lambda c: c[0])
+        sized = [
+            (p.largest_container if kind == "Container" else max(p.request, p.limit or 0), t)
+            for t in trials
+            for p in t.pods
+        ]
+        size, trial = max(sized, key=lambda x: x[0])
+        if size <= cap:
+            continue
+        yield Finding(
+            check=CHECK,
+            severity="error",
+            title=(
+                f"Katib experiment {exp.namespace}/{exp.name}: trial pods above the "
+                f"LimitRange's {kind} max: refused at admission"
+            ),
+            objects=(_ref(exp), ObjectRef(kind="LimitRange", namespace=lr.namespace, name=lr.name)),
+            evidence=(
+                Fact(label=f"largest {kind.lower()} request or limit", bytes=size),
+                Fact(label="at", text=trial.shown()),
+                Fact(label=f"{kind} max memory ({lr.name})", bytes=cap),
+            ),
+            fix=(
+                f"# drop the parameter values above {_mib(cap)} from the feasible space, or "
+                "raise the max:\n"
+                f"kubectl -n {exp.namespace} edit limitrange {lr.name}"
+            ),
+        )
+
+
 def _findings(cluster: Cluster) -> Iterator[Finding]:
     for exp in sorted(cluster.katib.experiments, key=lambda e: (e.namespace, e.name)):
         if not cluster.in_scope(exp.namespace):
@@ -392,6 +441,7 @@ def _findings(cluster: Cluster) -> Iterator[Finding]:
         if not trials:
             continue
         yield from _quota(cluster, exp, trials)
+        yield from _limit_range_max(cluster, exp, trials)
         yield from _nodes(cluster, exp, trials)
         yield from _limits(exp, trials)
 

@@ -10,7 +10,9 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.support.agent import wait_until
 from tests.support.controlplane.cluster import TestCluster
@@ -119,3 +121,38 @@ def test_parallel_trials_past_the_quota_and_a_sweep_that_fits(
     )
     assert report(tight)[:2] == (0, {"findings": [], "worst": None, "exit_status": 0})
     assert report(roomy)[:2] == (0, {"findings": [], "worst": None, "exit_status": 0})
+
+
+def test_trials_above_the_limit_range_max_are_what_the_api_server_refuses(
+    cluster: Cluster, control_plane: TestCluster
+) -> None:
+    ns = cluster.namespace("doctor-katib-max")
+    cluster.core.create_namespaced_limit_range(
+        ns,
+        client.V1LimitRange.model_validate(
+            {
+                "metadata": {"name": "ceiling"},
+                "spec": {"limits": [{"type": "Container", "max": {"memory": "16Gi"}}]},
+            }
+        ),
+    )
+    body = copy.deepcopy(SWEEP)
+    cluster.custom.create_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", ns, "experiments", body
+    )
+    # The 32Gi trial's pod, as the Job controller would make it: refused by LimitRanger.
+    trial_pod = copy.deepcopy(body["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"])
+    trial_pod["metadata"] = {"name": "trial-32gi"}
+    trial_pod["spec"]["containers"][0]["resources"] = {
+        "requests": {"memory": "32Gi"},
+        "limits": {"memory": "32Gi"},
+    }
+    with pytest.raises(ApiException) as refused:
+        cluster.core.create_namespaced_pod(ns, client.V1Pod.model_validate(trial_pod))
+    assert refused.value.status == 403
+    assert "maximum memory usage per Container is 16Gi" in str(refused.value.body)
+    rc, out, err = run_doctor(control_plane.kubeconfig_path, "--json", f"--namespace={ns}")
+    (finding,) = json.loads(out)["findings"]
+    assert (rc, finding["check"], finding["objects"][1]["name"]) == (1, "katib-fit", "ceiling"), err
+    facts = {e["label"]: e.get("bytes", e.get("text")) for e in finding["evidence"]}
+    assert (facts["at"], facts["Container max memory (ceiling)"]) == ("mem=32Gi", 16 * GiB)

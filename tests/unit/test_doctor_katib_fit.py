@@ -15,7 +15,7 @@ from nodeguard.doctor.katib_fit import parameter_values, trial_pods
 from nodeguard.doctor.katib_inputs import KatibInputs, ParameterView
 from nodeguard.doctor.read_katib import experiment_view, node_labels
 from nodeguard.doctor.registry import CHECKS
-from tests.support.doctor import GiB, MiB, cluster, node, quota
+from tests.support.doctor import GiB, MiB, cluster, limit_range, node, quota
 
 
 def experiment(
@@ -211,3 +211,20 @@ def test_trial_pods_are_counted_as_the_controllers_run_them() -> None:
     )
     assert (p.count, p.request, p.limit, p.unlimited) == (2, GiB, None, ("a",))
     assert MiB * 1024 == GiB
+
+
+def test_trial_pods_above_the_limit_range_max_are_refused() -> None:
+    ceiling = limit_range("ceiling", limits=[{"type": "Container", "max": {"memory": "16Gi"}}])
+    (f,) = found(cluster(limit_ranges=(ceiling,)), experiment(memory=["8Gi", "32Gi"], parallel=1))
+    assert (f.severity, [str(o) for o in f.objects]) == (
+        "error",
+        ["Experiment ml/sweep", "LimitRange ml/ceiling"],
+    )
+    facts = {x.label: x.bytes if x.bytes is not None else x.text for x in f.evidence}
+    assert facts == {
+        "largest container request or limit": 32 * GiB,
+        "at": "mem=32Gi",
+        "Container max memory (ceiling)": 16 * GiB,
+    }
+    pod_cap = limit_range("pods", limits=[{"type": "Pod", "max": {"memory": "32Gi"}}])
+    assert found(cluster(limit_ranges=(pod_cap,)), experiment(memory=["32Gi"], parallel=1)) == []
