@@ -32,6 +32,8 @@ from nodeguard.snapshot import GpuDevice, NodeSnapshot, PodMeta
 from nodeguard.units import format_bytes
 
 __all__ = [
+    "PODGROUP_ANNOTATIONS",
+    "PODGROUP_LABELS",
     "EvictFilter",
     "EvictionPlan",
     "Exclusion",
@@ -137,8 +139,8 @@ def usage_measure(*, unreclaimable: int, working_set: int) -> str:
 
 # Pod annotations and labels that name a PodGroup: Volcano, and the scheduler-plugins
 # coscheduling plugin.
-_PODGROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
-_PODGROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
+PODGROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+PODGROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 
 
 def gang_of(pod: PodMeta) -> tuple[str, str]:
@@ -150,10 +152,10 @@ def gang_of(pod: PodMeta) -> tuple[str, str]:
     trial = pod.labels.get("katib.kubeflow.org/trial")
     if trial:
         return "katib-trial", trial
-    for key in _PODGROUP_ANNOTATIONS:
+    for key in PODGROUP_ANNOTATIONS:
         if pod.annotations.get(key):
             return "podgroup", pod.annotations[key]
-    for key in _PODGROUP_LABELS:
+    for key in PODGROUP_LABELS:
         if pod.labels.get(key):
             return "podgroup", pod.labels[key]
     job = pod.labels.get("training.kubeflow.org/job-name")

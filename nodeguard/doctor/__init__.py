@@ -11,7 +11,11 @@
   (:mod:`~nodeguard.doctor.overcommit`), ``quota-limitrange``
   (:mod:`~nodeguard.doctor.quota_limits`), ``node-reserve``
   (:mod:`~nodeguard.doctor.node_reserve`), ``nodeguard-agents``
-  (:mod:`~nodeguard.doctor.agents`).
+  (:mod:`~nodeguard.doctor.agents`), ``katib-fit`` (:mod:`~nodeguard.doctor.katib_fit`),
+  ``training-priority`` (:mod:`~nodeguard.doctor.training_priority`) and ``training-gang``
+  (:mod:`~nodeguard.doctor.training_gang`), the last two over the training workloads of
+  :mod:`~nodeguard.doctor.training_workloads` (jobs read by
+  :mod:`~nodeguard.doctor.read_training`).
 - :mod:`~nodeguard.doctor.table`: the findings at 80 columns, grouped by severity.
 - :mod:`~nodeguard.doctor.node_scope`: the checks of scope ``node`` on one node's cluster, as
   the agent runs them for ``nodeguard_posture_findings``.

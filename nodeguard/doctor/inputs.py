@@ -16,6 +16,7 @@ from typing import Literal
 from nodeguard.doctor.agent_inputs import AgentRules, AgentView, KubeletConfigView
 from nodeguard.doctor.katib_inputs import KatibInputs
 from nodeguard.doctor.quota_scopes import PodScope, ScopeRequirement
+from nodeguard.doctor.training_inputs import TrainingInputs
 from nodeguard.snapshot import NodeMeta, PodMeta
 
 __all__ = [
@@ -59,6 +60,8 @@ class PodView:
     gpus: int
     training: bool
     scope: PodScope | None = None
+    #: ``spec.schedulerName`` (the API server defaults it to ``default-scheduler``).
+    scheduler_name: str = "default-scheduler"
 
     @property
     def controller(self) -> str | None:
@@ -147,6 +150,8 @@ class Cluster:
     kubelet_configs: tuple[KubeletConfigView, ...] = ()
     #: The Katib Experiments of the namespaces in scope and the nodes' labels.
     katib: KatibInputs = field(default_factory=KatibInputs)
+    #: The training jobs of the namespaces in scope and the PriorityClasses.
+    training: TrainingInputs = field(default_factory=TrainingInputs)
     notes: tuple[str, ...] = ()
     # The pods holding resources by node, indexed once: each node check asks for every node's
     # pods, and a scan of every pod per node made the checks quadratic (docs/benchmarks.md,

@@ -34,6 +34,9 @@ scoped quota that counts none of the namespace's pods yields no finding (a ``Pri
 PriorityClass with ``globalDefault`` that the Priority admission plugin writes into pods
 without one (the pods read already carry it).
 
+A training job's pod template above a LimitRange ``Container`` or ``Pod`` ``max`` is refused
+the same way, each time its operator makes the pod (:mod:`~nodeguard.doctor.template_limits`).
+
 Not a finding: defaults that fit the quota, a quota whose namespace gives defaults.
 """
 
@@ -47,6 +50,7 @@ from nodeguard.doctor.findings import Fact, Finding, ObjectRef
 from nodeguard.doctor.inputs import Cluster, LimitItem, LimitRangeView, PodView, QuotaView
 from nodeguard.doctor.quota_scopes import quota_matches
 from nodeguard.doctor.registry import Check, register
+from nodeguard.doctor.template_limits import templates_above_max
 
 __all__ = ["FALLBACK_LIMIT", "starting_defaults"]
 
@@ -62,6 +66,9 @@ def _findings(cluster: Cluster) -> Iterator[Finding]:
         )
         yield from _defaults_above_quota(ns, quotas, ranges)
         yield from _min_above_max(ns, ranges)
+        yield from templates_above_max(
+            cluster, namespace=ns, ranges=ranges, check="quota-limitrange"
+        )
         pods = [p for p in cluster.pods if p.meta.namespace == ns and not p.meta.finished]
         yield from _quota_without_defaults(ns, quotas, ranges, pods=pods)
         scoped = sorted((q for q in cluster.quotas if q.namespace == ns and q.scoped), key=_name)

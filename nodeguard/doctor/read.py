@@ -20,10 +20,13 @@ from nodeguard.doctor.inputs import (
     PodView,
     QuotaView,
 )
+from nodeguard.doctor.katib_inputs import KatibInputs
 from nodeguard.doctor.quota_scopes import pod_scope, scope_requirements
 from nodeguard.doctor.read_agents import AgentFlags, read_agents
 from nodeguard.doctor.read_katib import read_katib
 from nodeguard.doctor.read_kubelet import read_kubelet_configs
+from nodeguard.doctor.read_training import read_training
+from nodeguard.doctor.training_inputs import TrainingInputs
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.objects import node_meta, parse_bytes, pod_meta
 from nodeguard.kube.resources import memory_bytes, pod_memory
@@ -83,6 +86,7 @@ def pod_view(pod: JSON) -> PodView:
         training=any(o.kind in TRAINING_OWNERS for o in meta.owners)
         or any(label in meta.labels for label in TRAINING_LABELS),
         scope=pod_scope(pod, best_effort=meta.qos_class == "besteffort"),
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
     )
 
 
@@ -180,7 +184,17 @@ async def read_cluster(
     )
     names = [str((n.get("metadata") or {}).get("name", "")) for n in node_docs]
     configs, config_notes = await read_kubelet_configs(kube, names) if kubelet_configz else ((), ())
-    katib, katib_notes = await read_katib(kube, namespaces=namespaces, nodes=node_docs)
+    if nodes and not namespaces:
+        # --node alone, on nodes that run no pod: no namespace is in scope (an empty list
+        # would read every namespace's Experiments and jobs).
+        katib, training = KatibInputs(), TrainingInputs()
+        katib_notes: tuple[str, ...] = ()
+        training_notes: tuple[str, ...] = ()
+    else:
+        katib, katib_notes = await read_katib(kube, namespaces=namespaces, nodes=node_docs)
+        training, training_notes = await read_training(
+            kube, namespaces=namespaces, experiments=katib.experiments
+        )
     return Cluster(
         nodes=tuple(node_view(n) for n in node_docs),
         pods=tuple(pod_view(p) for p in pod_docs),
@@ -191,7 +205,8 @@ async def read_cluster(
         agent_rules=agent_rules,
         kubelet_configs=configs,
         katib=katib,
-        notes=(*agent_notes, *config_notes, *katib_notes),
+        training=training,
+        notes=(*agent_notes, *config_notes, *katib_notes, *training_notes),
     )
 
 

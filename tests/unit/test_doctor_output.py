@@ -16,7 +16,16 @@ from nodeguard.doctor.table import WIDTH, render
 from tests.support.doctor import GiB, cluster, container, node, pod
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECK_MODULES = {"unbounded", "overcommit", "quota_limits", "node_reserve", "agents", "katib_fit"}
+CHECK_MODULES = {
+    "unbounded",
+    "overcommit",
+    "quota_limits",
+    "node_reserve",
+    "agents",
+    "katib_fit",
+    "training_priority",
+    "training_gang",
+}
 
 
 def test_every_check_module_registers_one_check_named_in_the_readme() -> None:
@@ -35,8 +44,12 @@ def test_every_check_module_registers_one_check_named_in_the_readme() -> None:
         "read_agents",
         "read_katib",
         "read_kubelet",
+        "read_training",
         "registry",
         "table",
+        "template_limits",
+        "training_inputs",
+        "training_workloads",
     }
     readme = (ROOT / "README.md").read_text()
     for check_id in CHECKS:
