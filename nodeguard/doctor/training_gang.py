@@ -35,8 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import yaml
-
 from nodeguard.doctor.findings import Fact, Finding
 from nodeguard.doctor.inputs import Cluster
 from nodeguard.doctor.registry import Check, register
@@ -45,6 +43,7 @@ from nodeguard.doctor.training_workloads import (
     KUEUE_QUEUE_LABEL,
     Workload,
     labels_patch,
+    manifest,
     pod_group_mark,
     workloads,
 )
@@ -97,9 +96,7 @@ def _finding(workload: Workload, job: TrainingJobView) -> Finding:
 
 
 def _fix(job: TrainingJobView) -> str:
-    queue = yaml.safe_dump(
-        labels_patch(job, labels={KUEUE_QUEUE_LABEL: "<local-queue>"}), sort_keys=False
-    ).rstrip()
+    queue = manifest(labels_patch(job, labels={KUEUE_QUEUE_LABEL: "<local-queue>"}))
     lines = [
         "# queue it with Kueue (all its pods admitted at once; waitForPodsReady for the nodes);",
         "# the label is read when the job is created:",

@@ -18,7 +18,7 @@ templates resolved against the PriorityClasses when it has none):
 - *error*: a template names a PriorityClass that does not exist: the Priority admission
   plugin refuses every pod of it ("no PriorityClass with name ... was found").
 - *warning*: no PriorityClass and no global default: priority 0.
-- *warning*: its priority is at or below a preprocessing pod's on its nodes (not training,
+- *warning*: its priority is at or below a preprocessing pod's on its nodes (any pod not training,
   no DaemonSet's or static pod, below the system classes), or at or below the nodeguard
   agents' evict ``maxPriority``.
 
@@ -31,17 +31,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import yaml
-
 from nodeguard.doctor.findings import Fact, Finding, ObjectRef
 from nodeguard.doctor.inputs import Cluster, PodView
 from nodeguard.doctor.registry import Check, register
 from nodeguard.doctor.training_inputs import PriorityClassView, TrainingJobView
 from nodeguard.doctor.training_workloads import (
     HIGHEST_USER_PRIORITY,
+    Competitors,
     Workload,
     evict_max_priority,
-    preprocessing_near,
+    manifest,
     template_patch,
     workloads,
 )
@@ -110,6 +109,7 @@ def _priority(cluster: Cluster, workload: Workload) -> _Priority | None:
 
 def _findings(cluster: Cluster) -> Iterator[Finding]:
     evict = evict_max_priority(cluster)
+    competitors = Competitors(cluster)
     for workload in workloads(cluster):
         priority = _priority(cluster, workload)
         if priority is None:
@@ -117,7 +117,7 @@ def _findings(cluster: Cluster) -> Iterator[Finding]:
         if priority.missing and workload.job is not None:
             yield _missing(workload, workload.job, priority)
             continue
-        near = preprocessing_near(cluster, workload)
+        near = competitors.near(workload)
         above = [p for p in near if p.meta.priority >= priority.value]
         evicted = evict is not None and priority.value <= evict[0]
         if priority.classless or above or evicted:
@@ -161,7 +161,7 @@ def _low(
         title = f"{_what(workload)} run without a PriorityClass (priority {priority.value})"
     else:
         title = f"{_what(workload)} run at priority {priority.value}, no higher than " + (
-            "preprocessing on its nodes" if above else "nodeguard's evict"
+            "non-training pods on its nodes" if above else "nodeguard's evict"
         )
     evidence = [
         Fact(
@@ -177,7 +177,7 @@ def _low(
         top = above[0]
         evidence.append(
             Fact(
-                label="preprocessing at or above it",
+                label="non-training pods at or above it",
                 text=f"{len(above)} pods; highest {top.meta.namespace}/{top.meta.name} "
                 f"(priority {top.meta.priority})",
             )
@@ -240,11 +240,7 @@ def _fix(
             f"# in {workload.ref.kind} {workload.ref.namespace}/{workload.ref.name}'s manifest; "
             "running pods keep the priority they were admitted with"
         )
-        lines.append(
-            yaml.safe_dump(
-                template_patch(job, pod_spec={"priorityClassName": name}), sort_keys=False
-            ).rstrip()
-        )
+        lines.append(manifest(template_patch(job, pod_spec={"priorityClassName": name})))
     return "\n".join(lines)
 
 
@@ -256,7 +252,7 @@ def _class_manifest(name: str, value: int, *, why: str) -> str:
             "kind: PriorityClass",
             f"metadata: {{name: {name}}}",
             f"value: {value}",
-            "description: ML training, kept over preprocessing under memory pressure",
+            "description: ML training, kept over other work",
         ]
     )
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import yaml
+
 from nodeguard.actions.ranking import PODGROUP_ANNOTATIONS, PODGROUP_LABELS
 from nodeguard.doctor.findings import ObjectRef
 from nodeguard.doctor.gpu_nodes import gpu_or_training
@@ -28,13 +30,14 @@ from nodeguard.doctor.training_inputs import TrainingJobView
 __all__ = [
     "HIGHEST_USER_PRIORITY",
     "KUEUE_QUEUE_LABEL",
+    "Competitors",
     "PodGroupMark",
     "Workload",
     "evict_max_priority",
     "job_ref",
     "labels_patch",
+    "manifest",
     "pod_group_mark",
-    "preprocessing_near",
     "template_patch",
     "workloads",
 ]
@@ -183,26 +186,43 @@ def pod_group_mark(workload: Workload) -> PodGroupMark | None:
     return None
 
 
-def preprocessing_near(cluster: Cluster, workload: Workload) -> list[PodView]:
-    """The pods that compete with the workload for its nodes' memory and are not training:
-    on the nodes its pods run on (none yet: every GPU or training node in scope), not
-    training, not a DaemonSet's or a static pod's, below the system classes, holding
-    resources; highest priority first."""
-    nodes = {p.meta.node_name for p in workload.pods if p.meta.node_name}
-    if not nodes:
-        nodes = {
-            n.name for n in cluster.nodes if gpu_or_training(n, cluster.pods_on(n.name)) is not None
-        }
-    near = [
-        p
-        for n in sorted(nodes)
-        for p in cluster.pods_on(n)
-        if not p.training
-        and not p.meta.daemonset
-        and not p.meta.mirror
-        and p.meta.priority < HIGHEST_USER_PRIORITY
-    ]
-    return sorted(near, key=lambda p: (-p.meta.priority, -p.meta.memory_request_bytes, p.meta.name))
+class Competitors:
+    """The pods that compete with a training workload for its nodes' memory and are not
+    training: on the nodes its pods run on (none yet: every GPU or training node in scope),
+    not training, not a DaemonSet's or a static pod's, below the system classes, holding
+    resources; highest priority first. Made once per run: workloads share nodes, and the
+    GPU nodes are found once."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        self._gpu_nodes: frozenset[str] | None = None
+        self._near: dict[frozenset[str], list[PodView]] = {}
+
+    def near(self, workload: Workload) -> list[PodView]:
+        """The competitors of ``workload`` (a list shared between calls: do not change it)."""
+        cluster = self._cluster
+        nodes = frozenset(p.meta.node_name for p in workload.pods if p.meta.node_name)
+        if not nodes:
+            if self._gpu_nodes is None:
+                self._gpu_nodes = frozenset(
+                    n.name
+                    for n in cluster.nodes
+                    if gpu_or_training(n, cluster.pods_on(n.name)) is not None
+                )
+            nodes = self._gpu_nodes
+        if nodes not in self._near:
+            near = [
+                p
+                for n in sorted(nodes)
+                for p in cluster.pods_on(n)
+                if not p.training
+                and not p.meta.daemonset
+                and not p.meta.mirror
+                and p.meta.priority < HIGHEST_USER_PRIORITY
+            ]
+            near.sort(key=lambda p: (-p.meta.priority, -p.meta.memory_request_bytes, p.meta.name))
+            self._near[nodes] = near
+        return self._near[nodes]
 
 
 def evict_max_priority(cluster: Cluster) -> tuple[int, str] | None:
@@ -229,19 +249,32 @@ def template_patch(job: TrainingJobView, *, pod_spec: Mapping[str, object]) -> d
     templates, laid out as its kind keeps them (an Experiment's under
     ``spec.trialTemplate.trialSpec``)."""
     roles = [t.role for t in job.templates] or [""]
-    leaf = {"spec": dict(pod_spec)}
+
+    def leaf() -> dict[str, object]:  # one each: a shared one would dump as a YAML alias
+        return {"spec": dict(pod_spec)}
+
     spec: dict[str, object]
     if job.layout == "replicatedJobs":
         spec = {
-            "replicatedJobs": [{"name": r, "template": {"spec": {"template": leaf}}} for r in roles]
+            "replicatedJobs": [
+                {"name": r, "template": {"spec": {"template": leaf()}}} for r in roles
+            ]
         }
     elif job.layout == "tasks":
-        spec = {"tasks": [{"name": r, "template": leaf} for r in roles]}
+        spec = {"tasks": [{"name": r, "template": leaf()} for r in roles]}
     elif job.layout == "template":
-        spec = {"template": leaf}
+        spec = {"template": leaf()}
     else:
-        spec = {job.layout: {r: {"template": leaf} for r in roles}}
+        spec = {job.layout: {r: {"template": leaf()} for r in roles}}
     return _in_trial(job, {"spec": spec})
+
+
+def manifest(fragment: Mapping[str, object]) -> str:
+    """``fragment`` as block YAML, keys in their order: libyaml's emitter when PyYAML has it
+    (a fifth of the pure-Python one's time: the fixes were most of the checks' time on 1,000
+    pods, docs/benchmarks.md), else PyYAML's own."""
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(dict(fragment), Dumper=dumper, sort_keys=False).rstrip()
 
 
 def labels_patch(job: TrainingJobView, *, labels: Mapping[str, str]) -> dict[str, object]:

@@ -152,7 +152,7 @@ def test_training_at_priority_zero_without_a_gang_and_the_fixes_applied(
     ]
     facts = {e["label"]: e.get("text") for e in priority["evidence"]}
     assert facts["judged on"] == "4 pods"
-    assert facts["preprocessing at or above it"] == f"1 pods; highest {etl}/pandas (priority 0)"
+    assert facts["non-training pods at or above it"] == f"1 pods; highest {etl}/pandas (priority 0)"
 
     # The fix as printed: its PriorityClass, if new, and the templates' priorityClassName.
     docs = [d for d in yaml.safe_load_all(priority["fix"]) if d]

@@ -130,7 +130,18 @@ def test_try_act_on_the_test_control_plane_as_the_readme_says(
             events = [e.to_dict() for e in cluster.core.list_namespaced_event(namespace).items]
         else:
             raise AssertionError(f"the README runs a step this test does not know: {step}")
-    (first, plan), (_, blocked), (_, cordon), (_, would_pause), (_, pause), (_, resume) = outputs
+    (
+        (first, plan),
+        (_, blocked),
+        (_, cordon),
+        (_, would_pause),
+        (_, pause),
+        (_, resume),
+        (
+            _,
+            doctor,
+        ),
+    ) = outputs
 
     # The plan: every line within 80 columns, sizes in binary units, the exclusion named.
     assert plan.returncode == 0, plan.stderr
@@ -183,6 +194,17 @@ def test_try_act_on_the_test_control_plane_as_the_readme_says(
         ),
     )
     assert "nodeguard.io/resumed-at" in sweep["metadata"]["annotations"], sweep["metadata"]
+
+    # The doctor on the whole scene (README.md, "Checking a cluster", shows this run): the
+    # trial's pods at the preprocessing's priority, the PyTorchJob at none and with no gang.
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    assert _lines_within(doctor.stdout) == [], doctor.stdout
+    for title in (
+        "training-priority: Experiment try/sweep's trials run at priority 100, no higher",
+        "training-priority: PyTorchJob try/bert run without a PriorityClass (priority 0)",
+        "training-gang: PyTorchJob try/bert start 4 pods with no gang scheduling",
+    ):
+        assert title in " ".join(doctor.stdout.split()), doctor.stdout
 
     # --json: the same result with exact bytes.
     data = json.loads(
@@ -352,7 +374,17 @@ def test_short_ids_are_unique_starts() -> None:
 def test_docs_try_cluster_is_what_the_readme_applies() -> None:
     steps = readme_steps("The test control plane")
     applied = [s[3] for s in steps if s[:3] == ["kubectl", "apply", "-f"]]
-    assert applied == ["docs/try/cluster.yaml", "docs/try/katib-crds.yaml", "docs/try/katib.yaml"]
+    assert applied == [
+        "docs/try/cluster.yaml",
+        "docs/try/katib-crds.yaml",
+        "docs/try/katib.yaml",
+        "docs/try/training-crds.yaml",
+        "docs/try/training.yaml",
+    ]
+    # The CRD a user applies is the one the tests vendor.
+    (crd,) = [d for d in yaml.safe_load_all((REPO / applied[3]).read_text()) if d]
+    vendored = REPO / "tests/fixtures/training/crd-pytorchjob.yaml"
+    assert [crd] == [d for d in yaml.safe_load_all(vendored.read_text()) if d]
     kinds = [d["kind"] for d in yaml.safe_load_all((REPO / applied[0]).read_text()) if d]
     assert kinds.count("Pod") == 4 and "Node" in kinds and "PodDisruptionBudget" in kinds
 

@@ -79,7 +79,7 @@ def test_a_job_with_no_priority_class_beside_preprocessing_is_a_warning_with_a_c
     )
     shown = {e.label: e.text for e in f.evidence}
     assert shown["judged on"] == "4 pods"
-    assert shown["preprocessing at or above it"] == "1 pods; highest etl/pandas (priority 0)"
+    assert shown["non-training pods at or above it"] == "1 pods; highest etl/pandas (priority 0)"
     pc, patch = fix_docs(f)
     assert (pc["kind"], pc["metadata"]["name"], pc["value"]) == ("PriorityClass", "training", 1000)
     specs = patch["spec"]["pytorchReplicaSpecs"]
@@ -118,7 +118,7 @@ def test_preprocessing_at_a_higher_priority_is_named_and_an_existing_class_above
     (f,) = found("training-priority", c)
     assert (
         f.title
-        == "PyTorchJob ml/bert run at priority 1000, no higher than preprocessing on its nodes"
+        == "PyTorchJob ml/bert run at priority 1000, no higher than non-training pods on its nodes"
     )
     assert [str(o) for o in f.objects] == ["PyTorchJob ml/bert", "Pod etl/spark"]
     (patch,) = fix_docs(f)  # no new class: "high" (10000) is above 5000
@@ -163,7 +163,7 @@ def test_a_global_default_class_is_what_a_template_without_one_gets() -> None:
     (f,) = found("training-priority", c)
     assert (
         f.title
-        == "PyTorchJob ml/bert run at priority 500, no higher than preprocessing on its nodes"
+        == "PyTorchJob ml/bert run at priority 500, no higher than non-training pods on its nodes"
     )
     assert {e.label: e.text for e in f.evidence}["judged on"] == "its templates"
 
@@ -388,7 +388,8 @@ def test_an_experiments_live_trial_pods_give_its_priority() -> None:
     )
     (f,) = found("training-priority", c)
     assert f.title == (
-        "Experiment ml/hpo's trials run at priority 100, no higher than preprocessing on its nodes"
+        "Experiment ml/hpo's trials run at priority 100, no higher than non-training pods on "
+        "its nodes"
     )
     assert {e.label: e.text for e in f.evidence}["judged on"] == "2 pods"
     # Without the Experiment read, the same pods are one workload by their trial label.
