@@ -40,12 +40,15 @@ from nodeguard.connections import ConnectionGuard, ConnectionsCollector
 from nodeguard.remediation.actor import ActorCollector, NodeActor
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector, StateCollector
+from nodeguard.remediation.oom_incidents import OomIncidents
+from nodeguard.remediation.timeline import Timeline, TimelineCollector
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import RuleSource
 from nodeguard.sampling.focus import FocusCollector, Notifications
 from nodeguard.sampling.sampler import Sampler
 from nodeguard.server import make_app
+from nodeguard.state_clock import read_boot_id
 from nodeguard.statefile import StateFile
 
 __all__ = ["Agent", "build"]
@@ -95,7 +98,12 @@ def build(cfg: AgentConfig) -> Agent | None:
         store=state.section("events"),
         changed=state.save,
     )
-    incidents = IncidentStore(directory=cfg.incidents_dir, keep=cfg.incidents_keep)
+    timeline = Timeline()
+    incidents = IncidentStore(
+        directory=cfg.incidents_dir, keep=cfg.incidents_keep, timeline=timeline
+    )
+    oom = OomIncidents(store=incidents, timeline=timeline, node=node, boot_id=read_boot_id())
+    registry.register(TimelineCollector(timeline=timeline))
     # Durations on the state's clock: a step of the wall clock moves no cooldown or window.
     engine = RuleEngine(rules=source.current.rules if source else (), state=state, clock=state.now)
     env = make_env(cfg=cfg, state=state, cluster=cluster, sampler=sampler, auditor=auditor)
@@ -159,6 +167,7 @@ def build(cfg: AgentConfig) -> Agent | None:
         sampler=sampler,
         notifications=notifications,
         dry_run=cfg.dry_run,
+        oom=oom,
     )
     sampler.add_listener(decisions)
     registry.register(WebhookCollector(receiver=receiver))

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from nodeguard.actions.context import Env
 from nodeguard.remediation.actor import NodeActor
+from nodeguard.remediation.oom_incidents import OomIncidents
 from nodeguard.remediation.recovery import resume_check
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.engine import RuleEngine
@@ -39,7 +40,8 @@ def levels(engine: RuleEngine, *, focus_share: float) -> list[float]:
 class Decisions:
     """The sampler's listener (module docstring); :meth:`request_reload` (SIGHUP) has the rule
     files read at the next full sample. ``actor`` is ``None`` without a cluster (this agent
-    acts alone), ``source`` without rule files, ``notifications`` with every one turned off."""
+    acts alone), ``source`` without rule files, ``notifications`` with every one turned off;
+    ``oom`` records each kernel OOM kill as an incident (every snapshot, before the rules)."""
 
     def __init__(
         self,
@@ -53,10 +55,12 @@ class Decisions:
         sampler: Sampler,
         notifications: Notifications | None,
         dry_run: bool,
+        oom: OomIncidents | None = None,
     ) -> None:
         self._engine, self._source, self._remediator = engine, source, remediator
         self._actor, self._env, self._state = actor, env, state
         self._sampler, self._notifications, self._dry_run = sampler, notifications, dry_run
+        self._oom = oom
         self._reload_requested = False
         self._first = True
         # Reading and parsing a rule file is bounded (nodeguard.rules.load) but takes up to a
@@ -70,6 +74,10 @@ class Decisions:
     async def __call__(self, snapshot: NodeSnapshot) -> None:
         if snapshot.focused is None:  # rule files are looked at every interval, not every sample
             await self._full(snapshot)
+        if self._oom is not None:
+            # Evidence, not action: every agent records the kills it sees, observer or not
+            # (one agent a state directory, so one a node's incidents).
+            self._oom.observe(snapshot)
         remediator, engine, actor = self._remediator, self._engine, self._actor
         if self._first:
             # Runbooks cut short by the last stop resume (or are abandoned, with why) before

@@ -1,10 +1,13 @@
-"""Incident records: the evidence of each firing that acted (or would have, in dry run).
+"""Incident records: the evidence of each firing that acted (or would have, in dry run), and
+of each kernel OOM kill.
 
-One JSON file per incident in a bounded directory (oldest removed first): node, time, rule, the
-values that decided, the node memory breakdown (total, used, available, page cache, slab
-reclaimable and unreclaimable), the top containers by working set against limit and request,
-the top processes by RSS, GPU memory by device, MIG instance and process (with its container)
-where known, and each action's outcome. Listed at ``/incidents`` and by ``nodeguard incidents``.
+One JSON file per incident in a bounded directory (oldest removed first). A firing's: node,
+time, rule, the values that decided, the node memory breakdown (total, used, available, page
+cache, slab reclaimable and unreclaimable), the top containers by working set against limit
+and request, the top processes by RSS, GPU memory by device, MIG instance and process (with
+its container) where known, and each action's outcome. An OOM kill's: the same evidence as of
+the sample before it, the victim and the timeline (:mod:`nodeguard.remediation.oom_incidents`).
+Listed at ``/incidents`` and by ``nodeguard incidents``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeguard.firing import Firing
+from nodeguard.remediation.timeline import Timeline
 from nodeguard.snapshot import NodeSnapshot, memory_breakdown
 
 __all__ = ["IncidentStore", "evidence", "incident_id"]
@@ -130,11 +134,16 @@ def _gpu_evidence(snapshot: NodeSnapshot, *, top: int) -> dict[str, Any] | None:
 
 class IncidentStore:
     """A directory of incident records, at most ``keep`` files (oldest removed first). With
-    ``directory=None`` records are kept in memory only (the same bound)."""
+    ``directory=None`` records are kept in memory only (the same bound). With ``timeline``
+    each firing's record carries the node's memory history up to it."""
 
-    def __init__(self, *, directory: Path | None, keep: int = 200) -> None:
+    def __init__(
+        self, *, directory: Path | None, keep: int = 200, timeline: Timeline | None = None
+    ) -> None:
         self.directory = directory
         self.keep = keep
+        #: The node's memory history: a firing's record carries its points up to the firing.
+        self.timeline = timeline
         self._memory: dict[str, dict[str, Any]] = {}
         self.written = 0
         if directory is not None:
@@ -179,10 +188,19 @@ class IncidentStore:
                 for k, v in firing.values.items()
             },
             "evidence": evidence(firing.snapshot),
+            "timeline": self.timeline.window(until=firing.time) if self.timeline else [],
             "actions": [dict(r) for r in results],
             **(extra or {}),
         }
-        self.written += 1
+        return self.put(record)
+
+    def put(self, record: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
+        """Store ``record`` (its ``id`` names it; one of that id is replaced); returns it. An
+        OOM kill's record (:mod:`nodeguard.remediation.oom_incidents`) is written this way,
+        and a firing's again (``update``: not counted as a new incident) when a kill is
+        linked to it."""
+        if not update:
+            self.written += 1
         if self.directory is None:
             self._memory[record["id"]] = record
             for old in sorted(self._memory)[: max(0, len(self._memory) - self.keep)]:

@@ -36,15 +36,26 @@ from nodeguard.sources.oom_state import STATE_FILE, load_state, save_state
 __all__ = ["KmsgRecord", "OomEventParser", "OomLogReader", "parse_record"]
 
 _CONTAINER_TTL = 24 * 3600.0  # a pod's counts are dropped this long after its last kill
+# The two reads of the clocks are not at the same instant.
+_CLOCK_SLACK = 0.05
 
 
 def _boot_time(paths: HostPaths) -> float:
-    """Unix time of boot from ``btime`` in ``<procfs>/stat``; now minus uptime as a fallback."""
+    """Unix time of boot, to turn a kernel log record's microseconds since boot into a time.
+
+    ``btime`` in ``<procfs>/stat`` is the kernel's boot time cut to the second
+    (fs/proc/stat.c prints ``getboottime64()``'s ``tv_sec``): a kill would read up to a second
+    early, before the samples that led to it. Where now less ``CLOCK_BOOTTIME`` agrees with it
+    within that second, it is the same boot time to the microsecond and is used; otherwise
+    (another host's ``/proc``, as in the tests' fixtures) ``btime``; now less uptime where
+    there is no ``btime``."""
+    precise = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
     text = read_optional(paths.proc("stat")) or ""
     for line in text.splitlines():
         if line.startswith("btime "):
-            return float(line.split()[1])
-    return time.time() - time.monotonic()
+            btime = float(line.split()[1])
+            return precise if 0 <= precise - btime < 1.0 + _CLOCK_SLACK else btime
+    return precise
 
 
 class OomLogReader:

@@ -18,11 +18,11 @@ GOLDEN = Path(__file__).parents[1] / "golden"
 # Values that differ run to run: timings, the sample time, the connections open (the probes'
 # just closed may not be gone yet), the samples taken (focused ones every 250 ms), the kernel
 # notifications (set after the first sample, which may or may not be the one scraped), the
-# Python version.
+# memory history's size (its points are the samples taken), the Python version.
 _VOLATILE = re.compile(
     r"^(nodeguard_collector_duration_seconds\{[^}]*\}|nodeguard_snapshot_timestamp_seconds"
     r"|nodeguard_http_connections|nodeguard_sampler_samples_total\{[^}]*\}"
-    r"|nodeguard_notify_registered\{[^}]*\}"
+    r"|nodeguard_notify_registered\{[^}]*\}|nodeguard_timeline_points|nodeguard_timeline_bytes"
     r"|nodeguard_collector_available\{collector=\"notify_[a-z]+\"\}) .*$"
     r"|python_version=\"[^\"]*\"",
     re.M,

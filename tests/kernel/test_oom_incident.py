@@ -1,0 +1,156 @@
+"""On the real kernel: a process in a kubelet-shaped cgroup grows past its 64 MiB limit and the
+kernel OOM-kills it. With no rule about OOM kills, the agent records the kill as an incident:
+the victim as the kernel log and the sample before name it, the node's evidence then, the
+timeline of the container's growth, and the dry-run firing that came before it, linked both
+ways. The agent is then SIGKILLed and started again on the same state: the kill is recorded
+once, and the human view of it fits 80 columns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.agent import get, kill_9, running_agent, wait_until
+from tests.support.kernel_cgroup import (
+    PrivateKubepods,
+    hog_in,
+    kubelet_cgroup,
+    private_kubepods,
+    writable_memory_controller,
+)
+
+MiB = 1 << 20
+LIMIT = 64 * MiB
+
+# A container rule that fires (in dry run, the default) half-way to the limit: the firing the
+# kill is linked to.
+HALF_WAY = """\
+apiVersion: nodeguard.io/v1alpha1
+kind: RuleSet
+spec:
+  rules:
+    - name: half-way
+      scope: container
+      when:
+        - {signal: container_unreclaimable_limit_ratio, op: ">=", value: 0.5}
+      actions:
+        - action: record
+"""
+
+
+@pytest.fixture
+def pods(tmp_path: Path) -> Iterator[PrivateKubepods]:
+    """A kubepods of this test's own: the code under test reads these cgroups alone."""
+    if writable_memory_controller() is None:
+        pytest.skip("needs root and a writable cgroup memory controller (CI has both)")
+    with private_kubepods(tmp_path) as made:
+        yield made
+
+
+def _records(state: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((state / "incidents").glob("*.json")):
+        out.append(json.loads(path.read_text()))
+    return out
+
+
+def _points(metrics: str) -> float:
+    line = next(ln for ln in metrics.splitlines() if ln.startswith("nodeguard_timeline_points "))
+    return float(line.split()[1])
+
+
+def _kills(state: Path, container_id: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in _records(state)
+        if r.get("kind") == "oom_kill" and r["victim"].get("container_id") == container_id
+    ]
+
+
+def test_a_kernel_oom_kill_is_an_incident_with_its_timeline(
+    pods: PrivateKubepods, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(HALF_WAY)
+    with kubelet_cgroup(pods, limit_bytes=LIMIT) as cg:
+        args = [
+            f"--path.sysfs={pods.sysfs}",
+            "--interval=100ms",
+            f"--path.state={state}",
+            "--no-collector.processes",
+            f"--rules={rules}",
+        ]
+        with running_agent(args=args, log_path=tmp_path / "agent.log") as base:
+            with hog_in(cg, step=1 * MiB, pause=0.03, up_to=4 * LIMIT) as hog:
+                wait_until("the hog's end", lambda: hog.poll() is not None, timeout=60)
+                hog.wait(timeout=10)
+                assert hog.returncode == -9, "the kernel should have OOM-killed the hog"
+            (kill,) = wait_until(
+                "the kill recorded", lambda: _kills(state, cg.container_id), timeout=30
+            )
+            metrics = get(f"{base}/metrics")[1]
+            kill_9(base.pid)
+
+        victim = kill["victim"]
+        assert (victim["constraint"], victim["pod_uid"]) == ("CONSTRAINT_MEMCG", cg.pod_uid)
+        assert victim["process"].startswith("python") and victim["limit_bytes"] == LIMIT
+        assert LIMIT // 2 <= victim["anon_rss_bytes"] <= LIMIT + 16 * MiB
+        assert (kill["rule"], kill["source"], kill["scope"]) == ("oom-kill", "kernel", "container")
+        assert kill["summary"].endswith("at its limit 64.0 MiB"), kill["summary"]
+        # The evidence is the sample before the kill, not the one that saw it.
+        assert kill["evidence_time"] is not None and kill["evidence_time"] <= kill["time"]
+        assert kill["evidence"]["memory"]["available_bytes"] > 0
+
+        # The timeline: the container's working set rising toward its limit, before the kill.
+        key = f"{cg.pod_uid}/{cg.container_id}"
+        grown = [
+            c["working_set_bytes"]
+            for p in kill["timeline"]
+            for c in p["containers"]
+            if c["key"] == key
+        ]
+        assert all(p["time"] <= kill["time"] for p in kill["timeline"])
+        assert len(set(grown)) >= 3, grown
+        assert max(grown) >= LIMIT // 2 and grown.index(max(grown)) > grown.index(min(grown))
+
+        # The dry-run firing before it, linked both ways.
+        (link,) = kill["linked"]
+        assert (link["rule"], link["dry_run"], link["acted"]) == ("half-way", True, False)
+        assert 0 < link["seconds_before_kill"] < 60
+        (firing,) = [r for r in _records(state) if r["id"] == link["id"]]
+        assert firing["killed_later"]["id"] == kill["id"]
+        assert firing["timeline"], "a firing's record carries the timeline too"
+
+        # The history's size is on /metrics, bounded.
+        assert 3 <= _points(metrics) <= 6000
+
+        # Killed and started again on the same state: the kill is recorded once.
+        with running_agent(args=args, log_path=tmp_path / "agent2.log") as again:
+            wait_until(
+                "a few samples after the restart",
+                lambda: _points(get(f"{again}/metrics")[1]) >= 5,
+                timeout=30,
+            )
+        assert len(_kills(state, cg.container_id)) == 1
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={state}", kill["id"]],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "80"},
+    ).stdout
+    lines = shown.splitlines()
+    assert lines[0].startswith("oom-kill the kernel OOM-killed python (pid "), shown
+    assert "  from    the kernel log (CONSTRAINT_MEMCG)" in lines
+    assert any(ln.startswith("  before  half-way fired ") for ln in lines), shown
+    assert any(ln.startswith("Before it (") for ln in lines), shown
+    assert max(len(ln) for ln in lines) <= 80, shown
