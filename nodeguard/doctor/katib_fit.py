@@ -54,7 +54,7 @@ from nodeguard.doctor.katib_inputs import ExperimentView, ParameterView
 from nodeguard.doctor.registry import Check, register
 from nodeguard.kube.resources import memory_bytes, pod_memory
 
-__all__ = ["GRID", "TrialPod", "parameter_values", "trial_pods"]
+__all__ = ["GRID", "TrialPod", "parameter_values", "substitute", "trial_pods"]
 
 CHECK = "katib-fit"
 #: A range parameter's grid is tried whole up to this many points, else its ends.
@@ -204,7 +204,7 @@ def _trials(exp: ExperimentView) -> list[_Trial]:
     for combo in itertools.product(*choices.values()):
         assignment = dict(zip(choices, combo, strict=True))
         values = {**first, **assignment}
-        text = _substitute(exp.trial_spec, values=values, refs=refs)
+        text = substitute(exp.trial_spec, values=values, refs=refs)
         try:
             spec = json.loads(text)
         except json.JSONDecodeError:
@@ -213,7 +213,7 @@ def _trials(exp: ExperimentView) -> list[_Trial]:
     return trials
 
 
-def _substitute(text: str, *, values: dict[str, str], refs: dict[str, str]) -> str:
+def substitute(text: str, *, values: dict[str, str], refs: dict[str, str]) -> str:
     """``text`` with each ``${trialParameters.<name>}`` replaced as Katib replaces it (a
     placeholder with no value is left as it is)."""
     return _PLACEHOLDER.sub(lambda m: values.get(refs.get(m[1], ""), m[0]), text)

@@ -45,7 +45,8 @@ class ExperimentView:
     """A Katib Experiment: ``parallel_trial_count`` as Katib runs it (the default, 3, when
     unset), its parameters and trial parameters, and ``trial_spec`` (the
     ``trialTemplate.trialSpec`` as JSON text; ``None`` when the template comes from a
-    ConfigMap, ``trialTemplate.configMap``, which the doctor does not read)."""
+    ConfigMap, ``trialTemplate.configMap``, which the doctor does not read); ``finished``: a
+    ``Succeeded`` or ``Failed`` condition is true (it starts no more trials)."""
 
     namespace: str
     name: str
@@ -53,6 +54,7 @@ class ExperimentView:
     parameters: tuple[ParameterView, ...]
     trial_parameters: tuple[TrialParameterView, ...]
     trial_spec: str | None
+    finished: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -62,6 +62,11 @@ def experiment_view(experiment: JSON) -> ExperimentView:
             for t in template.get("trialParameters") or []
         ),
         trial_spec=json.dumps(trial_spec) if isinstance(trial_spec, dict) else None,
+        finished=any(
+            c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True"
+            for c in (experiment.get("status") or {}).get("conditions") or []
+            if isinstance(c, dict)
+        ),
     )
 
 

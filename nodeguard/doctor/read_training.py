@@ -35,10 +35,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from nodeguard.doctor.katib_fit import parameter_values, substitute
 from nodeguard.doctor.katib_inputs import ExperimentView
 from nodeguard.doctor.training_inputs import (
+    ContainerSize,
     PriorityClassView,
     TemplateView,
     TrainingInputs,
@@ -46,7 +49,7 @@ from nodeguard.doctor.training_inputs import (
 )
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Forbidden, NotFound
-from nodeguard.kube.resources import memory_bytes, pod_memory
+from nodeguard.kube.resources import memory_bytes
 
 __all__ = ["JOB_KINDS", "JobKind", "job_view", "priority_class_view", "read_training"]
 
@@ -129,30 +132,46 @@ def _text(value: Any) -> str | None:
     return str(value) if value else None
 
 
-def _sizes(spec: JSON) -> tuple[int, int]:
-    """The largest request or limit of one container, and of the pod (bytes)."""
-    largest = 0
-    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        resources = (c.get("resources") or {}) if isinstance(c, dict) else {}
-        for key in ("requests", "limits"):
-            largest = max(largest, memory_bytes(resources.get(key)) or 0)
-    memory = pod_memory({"spec": spec})  # a size it cannot parse (a placeholder) counts 0
-    return largest, max(memory.request, memory.limit or 0)
+def _dict(value: Any) -> JSON:
+    """``value`` where it is an object, else empty: a job the CRD's loose schema let through
+    with a list or a string where an object goes is read as far as it is well formed."""
+    return value if isinstance(value, dict) else {}
 
 
-def _template(role: str, replicas: int, template: Any) -> TemplateView:
-    template = template if isinstance(template, dict) else {}
-    meta, spec = template.get("metadata") or {}, template.get("spec") or {}
-    largest, pod = _sizes(spec)
+def _objects(value: Any) -> list[JSON]:
+    """The objects of ``value`` where it is a list (anything else in it left out)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _sizes(spec: JSON) -> tuple[ContainerSize, ...]:
+    """Each container's memory request and limit as written (init containers first)."""
+    sizes = []
+    for key in ("initContainers", "containers"):
+        for c in _objects(spec.get(key)):
+            resources = _dict(c.get("resources"))
+            sizes.append(
+                ContainerSize(
+                    init=key == "initContainers",
+                    request=memory_bytes(_dict(resources.get("requests"))),
+                    limit=memory_bytes(_dict(resources.get("limits"))),
+                )
+            )
+    return tuple(sizes)
+
+
+def _template(
+    role: str, replicas: int, template: Any, *, default_class: Any = None
+) -> TemplateView:
+    template = _dict(template)
+    meta, spec = _dict(template.get("metadata")), _dict(template.get("spec"))
     return TemplateView(
         role=role,
         replicas=replicas,
-        priority_class=_text(spec.get("priorityClassName")),
+        priority_class=_text(spec.get("priorityClassName")) or _text(default_class),
         scheduler_name=_text(spec.get("schedulerName")),
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
-        largest_container_bytes=largest,
-        pod_bytes=pod,
+        labels={str(k): str(v) for k, v in _dict(meta.get("labels")).items()},
+        annotations={str(k): str(v) for k, v in _dict(meta.get("annotations")).items()},
+        containers=_sizes(spec),
     )
 
 
@@ -160,10 +179,10 @@ def _templates(kind: str, spec: JSON) -> tuple[tuple[TemplateView, ...], str]:
     """The templates of a job of ``kind`` and its layout (:class:`TrainingJobView`)."""
     if kind in _BY_KIND:
         key = str(_BY_KIND[kind].replica_specs)
-        specs = spec.get(key) or {}
+        specs = _dict(spec.get(key))
         views = tuple(
             _template(
-                str(role), _int((rs or {}).get("replicas"), default=1), (rs or {}).get("template")
+                str(role), _int(_dict(rs).get("replicas"), default=1), _dict(rs).get("template")
             )
             for role, rs in specs.items()
         )
@@ -173,18 +192,23 @@ def _templates(kind: str, spec: JSON) -> tuple[tuple[TemplateView, ...], str]:
             _template(
                 str(rj.get("name", "")),
                 _int(rj.get("replicas"), default=1)
-                * _int(
-                    ((rj.get("template") or {}).get("spec") or {}).get("parallelism"), default=1
-                ),
-                ((rj.get("template") or {}).get("spec") or {}).get("template"),
+                * _int(_dict(_dict(rj.get("template")).get("spec")).get("parallelism"), default=1),
+                _dict(_dict(rj.get("template")).get("spec")).get("template"),
             )
-            for rj in spec.get("replicatedJobs") or []
+            for rj in _objects(spec.get("replicatedJobs"))
         )
         return views, "replicatedJobs"
     if kind == "Job" and "tasks" in spec:  # Volcano
+        # Volcano's job controller gives a task's pods the Job's spec.priorityClassName where
+        # their template names none (pkg/controllers/job/job_controller_util.go createJobPod).
         views = tuple(
-            _template(str(t.get("name", "")), _int(t.get("replicas"), default=1), t.get("template"))
-            for t in spec.get("tasks") or []
+            _template(
+                str(t.get("name", "")),
+                _int(t.get("replicas"), default=1),
+                t.get("template"),
+                default_class=spec.get("priorityClassName"),
+            )
+            for t in _objects(spec.get("tasks"))
         )
         return views, "tasks"
     # batch/v1 Job (a Katib trial's): parallelism pods at once.
@@ -194,20 +218,20 @@ def _templates(kind: str, spec: JSON) -> tuple[tuple[TemplateView, ...], str]:
 
 
 def _finished(status: JSON) -> bool:
-    conditions = status.get("conditions") or []
+    conditions = _objects(status.get("conditions"))
     if any(c.get("type") in _TERMINAL_CONDITIONS and c.get("status") == "True" for c in conditions):
         return True
-    return (status.get("state") or {}).get("phase") in _TERMINAL_PHASES
+    return _dict(status.get("state")).get("phase") in _TERMINAL_PHASES
 
 
 def job_view(job: JSON, *, kind: str, api_version: str) -> TrainingJobView:
     """A :class:`TrainingJobView` from a job object of ``kind`` (a :data:`JOB_KINDS` kind, or
     ``Job`` of batch/v1 for a trial template)."""
-    meta, spec = job.get("metadata") or {}, job.get("spec") or {}
-    policy = (spec.get("runPolicy") or {}).get("schedulingPolicy")
+    meta, spec = _dict(job.get("metadata")), _dict(job.get("spec"))
+    policy = _dict(spec.get("runPolicy")).get("schedulingPolicy")
     volcano = api_version.startswith("batch.volcano.sh/")
-    min_available = spec.get("minAvailable") if volcano else (policy or {}).get("minAvailable")
-    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    min_available = spec.get("minAvailable") if volcano else _dict(policy).get("minAvailable")
+    owner = next((o for o in _objects(meta.get("ownerReferences")) if o.get("controller")), None)
     templates, layout = _templates(kind, spec)
     return TrainingJobView(
         kind=kind,
@@ -215,9 +239,9 @@ def job_view(job: JSON, *, kind: str, api_version: str) -> TrainingJobView:
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         templates=templates,
-        labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+        labels={str(k): str(v) for k, v in _dict(meta.get("labels")).items()},
         owner_kind=str(owner.get("kind")) if owner else None,
-        finished=_finished(job.get("status") or {}),
+        finished=_finished(_dict(job.get("status"))),
         min_available=_int(min_available, default=0) if min_available is not None else None,
         scheduling_policy=isinstance(policy, dict),
         scheduler_name=_text(spec.get("schedulerName")) if volcano else None,
@@ -229,7 +253,17 @@ def job_view(job: JSON, *, kind: str, api_version: str) -> TrainingJobView:
 def experiment_job(experiment: ExperimentView) -> TrainingJobView | None:
     """The job an Experiment's trials run, as a :class:`TrainingJobView` named for the
     Experiment (kind ``Experiment``); ``None`` when its ``trialSpec`` is not an object."""
-    trial = json.loads(experiment.trial_spec) if experiment.trial_spec else None
+    if experiment.trial_spec is None:
+        return None
+    # Each placeholder at its largest value (a number of workers set by a parameter is its
+    # largest: the trial that needs the most), as Katib substitutes it into the text.
+    largest = {p.name: _largest(parameter_values(p)) for p in experiment.parameters}
+    refs = {t.name: t.reference for t in experiment.trial_parameters}
+    text = substitute(experiment.trial_spec, values=largest, refs=refs)
+    try:
+        trial = json.loads(text)
+    except json.JSONDecodeError:
+        trial = json.loads(experiment.trial_spec)
     if not isinstance(trial, dict):
         return None
     trial_kind = str(trial.get("kind", "Job"))
@@ -247,7 +281,19 @@ def experiment_job(experiment: ExperimentView) -> TrainingJobView | None:
         priority_class=view.priority_class,
         layout=view.layout,
         trial_kind=trial_kind,
+        finished=experiment.finished,
     )
+
+
+def _largest(values: list[str]) -> str:
+    """The largest of ``values`` that are numbers, else the first ("" for none)."""
+    numbers = []
+    for v in values:
+        try:
+            numbers.append((Decimal(v), v))
+        except InvalidOperation:
+            continue
+    return max(numbers)[1] if numbers else (values[0] if values else "")
 
 
 def priority_class_view(pc: JSON) -> PriorityClassView:

@@ -1,31 +1,125 @@
-"""Training jobs' pod templates above their namespace's LimitRange ``max``, for check
-``quota-limitrange``: LimitRanger's ``PodValidateLimitFunc`` refuses a container whose memory
-request or limit is above a ``Container`` entry's ``max``, and a pod whose summed request or
-limit is above a ``Pod`` entry's ``max`` (plugin/pkg/admission/limitranger/admission.go). A
-job whose template is above one never starts those replicas: the operator's pod create is
-refused, over and over, and a distributed job waits for good on the replicas it has.
+"""Training jobs' pod templates that their namespace's LimitRanges refuse, for check
+``quota-limitrange``. Admission of a pod (plugin/pkg/admission/limitranger/admission.go):
 
-The jobs are those of :mod:`~nodeguard.doctor.training_workloads` (not finished, no Katib
-trial's job, and no Experiment: check ``katib-fit`` weighs a trial template over its
-parameters); only the job's templates are weighed, the pods it already has were admitted.
+1. ``PodMutateLimitFunc`` gives each container (init containers too) that names no memory
+   limit the first ``Container`` entry's ``default``, and one that names no request its
+   ``defaultRequest`` (the LimitRanges in turn, by name as the API server lists them; a
+   request the pod names no value for but whose limit it names was already set to that limit
+   when the pod was decoded, pkg/apis/core/v1/defaults.go ``SetDefaults_Pod``).
+2. ``PodValidateLimitFunc`` then refuses a container whose limit is above a ``Container``
+   ``max`` or who has no limit at all where there is one ("No limit is specified"), and a pod
+   whose limits, summed, are above a ``Pod`` ``max`` or who has none (``maxConstraint``; the
+   pod's sum is of the containers that have a limit, an init container counting as the
+   larger of itself and the app containers, as ``podLimits`` sums them).
+3. The API server's validation refuses a container whose request ends above its limit
+   (pkg/apis/core/validation ``ValidateResourceRequirements``): a ``default`` below a
+   request the template names.
+
+A job whose template is refused never starts those replicas: the operator's pod create fails,
+over and over, and a distributed job waits for good on the replicas it has. The jobs are those
+of :mod:`~nodeguard.doctor.training_workloads` (not finished, no Katib trial's job, and no
+Experiment: check ``katib-fit`` weighs a trial template over its parameters); only the
+templates are weighed: the pods a job already has were admitted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from nodeguard.doctor.findings import Fact, Finding, ObjectRef
 from nodeguard.doctor.inputs import Cluster, LimitRangeView
+from nodeguard.doctor.training_inputs import ContainerSize, TemplateView
 from nodeguard.doctor.training_workloads import job_ref
 
-__all__ = ["templates_above_max"]
+__all__ = ["Refusal", "refusal", "templates_above_max"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal:
+    """Why admission refuses a pod: the entry (``Container max``, ``Pod max``, or ``request
+    above limit``), the LimitRange, the pod's or container's amount (``None``: no limit) and
+    the bound (bytes)."""
+
+    what: str
+    limit_range: str
+    size: int | None
+    bound: int
+
+
+def _defaulted(c: ContainerSize, ranges: Sequence[LimitRangeView]) -> tuple[int | None, int | None]:
+    """The container's memory request and limit after LimitRanger's defaults."""
+    request, limit = c.request, c.limit
+    if request is None and limit is not None:
+        request = limit  # the decoder's default, before admission
+    for r in ranges:
+        for item in r.items:
+            if item.type != "Container":
+                continue
+            if limit is None and item.default is not None:
+                limit = item.default
+            if request is None and item.default_request is not None:
+                request = item.default_request
+    return request, limit
+
+
+def refusal(template: TemplateView, ranges: Sequence[LimitRangeView]) -> Refusal | None:
+    """Why admission refuses a pod of ``template`` in a namespace of ``ranges``; ``None``
+    when it admits it (as far as memory goes)."""
+    ordered = sorted(ranges, key=lambda r: r.name)
+    sizes = [(c, *_defaulted(c, ordered)) for c in template.containers]
+    for r in ordered:
+        for item in r.items:
+            if item.type != "Container" or item.max is None:
+                continue
+            for _, request, limit in sizes:
+                if limit is None or limit > item.max or (request or 0) > item.max:
+                    size = limit if limit is None or limit > item.max else request
+                    return Refusal(
+                        what="Container max", limit_range=r.name, size=size, bound=item.max
+                    )
+    for c, request, limit in sizes:
+        if request is not None and limit is not None and request > limit:
+            return Refusal(
+                what="request above limit",
+                limit_range=_defaulting(c, ordered),
+                size=request,
+                bound=limit,
+            )
+    app = [limit for c, _, limit in sizes if not c.init and limit is not None]
+    init = [limit for c, _, limit in sizes if c.init and limit is not None]
+    pod_limit = max([sum(app), *init]) if app or init else None
+    for r in ordered:
+        for item in r.items:
+            if (
+                item.type == "Pod"
+                and item.max is not None
+                and (pod_limit is None or pod_limit > item.max)
+            ):
+                return Refusal(what="Pod max", limit_range=r.name, size=pod_limit, bound=item.max)
+    return None
+
+
+def _defaulting(c: ContainerSize, ranges: Sequence[LimitRangeView]) -> str:
+    """The LimitRange whose ``default`` gave the container its limit (``""``: its own)."""
+    if c.limit is not None:
+        return ""
+    return next(
+        (
+            r.name
+            for r in ranges
+            for i in r.items
+            if i.type == "Container" and i.default is not None
+        ),
+        "",
+    )
 
 
 def templates_above_max(
     cluster: Cluster, *, namespace: str, ranges: Sequence[LimitRangeView], check: str
 ) -> Iterator[Finding]:
-    """One error finding per job of ``namespace`` and LimitRange entry type (``Container``,
-    ``Pod``) whose largest template is above the smallest ``max`` of that type."""
+    """One error finding per job of ``namespace`` whose templates admission refuses (the
+    first refusal of its first refused template named, with every refused role)."""
     jobs = [
         j
         for j in cluster.training.jobs
@@ -34,39 +128,38 @@ def templates_above_max(
         and j.owner_kind != "Trial"
         and j.trial_kind is None
     ]
-    for kind in ("Container", "Pod"):
-        caps = [(i.max, r) for r in ranges for i in r.items if i.type == kind and i.max is not None]
-        if not caps:
+    for job in jobs:
+        refused = [(t, why) for t in job.templates if (why := refusal(t, ranges)) is not None]
+        if not refused:
             continue
-        cap, lr = min(caps, key=lambda c: c[0])
-        for job in jobs:
-            sized = [
-                (t.largest_container_bytes if kind == "Container" else t.pod_bytes, t.role)
-                for t in job.templates
-            ]
-            if not sized:
-                continue
-            above = [r or "its" for s, r in sized if s > cap]
-            if not above:
-                continue
-            size, role = max(s for s, _ in sized), ", ".join(above)
-            ref = job_ref(job)
-            yield Finding(
-                check=check,
-                severity="error",
-                title=(
-                    f"{ref.kind} {namespace}/{job.name}: {role} pods above the "
-                    f"LimitRange's {kind} max: refused at admission"
-                ),
-                objects=(ref, ObjectRef(kind="LimitRange", namespace=namespace, name=lr.name)),
-                evidence=(
-                    Fact(label=f"largest {kind.lower()} request or limit", bytes=size),
-                    Fact(label="templates", text=role),
-                    Fact(label=f"{kind} max memory ({lr.name})", bytes=cap),
-                ),
-                fix=(
-                    f"# the memory of {role} at or below {cap // 2**20}Mi (in the "
-                    "manifest that creates the job), or raise the max:\n"
-                    f"kubectl -n {namespace} edit limitrange {lr.name}"
-                ),
-            )
+        roles = ", ".join(t.role or "its" for t, _ in refused)
+        why = refused[0][1]
+        ref = job_ref(job)
+        shown = "no limit" if why.size is None else f"{-(-why.size // 2**20)}Mi"
+        objects = [ref]
+        if why.limit_range:
+            objects.append(ObjectRef(kind="LimitRange", namespace=namespace, name=why.limit_range))
+        yield Finding(
+            check=check,
+            severity="error",
+            title=(
+                f"{ref.kind} {namespace}/{job.name}: {roles} pods refused at admission "
+                f"({why.what}{f' of LimitRange {why.limit_range}' if why.limit_range else ''})"
+            ),
+            objects=tuple(objects),
+            evidence=(
+                Fact(label="templates", text=roles),
+                Fact(label="after the LimitRange defaults", text=shown)
+                if why.size is None
+                else Fact(label="after the LimitRange defaults", bytes=why.size),
+                Fact(label=why.what, bytes=why.bound),
+            ),
+            fix=(
+                f"# give {roles} memory requests and limits within {why.bound // 2**20}Mi (in "
+                "the manifest that creates the job), or change the LimitRange:\n"
+                f"kubectl -n {namespace} edit limitrange {why.limit_range}"
+                if why.limit_range
+                else f"# set the memory request of {roles} at or below its limit (in the "
+                "manifest that creates the job)"
+            ),
+        )

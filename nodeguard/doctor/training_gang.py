@@ -56,9 +56,42 @@ CHECK = "training-gang"
 def _findings(cluster: Cluster) -> Iterator[Finding]:
     for workload in workloads(cluster):
         job = workload.job
-        if job is None or job.replicas < 2 or pod_group_mark(workload) is not None:
+        if job is None or job.replicas < 2:
             continue
-        yield _finding(workload, job)
+        mark = pod_group_mark(workload)
+        if mark is None:
+            yield _finding(workload, job)
+        elif mark.min_member is not None and mark.min_member < job.replicas:
+            yield _partial(workload, job, mark.min_member)
+
+
+def _subject(workload: Workload, job: TrainingJobView, verb: str) -> str:
+    """``PyTorchJob ml/bert starts``; an Experiment's ``trials (PyTorchJob) start``."""
+    ref = workload.ref
+    if job.trial_kind:
+        return f"Experiment {ref.namespace}/{ref.name}'s trials ({job.trial_kind}) {verb}"
+    return f"{ref.kind} {ref.namespace}/{ref.name} {verb}s"
+
+
+def _partial(workload: Workload, job: TrainingJobView, least: int) -> Finding:
+    """A Volcano Job whose ``minAvailable`` is below its pods: Volcano starts it once that
+    many can be placed, and the rest wait, holding nothing back for them (the job
+    controller's PodGroup has ``minMember`` = ``minAvailable``)."""
+    return Finding(
+        check=CHECK,
+        severity="warning",
+        title=f"{_subject(workload, job, 'gang')} only {least} of its {job.replicas} pods",
+        objects=(workload.ref,),
+        evidence=(
+            Fact(label="minAvailable", text=str(least)),
+            Fact(label="pods at once", text=str(job.replicas)),
+        ),
+        fix=(
+            f"# if every replica must run together (a distributed job), gang them all:\n"
+            f"kubectl -n {job.namespace} patch vcjob {job.name} --type=merge "
+            f'-p \'{{"spec":{{"minAvailable":{job.replicas}}}}}\''
+        ),
+    )
 
 
 def _finding(workload: Workload, job: TrainingJobView) -> Finding:
@@ -68,11 +101,6 @@ def _finding(workload: Workload, job: TrainingJobView) -> Finding:
         {t.scheduler_name for t in job.templates if t.scheduler_name}
         | {p.scheduler_name for p in workload.pods}
     ) or ["default-scheduler"]
-    what = (
-        f"Experiment {ref.namespace}/{ref.name}'s trials ({job.trial_kind})"
-        if job.trial_kind
-        else f"{ref.kind} {ref.namespace}/{ref.name}"
-    )
     evidence = [
         Fact(label="pods at once", text=f"{job.replicas} ({roles})"),
         Fact(label="schedulerName", text=", ".join(schedulers)),
@@ -82,13 +110,13 @@ def _finding(workload: Workload, job: TrainingJobView) -> Finding:
         evidence.append(
             Fact(
                 label="runPolicy.schedulingPolicy",
-                text="written, but read only by an operator run with --gang-scheduler-name",
+                text="set, but only an operator run with --gang-scheduler-name reads it",
             )
         )
     return Finding(
         check=CHECK,
         severity="warning",
-        title=f"{what} start {job.replicas} pods with no gang scheduling",
+        title=f"{_subject(workload, job, 'start')} {job.replicas} pods with no gang scheduling",
         objects=(ref,),
         evidence=tuple(evidence),
         fix=_fix(job),

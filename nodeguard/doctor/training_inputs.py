@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["PriorityClassView", "TemplateView", "TrainingInputs", "TrainingJobView"]
+__all__ = [
+    "ContainerSize",
+    "PriorityClassView",
+    "TemplateView",
+    "TrainingInputs",
+    "TrainingJobView",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,14 +33,23 @@ class PriorityClassView:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerSize:
+    """A template's container as written: ``init`` for an init container (a sidecar too),
+    its memory request and limit in bytes (``None``: not set)."""
+
+    init: bool
+    request: int | None
+    limit: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TemplateView:
     """One pod template of a job: its role (a replica type such as ``Worker``, a JobSet
     replicated job's or a Volcano task's name), the pods it runs at once (``replicas``, times
     the Job's ``parallelism`` for a JobSet), ``spec.priorityClassName`` and
     ``spec.schedulerName`` (``None``: not set), the template's labels and annotations, and
-    what LimitRanger weighs against a ``max`` (bytes): the largest memory request or limit of
-    one of its containers, and the pod's request or limit (``PodRequests`` / ``PodLimits``),
-    whichever is larger."""
+    each container's memory request and limit as written (LimitRanger defaults them before it
+    weighs them against a ``max``: :mod:`~nodeguard.doctor.template_limits`)."""
 
     role: str
     replicas: int
@@ -42,8 +57,7 @@ class TemplateView:
     scheduler_name: str | None
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
-    largest_container_bytes: int = 0
-    pod_bytes: int = 0
+    containers: tuple[ContainerSize, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

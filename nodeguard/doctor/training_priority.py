@@ -16,14 +16,18 @@ Findings, for each training workload of the namespaces in scope
 templates resolved against the PriorityClasses when it has none):
 
 - *error*: a template names a PriorityClass that does not exist: the Priority admission
-  plugin refuses every pod of it ("no PriorityClass with name ... was found").
+  plugin refuses every pod of it ("no PriorityClass with name ... was found"). Judged on the
+  templates even when the job has pods: those it has are the admitted ones (a Volcano Job's
+  ``spec.priorityClassName`` counts for a template that names none: Volcano's job
+  controller gives it to those pods). The fix creates every class named.
 - *warning*: no PriorityClass and no global default: priority 0.
 - *warning*: its priority is at or below a preprocessing pod's on its nodes (any pod not training,
   no DaemonSet's or static pod, below the system classes), or at or below the nodeguard
   agents' evict ``maxPriority``.
 
-Not a finding: training above every such pod and above the agents' evict; finished jobs; a
-Katib trial's job (its Experiment's template is judged).
+Not a finding: training above every such pod and above the agents' evict; finished jobs and
+Experiments; a Katib trial's job (its Experiment's template is judged); a template naming no
+class when the PriorityClasses could not be read (a global default may give it one).
 """
 
 from __future__ import annotations
@@ -56,12 +60,11 @@ SUGGESTED_FLOOR = 1000
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Priority:
-    """A workload's priority: the lowest of its pods' (or templates'), the class names that
-    give it (``""``: none), and the names no PriorityClass has."""
+    """A workload's priority: the lowest of its pods' (or templates'), and the class names
+    that give it (``""``: none)."""
 
     value: int
     classes: tuple[str, ...]
-    missing: tuple[str, ...] = ()
 
     @property
     def classless(self) -> bool:
@@ -73,20 +76,32 @@ def _default(classes: tuple[PriorityClassView, ...]) -> PriorityClassView | None
     return min(defaults, key=lambda c: c.value) if defaults else None
 
 
+def _missing_classes(cluster: Cluster, workload: Workload) -> tuple[str, ...]:
+    """The class names its templates give that no PriorityClass has (none when the classes
+    were not read). Judged on the templates even when it has pods: the pods of a template
+    naming a missing class are the ones the API server refused, so those it has are others."""
+    classes, job = cluster.training.priority_classes, workload.job
+    if classes is None or job is None:
+        return ()
+    names = {c.name for c in classes}
+    return tuple(sorted({t.priority_class for t in job.templates if t.priority_class} - names))
+
+
 def _priority(cluster: Cluster, workload: Workload) -> _Priority | None:
+    """Its priority: its pods' ``spec.priority`` (the admission plugin's), else its templates'
+    classes resolved; ``None`` when that cannot be known (classes not read)."""
     if workload.pods:
         return _Priority(
             value=min(p.meta.priority for p in workload.pods),
             classes=tuple(sorted({p.meta.priority_class for p in workload.pods})),
         )
     job, classes = workload.job, cluster.training.priority_classes
-    if job is None:
-        return None
-    by_name = {c.name: c for c in classes or ()}
-    default = _default(classes or ())
+    if job is None or classes is None:
+        return None  # a template without a class gets the global default, unknown here
+    by_name = {c.name: c for c in classes}
+    default = _default(classes)
     values: list[int] = []
     names: list[str] = []
-    missing: list[str] = []
     for t in job.templates:
         if t.priority_class is None:  # the admission plugin gives it the global default
             values.append(default.value if default else 0)
@@ -94,59 +109,69 @@ def _priority(cluster: Cluster, workload: Workload) -> _Priority | None:
         elif t.priority_class in by_name:
             values.append(by_name[t.priority_class].value)
             names.append(t.priority_class)
-        elif classes is not None:
-            missing.append(t.priority_class)
-        else:  # classes not read: the value is unknown
-            return None
-    if not values and not missing:
+    if not values:
         return None
-    return _Priority(
-        value=min(values) if values else 0,
-        classes=tuple(sorted(set(names))),
-        missing=tuple(sorted(set(missing))),
-    )
+    return _Priority(value=min(values), classes=tuple(sorted(set(names))))
 
 
 def _findings(cluster: Cluster) -> Iterator[Finding]:
     evict = evict_max_priority(cluster)
     competitors = Competitors(cluster)
     for workload in workloads(cluster):
+        near = competitors.near(workload)
+        missing = _missing_classes(cluster, workload)
+        if missing and workload.job is not None:
+            floor = max([SUGGESTED_FLOOR - 1, *(p.meta.priority for p in near[:1])])
+            yield _missing(
+                workload, workload.job, missing, floor=max(floor, evict[0] if evict else 0)
+            )
+            continue
         priority = _priority(cluster, workload)
         if priority is None:
             continue
-        if priority.missing and workload.job is not None:
-            yield _missing(workload, workload.job, priority)
-            continue
-        near = competitors.near(workload)
         above = [p for p in near if p.meta.priority >= priority.value]
         evicted = evict is not None and priority.value <= evict[0]
         if priority.classless or above or evicted:
             yield _low(cluster, workload, priority, above, evict if evicted else None)
 
 
-def _what(workload: Workload) -> str:
+def _what(workload: Workload, verb: str) -> str:
+    """The workload and ``verb`` agreeing with it: ``PyTorchJob ml/bert runs``, an
+    Experiment's ``trials run``."""
     ref = workload.ref
     if workload.job is not None and workload.job.trial_kind is not None:
-        return f"Experiment {ref.namespace}/{ref.name}'s trials"
-    return f"{ref.kind} {ref.namespace}/{ref.name}"
+        return f"Experiment {ref.namespace}/{ref.name}'s trials {verb}"
+    return f"{ref.kind} {ref.namespace}/{ref.name} {verb}s"
 
 
-def _missing(workload: Workload, job: TrainingJobView, priority: _Priority) -> Finding:
-    names = ", ".join(priority.missing)
+def _pods(n: int) -> str:
+    return f"{n} pod" if n == 1 else f"{n} pods"
+
+
+def _missing(
+    workload: Workload, job: TrainingJobView, missing: tuple[str, ...], *, floor: int
+) -> Finding:
+    names = ", ".join(missing)
+    one = len(missing) == 1
+    value = _suggested_value(floor)
+    manifests = "\n---\n".join(
+        _class_manifest(n, value, why=f"create {n}, as its templates name it") for n in missing
+    )
     return Finding(
         check=CHECK,
         severity="error",
-        title=f"{_what(workload)} name a PriorityClass that does not exist: {names}",
+        title=f"{_what(workload, 'name')} {'a PriorityClass' if one else 'PriorityClasses'} "
+        f"that {'does' if one else 'do'} not exist: {names}",
         objects=(
             workload.ref,
-            *(ObjectRef(kind="PriorityClass", namespace="", name=n) for n in priority.missing),
+            *(ObjectRef(kind="PriorityClass", namespace="", name=n) for n in missing),
         ),
         evidence=(
             Fact(label="priorityClassName", text=names),
-            Fact(label="replicas", text=str(job.replicas)),
-            Fact(label="admission", text="the Priority admission plugin refuses its pods"),
+            Fact(label="pods at once", text=str(job.replicas)),
+            Fact(label="admission", text="the Priority admission plugin refuses those pods"),
         ),
-        fix=_class_manifest(priority.missing[0], SUGGESTED_FLOOR, why="create the class it names"),
+        fix=manifests,
     )
 
 
@@ -158,9 +183,9 @@ def _low(
     evict: tuple[int, str] | None,
 ) -> Finding:
     if priority.classless:
-        title = f"{_what(workload)} run without a PriorityClass (priority {priority.value})"
+        title = f"{_what(workload, 'run')} without a PriorityClass (priority {priority.value})"
     else:
-        title = f"{_what(workload)} run at priority {priority.value}, no higher than " + (
+        title = f"{_what(workload, 'run')} at priority {priority.value}, no higher than " + (
             "non-training pods on its nodes" if above else "nodeguard's evict"
         )
     evidence = [
@@ -170,7 +195,7 @@ def _low(
         ),
         Fact(
             label="judged on",
-            text=f"{len(workload.pods)} pods" if workload.pods else "its templates",
+            text=_pods(len(workload.pods)) if workload.pods else "its templates",
         ),
     ]
     if above:
@@ -178,7 +203,7 @@ def _low(
         evidence.append(
             Fact(
                 label="non-training pods at or above it",
-                text=f"{len(above)} pods; highest {top.meta.namespace}/{top.meta.name} "
+                text=f"{_pods(len(above))}; highest {top.meta.namespace}/{top.meta.name} "
                 f"(priority {top.meta.priority})",
             )
         )
@@ -198,11 +223,25 @@ def _low(
     )
 
 
+def _suggested_value(floor: int) -> int:
+    """The next thousand above ``floor`` (1000 above the default runbook's 999), below the
+    system classes."""
+    return min(HIGHEST_USER_PRIORITY, (floor // 1000 + 1) * 1000)
+
+
+def _suggested_name(cluster: Cluster, value: int) -> str:
+    """``training``, or ``training-<value>`` where a class named ``training`` exists (its
+    value cannot be changed: the API server refuses an update of ``value``)."""
+    taken = {c.name for c in cluster.training.priority_classes or ()}
+    return SUGGESTED_CLASS if SUGGESTED_CLASS not in taken else f"{SUGGESTED_CLASS}-{value}"
+
+
 def _fix(
     cluster: Cluster, workload: Workload, above: list[PodView], evict: tuple[int, str] | None
 ) -> str:
     """A PriorityClass above every competitor (an existing one when one fits, else a new
-    ``training`` class) and where the job's templates name it."""
+    one) and where the job's templates name it. Each comment is one line: the table joins
+    consecutive comment lines into one paragraph."""
     floor = max(
         [SUGGESTED_FLOOR - 1, *(p.meta.priority for p in above), *((evict[0],) if evict else ())]
     )
@@ -222,25 +261,26 @@ def _fix(
     lines: list[str] = []
     if fit:
         name = fit[0].name
-        lines.append(f"# PriorityClass {name} (value {fit[0].value}) is above them")
+        where = f"PriorityClass {name} (value {fit[0].value}) is above every competitor; "
     else:
-        name = SUGGESTED_CLASS
-        # The next thousand above every competitor (1000 above the default runbook's 999).
-        value = min(HIGHEST_USER_PRIORITY, (floor // 1000 + 1) * 1000)
-        lines.append(_class_manifest(name, value, why="a class above them"))
-        lines.append("---")
+        value = _suggested_value(floor)
+        name = _suggested_name(cluster, value)
+        lines += [_class_manifest(name, value, why="a class above every competitor"), "---"]
+        where = ""
     job = workload.job
     if job is None:
         lines.append(
-            f"# set priorityClassName: {name} in the pod templates of {workload.ref} (or what "
-            "creates them); running pods keep the priority they were admitted with"
+            f"# {where}set priorityClassName: {name} in the pod templates of {workload.ref} (or "
+            "what creates them); running pods keep the priority they were admitted with"
         )
-    else:
-        lines.append(
-            f"# in {workload.ref.kind} {workload.ref.namespace}/{workload.ref.name}'s manifest; "
-            "running pods keep the priority they were admitted with"
-        )
-        lines.append(manifest(template_patch(job, pod_spec={"priorityClassName": name})))
+        return "\n".join(lines)
+    lists = job.layout in ("replicatedJobs", "tasks")
+    lines.append(
+        f"# {where}in {workload.ref.kind} {workload.ref.namespace}/{workload.ref.name}'s "
+        "manifest (running pods keep the priority they were admitted with)"
+        + (": edit it, as a merge patch would replace the whole list" if lists else ":")
+    )
+    lines.append(manifest(template_patch(job, pod_spec={"priorityClassName": name})))
     return "\n".join(lines)
 
 

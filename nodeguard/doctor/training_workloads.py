@@ -73,9 +73,11 @@ class Workload:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PodGroupMark:
-    """What makes a workload a gang: ``how`` in the evidence's words."""
+    """What makes a workload a gang: ``how`` in the evidence's words; ``min_member``: the
+    pods the gang waits for where it is known (a Volcano Job's ``minAvailable``)."""
 
     how: str
+    min_member: int | None = None
 
 
 def job_ref(job: TrainingJobView) -> ObjectRef:
@@ -147,13 +149,20 @@ def _pod_group(pod: PodView) -> tuple[str, str, str]:
     return pod.meta.namespace, kind, name
 
 
-def _marked(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+def _marked(
+    labels: Mapping[str, str], annotations: Mapping[str, str], *, scheduler: str | None
+) -> str | None:
     for key in PODGROUP_ANNOTATIONS:
         # Volcano's PodGroup controller gives a pod that names no group one of its own,
         # ``podgroup-<owner UID>`` of minMember 1 (pkg/controllers/podgroup/pg_controller.go):
-        # each pod is then scheduled alone, which is no gang.
-        if key in annotations and not annotations[key].startswith("podgroup-"):
-            return f"annotation {key}={annotations[key]}"
+        # each pod is then scheduled alone, which is no gang; and the default scheduler
+        # reads no PodGroup at all.
+        value = annotations.get(key)
+        if value is None or value.startswith("podgroup-"):
+            continue
+        if scheduler in (None, "default-scheduler"):
+            continue
+        return f"annotation {key}={value}"
     for key in PODGROUP_LABELS:
         if key in labels:
             return f"label {key}={labels[key]}"
@@ -162,27 +171,27 @@ def _marked(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | 
 
 def pod_group_mark(workload: Workload) -> PodGroupMark | None:
     """How the workload is scheduled as a gang, ``None`` when nothing says it is: a Volcano
-    Job (a PodGroup of ``minAvailable``, Volcano's job controller), a Kueue queue label on
-    the job (Kueue admits the quota of every pod set at once), or a PodGroup named on a pod
-    or a template (Volcano's ``scheduling.k8s.io/group-name`` annotation, which the
-    training-operator adds with ``--gang-scheduler-name=volcano``; the coscheduling plugin's
-    ``scheduling.x-k8s.io/pod-group`` label, added with ``scheduler-plugins``)."""
+    Job (a PodGroup of ``minAvailable``, Volcano's job controller: ``min_member``), a Kueue
+    queue label on the job (Kueue admits the quota of every pod set at once; on the pods
+    alone it is no gang: Kueue's pod integration admits each such pod on its own), or a
+    PodGroup named on a pod or a template: Volcano's ``scheduling.k8s.io/group-name``
+    annotation (the training-operator adds it with ``--gang-scheduler-name=volcano``), which
+    only a scheduler other than ``default-scheduler`` reads, or the coscheduling plugin's
+    ``scheduling.x-k8s.io/pod-group`` label (added with ``scheduler-plugins``; which scheduler
+    runs that plugin cannot be told from here)."""
     job = workload.job
     if job is not None:
         if job.api_version.startswith("batch.volcano.sh/"):
-            return PodGroupMark(
-                how=f"Volcano Job (minAvailable {job.min_available or job.replicas})"
-            )
+            least = job.min_available or job.replicas
+            return PodGroupMark(how=f"Volcano Job (minAvailable {least})", min_member=least)
         if KUEUE_QUEUE_LABEL in job.labels:
             return PodGroupMark(how=f"Kueue LocalQueue {job.labels[KUEUE_QUEUE_LABEL]}")
         for t in job.templates:
-            if how := _marked(t.labels, t.annotations):
+            if how := _marked(t.labels, t.annotations, scheduler=t.scheduler_name):
                 return PodGroupMark(how=f"template {t.role or '-'}: {how}")
     for p in workload.pods:
-        if how := _marked(p.meta.labels, p.meta.annotations):
+        if how := _marked(p.meta.labels, p.meta.annotations, scheduler=p.scheduler_name):
             return PodGroupMark(how=f"pod {p.meta.name}: {how}")
-        if KUEUE_QUEUE_LABEL in p.meta.labels:
-            return PodGroupMark(how=f"Kueue LocalQueue {p.meta.labels[KUEUE_QUEUE_LABEL]}")
     return None
 
 

@@ -141,18 +141,18 @@ def test_training_at_priority_zero_without_a_gang_and_the_fixes_applied(
         (
             "training-priority",
             "warning",
-            f"PyTorchJob {ns}/bert run without a PriorityClass (priority 0)",
+            f"PyTorchJob {ns}/bert runs without a PriorityClass (priority 0)",
         ),
-        ("training-gang", "warning", f"PyTorchJob {ns}/bert start 4 pods with no gang scheduling"),
+        ("training-gang", "warning", f"PyTorchJob {ns}/bert starts 4 pods with no gang scheduling"),
     }, err
     priority = found[
         "training-priority",
         "warning",
-        f"PyTorchJob {ns}/bert run without a PriorityClass (priority 0)",
+        f"PyTorchJob {ns}/bert runs without a PriorityClass (priority 0)",
     ]
     facts = {e["label"]: e.get("text") for e in priority["evidence"]}
     assert facts["judged on"] == "4 pods"
-    assert facts["non-training pods at or above it"] == f"1 pods; highest {etl}/pandas (priority 0)"
+    assert facts["non-training pods at or above it"] == f"1 pod; highest {etl}/pandas (priority 0)"
 
     # The fix as printed: its PriorityClass, if new, and the templates' priorityClassName.
     docs = [d for d in yaml.safe_load_all(priority["fix"]) if d]
@@ -214,7 +214,7 @@ def test_a_priority_class_that_does_not_exist_is_an_error_the_api_server_confirm
     assert (rc, finding["severity"], finding["title"]) == (
         1,
         "error",
-        f"TFJob {ns}/resnet name a PriorityClass that does not exist: trainng",
+        f"TFJob {ns}/resnet names a PriorityClass that does not exist: trainng",
     ), err
     # What the operator's pod would meet: the Priority admission plugin refuses it.
     body = {"metadata": {"name": "probe"}, **_template(priorityClassName="trainng")}
@@ -287,7 +287,7 @@ def test_well_formed_training_yields_no_finding_with_the_shipped_role(
     _create(cluster, ns, bare)
     admin = _report(control_plane.kubeconfig_path, *args)
     assert [f["title"] for f in admin[1]["findings"]] == [
-        f"JobSet {ns}/bare start 2 pods with no gang scheduling"
+        f"JobSet {ns}/bare starts 2 pods with no gang scheduling"
     ], admin[2]
     # The shipped read-only role reads the same: every job kind and the PriorityClasses.
     kubeconfig = doctor_account(
@@ -328,8 +328,8 @@ def test_a_template_above_the_limit_range_pod_max_is_what_limitranger_refuses(
         1,
         "quota-limitrange",
         "error",
-        f"PyTorchJob {ns}/big: Master, Worker pods above the LimitRange's Pod max: refused at "
-        "admission",
+        f"PyTorchJob {ns}/big: Master, Worker pods refused at admission (Pod max of LimitRange "
+        "caps)",
     ), err
     # The pod the operator would make from that template: LimitRanger refuses it.
     body = {
@@ -369,7 +369,7 @@ def test_without_the_training_rules_the_doctor_says_so_and_judges_the_pods_alone
     assert "training jobs were not read (list pytorchjobs.kubeflow.org" in err, err
     assert "PriorityClasses were not read" in err, err
     assert [(f["check"], f["title"]) for f in _training(report)] == [
-        ("training-priority", f"PyTorchJob {ns}/bert run without a PriorityClass (priority 0)")
+        ("training-priority", f"PyTorchJob {ns}/bert runs without a PriorityClass (priority 0)")
     ], err
     assert {e["label"]: e.get("text") for e in _training(report)[0]["evidence"]}["judged on"] == (
         "2 pods"

@@ -201,8 +201,8 @@ def test_try_act_on_the_test_control_plane_as_the_readme_says(
     assert _lines_within(doctor.stdout) == [], doctor.stdout
     for title in (
         "training-priority: Experiment try/sweep's trials run at priority 100, no higher",
-        "training-priority: PyTorchJob try/bert run without a PriorityClass (priority 0)",
-        "training-gang: PyTorchJob try/bert start 4 pods with no gang scheduling",
+        "training-priority: PyTorchJob try/bert runs without a PriorityClass (priority 0)",
+        "training-gang: PyTorchJob try/bert starts 4 pods with no gang scheduling",
     ):
         assert title in " ".join(doctor.stdout.split()), doctor.stdout
 

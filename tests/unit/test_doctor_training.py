@@ -75,11 +75,11 @@ def test_a_job_with_no_priority_class_beside_preprocessing_is_a_warning_with_a_c
     (f,) = found("training-priority", c)
     assert (f.severity, f.title) == (
         "warning",
-        "PyTorchJob ml/bert run without a PriorityClass (priority 0)",
+        "PyTorchJob ml/bert runs without a PriorityClass (priority 0)",
     )
     shown = {e.label: e.text for e in f.evidence}
     assert shown["judged on"] == "4 pods"
-    assert shown["non-training pods at or above it"] == "1 pods; highest etl/pandas (priority 0)"
+    assert shown["non-training pods at or above it"] == "1 pod; highest etl/pandas (priority 0)"
     pc, patch = fix_docs(f)
     assert (pc["kind"], pc["metadata"]["name"], pc["value"]) == ("PriorityClass", "training", 1000)
     specs = patch["spec"]["pytorchReplicaSpecs"]
@@ -118,14 +118,14 @@ def test_preprocessing_at_a_higher_priority_is_named_and_an_existing_class_above
     (f,) = found("training-priority", c)
     assert (
         f.title
-        == "PyTorchJob ml/bert run at priority 1000, no higher than non-training pods on its nodes"
+        == "PyTorchJob ml/bert runs at priority 1000, no higher than non-training pods on its nodes"
     )
     assert [str(o) for o in f.objects] == ["PyTorchJob ml/bert", "Pod etl/spark"]
     (patch,) = fix_docs(f)  # no new class: "high" (10000) is above 5000
     assert patch["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"] == {
         "priorityClassName": "high"
     }
-    assert f.fix.startswith("# PriorityClass high (value 10000) is above them")
+    assert f.fix.startswith("# PriorityClass high (value 10000) is above every competitor; in ")
 
 
 def test_preprocessing_on_another_node_or_a_daemonsets_pod_does_not_count() -> None:
@@ -148,7 +148,7 @@ def test_a_class_name_that_does_not_exist_is_an_error_and_unread_classes_judge_n
     (f,) = found("training-priority", c)
     assert (f.severity, f.title) == (
         "error",
-        "PyTorchJob ml/bert name a PriorityClass that does not exist: trainng",
+        "PyTorchJob ml/bert names a PriorityClass that does not exist: trainng",
     )
     assert [str(o) for o in f.objects] == ["PyTorchJob ml/bert", "PriorityClass trainng"]
     assert fix_docs(f)[0]["metadata"] == {"name": "trainng"}
@@ -163,7 +163,7 @@ def test_a_global_default_class_is_what_a_template_without_one_gets() -> None:
     (f,) = found("training-priority", c)
     assert (
         f.title
-        == "PyTorchJob ml/bert run at priority 500, no higher than non-training pods on its nodes"
+        == "PyTorchJob ml/bert runs at priority 500, no higher than non-training pods on its nodes"
     )
     assert {e.label: e.text for e in f.evidence}["judged on"] == "its templates"
 
@@ -183,7 +183,7 @@ def test_training_within_the_agents_evict_max_priority_is_a_warning() -> None:
         agent_rules=(rules,),
     )
     (f,) = found("training-priority", c)
-    assert f.title == "PyTorchJob ml/bert run at priority 900, no higher than nodeguard's evict"
+    assert f.title == "PyTorchJob ml/bert runs at priority 900, no higher than nodeguard's evict"
     shown = {e.label: e.text for e in f.evidence}
     assert shown["nodeguard evict maxPriority"] == "999 (ConfigMap nodeguard/nodeguard-rules)"
     pc, _ = fix_docs(f)
@@ -240,7 +240,7 @@ def test_training_pods_of_a_kind_not_read_are_judged_on_their_own_priority() -> 
     )
     c = cluster(nodes=(GPU,), pods=tuple(pods), training=finished)
     (f,) = found("training-priority", c)
-    assert f.title == "TrainJob ml/llm run without a PriorityClass (priority 0)"
+    assert f.title == "TrainJob ml/llm runs without a PriorityClass (priority 0)"
     assert found("training-gang", c) == []  # a queue label is on the job: pods cannot tell
 
 
@@ -252,7 +252,7 @@ def test_a_multi_replica_job_on_the_default_scheduler_is_a_warning() -> None:
     (f,) = found("training-gang", c)
     assert (f.severity, f.title) == (
         "warning",
-        "PyTorchJob ml/bert start 4 pods with no gang scheduling",
+        "PyTorchJob ml/bert starts 4 pods with no gang scheduling",
     )
     shown = {e.label: e.text for e in f.evidence}
     assert shown["pods at once"] == "4 (Master 1, Worker 3)"
@@ -313,7 +313,7 @@ def test_volcanos_one_pod_groups_and_an_unread_scheduling_policy_are_no_gang() -
     shown = {e.label: e.text for e in f.evidence}
     assert shown["schedulerName"] == "volcano"
     assert shown["runPolicy.schedulingPolicy"] == (
-        "written, but read only by an operator run with --gang-scheduler-name"
+        "set, but only an operator run with --gang-scheduler-name reads it"
     )
 
 
@@ -333,7 +333,7 @@ def test_a_jobset_counts_replicas_times_parallelism_and_gets_a_podgroup_fix() ->
         },
     }
     (f,) = found("training-gang", cluster(nodes=(GPU,), training=training(jobset)))
-    assert f.title == "JobSet ml/llm start 4 pods with no gang scheduling"
+    assert f.title == "JobSet ml/llm starts 4 pods with no gang scheduling"
     assert "minMember 4" in f.fix and "--gang-scheduler-name" not in f.fix
 
 
@@ -395,7 +395,7 @@ def test_an_experiments_live_trial_pods_give_its_priority() -> None:
     # Without the Experiment read, the same pods are one workload by their trial label.
     alone = cluster(nodes=(GPU,), pods=(*trial, prep), training=TrainingInputs())
     (f2,) = found("training-priority", alone)
-    assert f2.title.startswith("Trial ml/hpo-1 run at priority 100")
+    assert f2.title.startswith("Trial ml/hpo-1 runs at priority 100")
 
 
 # --- quota-limitrange: training templates above a LimitRange max --------------------------
@@ -433,21 +433,210 @@ def test_a_training_template_above_the_pod_max_is_refused_and_one_at_it_is_not()
     (f,) = found("quota-limitrange", c)
     assert (f.severity, f.title) == (
         "error",
-        "PyTorchJob ml/big: Master, Worker pods above the LimitRange's Pod max: refused at "
-        "admission",
+        "PyTorchJob ml/big: Master, Worker pods refused at admission (Pod max of LimitRange caps)",
     )
     assert {e.label: e.bytes for e in f.evidence if e.bytes} == {
-        "largest pod request or limit": 4 * 2**30 + 256 * 2**20,
-        "Pod max memory (caps)": 4 * 2**30,
+        "after the LimitRange defaults": 4 * 2**30 + 256 * 2**20,
+        "Pod max": 4 * 2**30,
     }
     assert [str(o) for o in f.objects] == ["PyTorchJob ml/big", "LimitRange ml/caps"]
-    # A container above the Container max (8Gi) is one more, of type Container.
+    # A container above the Container max (8Gi) is refused for that first.
     huge = pytorchjob("huge", template=_sized("12Gi"))
-    kinds = sorted(
-        f.title.split("LimitRange's ")[1]
-        for f in found(
-            "quota-limitrange",
-            Cluster(nodes=(), pods=(), quotas=(), limit_ranges=ranges, training=training(huge)),
-        )
+    (f,) = found(
+        "quota-limitrange",
+        Cluster(nodes=(), pods=(), quotas=(), limit_ranges=ranges, training=training(huge)),
     )
-    assert kinds == ["Container max: refused at admission", "Pod max: refused at admission"]
+    assert f.title.endswith("(Container max of LimitRange caps)")
+
+
+def _bare(*requests: str | None) -> dict[str, Any]:
+    """A template of containers with these requests (``None``: none) and no limits."""
+    tpl = pod_template(priority_class="training")
+    tpl["spec"]["containers"] = [container(f"c{i}", request=r) for i, r in enumerate(requests)]
+    return tpl
+
+
+def test_limit_range_defaults_are_applied_before_the_max_as_limitranger_does() -> None:
+    def refused(limits: list[dict[str, Any]], tpl: dict[str, Any]) -> list[str]:
+        ranges = (limit_range("lr", limits=limits),)
+        job = pytorchjob("j", workers=1, template=tpl)
+        c = Cluster(nodes=(), pods=(), quotas=(), limit_ranges=ranges, training=training(job))
+        return [f.title.split("(", 1)[1] for f in found("quota-limitrange", c)]
+
+    pod_max = {"type": "Pod", "max": {"memory": "4Gi"}}
+    # No limit and no default under a Pod max: "No limit is specified".
+    assert refused([pod_max], _bare("1Gi")) == ["Pod max of LimitRange lr)"]
+    # Three containers given the 2Gi default: 6Gi against a 4Gi Pod max.
+    default = {"type": "Container", "default": {"memory": "2Gi"}}
+    assert refused([default, pod_max], _bare(None, None, None)) == ["Pod max of LimitRange lr)"]
+    # The same under an 8Gi Pod max fits: the look-alike.
+    roomy = {"type": "Pod", "max": {"memory": "8Gi"}}
+    assert refused([default, roomy], _bare(None, None, None)) == []
+    # An 8Gi request given a 2Gi default limit: the API server refuses request > limit.
+    capped = {**default, "max": {"memory": "16Gi"}}
+    assert refused([capped], _bare("8Gi")) == ["request above limit of LimitRange lr)"]
+
+
+# --- what a new user's cluster showed (a fresh tester's findings) ---------------------------
+
+
+def test_a_missing_class_is_an_error_even_once_some_of_its_pods_run() -> None:
+    """Master names ``high``, Worker ``hihg``: the Master pod runs, every Worker pod is
+    refused; the pods that exist are the admitted ones, so the templates decide."""
+    job = pytorchjob("bert", template=pod_template(priority_class="high"))
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"] = pod_template(priority_class="hihg")
+    master = job_pods("bert", n=1, priority=50_000, priority_class="high")
+    classes = [priority_class("high", 50_000)]
+    c = cluster(nodes=(GPU,), pods=tuple(master), training=training(job, classes=classes))
+    (f,) = found("training-priority", c)
+    assert f.title == "PyTorchJob ml/bert names a PriorityClass that does not exist: hihg"
+    two = pytorchjob("mpi", template=pod_template(priority_class="missing-a"))
+    two["spec"]["pytorchReplicaSpecs"]["Worker"]["template"] = pod_template(priority_class="b")
+    (f,) = found(
+        "training-priority", cluster(nodes=(GPU,), training=training(two, classes=classes))
+    )
+    assert f.title.endswith("names PriorityClasses that do not exist: b, missing-a")
+    assert [d["metadata"]["name"] for d in fix_docs(f)] == ["b", "missing-a"]  # every one
+
+
+def test_a_volcano_jobs_own_priority_class_is_its_pods() -> None:
+    """Volcano's createJobPod gives a task's pods the Job's spec.priorityClassName."""
+
+    def volcano(cls: str, *, min_available: int = 4) -> dict[str, Any]:
+        return {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": "vj", "namespace": "ml"},
+            "spec": {
+                "minAvailable": min_available,
+                "priorityClassName": cls,
+                "tasks": [{"name": "w", "replicas": 4, "template": pod_template()}],
+            },
+        }
+
+    classes = [priority_class("high", 50_000)]
+    ok = cluster(nodes=(GPU,), pods=(PREP,), training=training(volcano("high"), classes=classes))
+    assert found("training-priority", ok) == [] and found("training-gang", ok) == []
+    bad = cluster(nodes=(GPU,), training=training(volcano("nosuch"), classes=classes))
+    (f,) = found("training-priority", bad)
+    assert f.title == "Job.batch.volcano.sh ml/vj names a PriorityClass that does not exist: nosuch"
+    # minAvailable 1 of 4 pods is a gang of one.
+    (g,) = found(
+        "training-gang", cluster(nodes=(GPU,), training=training(volcano("high", min_available=1)))
+    )
+    assert g.title == "Job.batch.volcano.sh ml/vj gangs only 1 of its 4 pods"
+
+
+def test_the_suggested_class_never_reuses_a_name_taken() -> None:
+    """A PriorityClass's value cannot change: a fix that re-creates ``training`` at another
+    value would be refused, so it is named for its value."""
+    classes = [priority_class("training", 500)]
+    pods = job_pods("bert", priority=500, priority_class="training")
+    prep = pod("spark", node="gpu-1", namespace="etl", priority=500)
+    c = cluster(
+        nodes=(GPU,), pods=(*pods, prep), training=training(pytorchjob("bert"), classes=classes)
+    )
+    (f,) = found("training-priority", c)
+    pc, _ = fix_docs(f)
+    assert (pc["metadata"]["name"], pc["value"]) == ("training-1000", 1000)
+
+
+def test_look_alikes_of_a_gang_are_not_one() -> None:
+    # Kueue's label on the pods only: its pod integration admits each pod on its own.
+    queued_pods = [
+        pod(
+            f"a-{i}",
+            node="gpu-1",
+            owner=("PyTorchJob", "a"),
+            labels={"kueue.x-k8s.io/queue-name": "q", "training.kubeflow.org/job-name": "a"},
+        )
+        for i in range(4)
+    ]
+    c = cluster(nodes=(GPU,), pods=tuple(queued_pods), training=training(pytorchjob("a")))
+    assert [f.title for f in found("training-gang", c)] == [
+        "PyTorchJob ml/a starts 4 pods with no gang scheduling"
+    ]
+    # A group-name annotation on pods the default scheduler places: no scheduler reads it.
+    annotated = [
+        pod(
+            f"b-{i}",
+            node="gpu-1",
+            owner=("PyTorchJob", "b"),
+            annotations={"scheduling.k8s.io/group-name": "b"},
+        )
+        for i in range(4)
+    ]
+    c = cluster(nodes=(GPU,), pods=tuple(annotated), training=training(pytorchjob("b")))
+    assert len(found("training-gang", c)) == 1
+
+
+def test_katib_replicas_set_by_a_parameter_count_at_their_largest() -> None:
+    trial = pytorchjob("t", workers=1)
+    trial["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "${trialParameters.workers}"
+    exp = experiment(trial)
+    exp["spec"]["parameters"] = [
+        {"name": "n", "parameterType": "categorical", "feasibleSpace": {"list": ["4", "8"]}}
+    ]
+    exp["spec"]["trialTemplate"]["trialParameters"] = [{"name": "workers", "reference": "n"}]
+    job = experiment_job(experiment_view(exp))
+    assert job is not None and job.replicas == 9  # one Master and 8 Workers
+    finished = {**exp, "status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+    done = experiment_job(experiment_view(finished))
+    assert done is not None and done.finished
+    c = cluster(nodes=(GPU,), training=TrainingInputs(jobs=(done,), priority_classes=()))
+    assert found("training-gang", c) == [] and found("training-priority", c) == []
+
+
+def test_unread_priority_classes_judge_no_template_without_one() -> None:
+    """Without the PriorityClasses a template naming none may still get a global default."""
+    c = cluster(nodes=(GPU,), pods=(PREP,), training=training(pytorchjob("bert")))
+    assert found("training-priority", c) == []
+
+
+def test_malformed_jobs_are_read_as_far_as_they_are_well_formed() -> None:
+    """A CRD with a loose schema lets a list or a string through where an object goes."""
+    jobs = [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "TFJob",
+            "metadata": {"name": "a", "namespace": "ml"},
+            "spec": {"tfReplicaSpecs": [1, 2]},
+        },
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "b", "namespace": "ml"},
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "w",
+                        "replicas": 2,
+                        "template": {"spec": {"template": pod_template()}},
+                    },
+                    "string-entry",
+                ]
+            },
+        },
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": "c", "namespace": "ml"},
+            "spec": {"tasks": {"a": 1}},
+        },
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "d", "namespace": "ml"},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Worker": {"replicas": 2, "template": {"spec": {"containers": "x"}}}
+                }
+            },
+        },
+    ]
+    c = cluster(nodes=(GPU,), training=training(*jobs, classes=[]))
+    gang = sorted(f.title for f in found("training-gang", c))
+    assert gang == [
+        "JobSet ml/b starts 2 pods with no gang scheduling",
+        "PyTorchJob ml/d starts 2 pods with no gang scheduling",
+    ]
