@@ -27,9 +27,11 @@ pod's request is nodeguard's ``PodRequests`` (:func:`nodeguard.kube.resources.po
 - **limit below request** (error): a container whose memory limit is below its request for some
   parameter value: the API server refuses the pod (pkg/apis/core/validation
   ``ValidateResourceRequirements``, "must be less than or equal to memory limit").
-- **LimitRange max** (error): a trial container's request or limit above the namespace's
-  ``Container`` ``max``, or a trial pod's above its ``Pod`` ``max``: LimitRanger refuses the
-  pod (the per-pod maximum below what the training template asks for).
+- **LimitRange max** (error): a trial pod that LimitRanger refuses once it has given the
+  containers the namespace's defaults (a container above a ``Container`` ``max`` or with no
+  limit under one, the pod's limits above a ``Pod`` ``max`` or none under one:
+  :func:`nodeguard.doctor.template_limits.refusal`): the per-pod maximum below what the
+  training template asks for.
 - **no limit** (warning): trial containers with no memory limit: a trial that grows takes the
   node's memory from its neighbours.
 
@@ -52,6 +54,8 @@ from nodeguard.doctor.findings import Fact, Finding, ObjectRef
 from nodeguard.doctor.inputs import Cluster, NodeView
 from nodeguard.doctor.katib_inputs import ExperimentView, ParameterView
 from nodeguard.doctor.registry import Check, register
+from nodeguard.doctor.template_limits import Refusal, refusal
+from nodeguard.doctor.training_inputs import ContainerSize, TemplateView
 from nodeguard.kube.resources import memory_bytes, pod_memory
 
 __all__ = ["GRID", "TrialPod", "parameter_values", "substitute", "trial_pods"]
@@ -105,6 +109,8 @@ class TrialPod:
     gpus: int
     #: The largest memory request or limit of one of its containers.
     largest_container: int = 0
+    #: Each container's memory request and limit as written, for LimitRanger's defaults.
+    containers: tuple[ContainerSize, ...] = ()
 
 
 def _count(value: Any) -> int:
@@ -139,10 +145,13 @@ def trial_pods(trial: JSON) -> list[TrialPod]:
         memory = pod_memory({"spec": spec})
         unlimited, below = [], []
         gpus, largest = 0, 0
-        for c in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        sizes = []
+        inits = spec.get("initContainers") or []
+        for i, c in enumerate([*inits, *spec["containers"]]):
             resources = c.get("resources") or {}
             request = memory_bytes(resources.get("requests"))
             limit = memory_bytes(resources.get("limits"))
+            sizes.append(ContainerSize(init=i < len(inits), request=request, limit=limit))
             if limit is None:
                 unlimited.append(c.get("name", ""))
             elif request is not None and limit < request:
@@ -160,6 +169,7 @@ def trial_pods(trial: JSON) -> list[TrialPod]:
                 node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
                 gpus=gpus,
                 largest_container=largest,
+                containers=tuple(sizes),
             )
         )
     return pods
@@ -394,43 +404,55 @@ def _limit_fix(exp: ExperimentView) -> str:
 def _limit_range_max(
     cluster: Cluster, exp: ExperimentView, trials: list[_Trial]
 ) -> Iterator[Finding]:
-    """Trial pods above the namespace's LimitRange ``max``: LimitRanger's
-    ``PodValidateLimitFunc`` refuses a container whose request or limit is above a
-    ``Container`` ``max``, and a pod whose summed request or limit is above a ``Pod``
-    ``max`` (plugin/pkg/admission/limitranger/admission.go), so those trials never start."""
+    """Trial pods the namespace's LimitRanges refuse, as LimitRanger weighs them after its
+    defaults (:func:`nodeguard.doctor.template_limits.refusal`: a container above a
+    ``Container`` ``max`` or with no limit under one, a pod's limits above a ``Pod`` ``max``
+    or none under one), so those trials never start; the largest refused is named. A request
+    above a container's own limit is :func:`_limits`' finding."""
     ranges = [r for r in cluster.limit_ranges if r.namespace == exp.namespace]
-    for kind in ("Container", "Pod"):
-        caps = [(i.max, r) for r in ranges for i in r.items if i.type == kind and i.max is not None]
-        if not caps:
-            continue
-        cap, lr = min(caps, key=lambda c: c[0])
-        sized = [
-            (p.largest_container if kind == "Container" else max(p.request, p.limit or 0), t)
-            for t in trials
-            for p in t.pods
-        ]
-        size, trial = max(sized, key=lambda x: x[0])
-        if size <= cap:
-            continue
-        yield Finding(
-            check=CHECK,
-            severity="error",
-            title=(
-                f"Katib experiment {exp.namespace}/{exp.name}: trial pods above the "
-                f"LimitRange's {kind} max: refused at admission"
-            ),
-            objects=(_ref(exp), ObjectRef(kind="LimitRange", namespace=lr.namespace, name=lr.name)),
-            evidence=(
-                Fact(label=f"largest {kind.lower()} request or limit", bytes=size),
-                Fact(label="at", text=trial.shown()),
-                Fact(label=f"{kind} max memory ({lr.name})", bytes=cap),
-            ),
-            fix=(
-                f"# drop the parameter values above {_mib(cap)} from the feasible space, or "
-                "raise the max:\n"
-                f"kubectl -n {exp.namespace} edit limitrange {lr.name}"
-            ),
-        )
+    refused: list[tuple[Refusal, _Trial]] = []
+    for t in trials:
+        for p in t.pods:
+            shape = TemplateView(
+                role="",
+                replicas=p.count,
+                priority_class=None,
+                scheduler_name=None,
+                containers=p.containers,
+            )
+            why = refusal(shape, ranges)
+            if why is not None and why.limit_range:
+                refused.append((why, t))
+    if not refused:
+        return
+    why, trial = max(refused, key=lambda x: -1 if x[0].size is None else x[0].size)
+    size = (
+        Fact(label="after the LimitRange defaults", text="no limit")
+        if why.size is None
+        else Fact(label="after the LimitRange defaults", bytes=why.size)
+    )
+    yield Finding(
+        check=CHECK,
+        severity="error",
+        title=(
+            f"Katib experiment {exp.namespace}/{exp.name}: trial pods refused at admission "
+            f"({why.what} of LimitRange {why.limit_range})"
+        ),
+        objects=(
+            _ref(exp),
+            ObjectRef(kind="LimitRange", namespace=exp.namespace, name=why.limit_range),
+        ),
+        evidence=(
+            size,
+            Fact(label="at", text=trial.shown()),
+            Fact(label=f"{why.what} memory ({why.limit_range})", bytes=why.bound),
+        ),
+        fix=(
+            f"# drop the parameter values above {_mib(why.bound)} from the feasible space, give "
+            "the trial's containers limits within it, or raise the max:\n"
+            f"kubectl -n {exp.namespace} edit limitrange {why.limit_range}"
+        ),
+    )
 
 
 def _findings(cluster: Cluster) -> Iterator[Finding]:

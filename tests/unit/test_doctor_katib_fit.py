@@ -222,9 +222,24 @@ def test_trial_pods_above_the_limit_range_max_are_refused() -> None:
     )
     facts = {x.label: x.bytes if x.bytes is not None else x.text for x in f.evidence}
     assert facts == {
-        "largest container request or limit": 32 * GiB,
+        "after the LimitRange defaults": 32 * GiB,
         "at": "mem=32Gi",
         "Container max memory (ceiling)": 16 * GiB,
     }
     pod_cap = limit_range("pods", limits=[{"type": "Pod", "max": {"memory": "32Gi"}}])
     assert found(cluster(limit_ranges=(pod_cap,)), experiment(memory=["32Gi"], parallel=1)) == []
+
+
+def test_limit_range_defaults_count_before_the_max() -> None:
+    """A trial container with no limit under a Pod max: LimitRanger refuses it ("No limit
+    is specified"); with a Container default of 8Gi it is admitted under a 16Gi Pod max."""
+    pod_cap = limit_range("pods", limits=[{"type": "Pod", "max": {"memory": "16Gi"}}])
+    exp = experiment(memory=["4Gi"], parallel=1, limit=None)
+    (f,) = [x for x in found(cluster(limit_ranges=(pod_cap,)), exp) if x.severity == "error"]
+    assert f.title.endswith("trial pods refused at admission (Pod max of LimitRange pods)")
+    assert {x.label: x.text for x in f.evidence}["after the LimitRange defaults"] == "no limit"
+    default = limit_range("a-default", limits=[{"type": "Container", "default": {"memory": "8Gi"}}])
+    errors = [
+        x for x in found(cluster(limit_ranges=(default, pod_cap)), exp) if x.severity == "error"
+    ]
+    assert errors == []
