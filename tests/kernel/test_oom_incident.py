@@ -3,7 +3,8 @@ kernel OOM-kills it. With no rule about OOM kills, the agent records the kill as
 the victim as the kernel log and the sample before name it, the node's evidence then, the
 timeline of the container's growth, and the dry-run firing that came before it, linked both
 ways. The agent is then SIGKILLed and started again on the same state: the kill is recorded
-once, and the human view of it fits 80 columns."""
+once; one whose record was never written (killed between the two) is recorded at the restart;
+the human view of it fits 80 columns."""
 
 from __future__ import annotations
 
@@ -141,16 +142,27 @@ def test_a_kernel_oom_kill_is_an_incident_with_its_timeline(
             )
         assert len(_kills(state, cg.container_id)) == 1
 
-    shown = subprocess.run(
-        [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={state}", kill["id"]],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "COLUMNS": "80"},
-    ).stdout
-    lines = shown.splitlines()
-    assert lines[0].startswith("oom-kill the kernel OOM-killed python (pid "), shown
-    assert "  from    the kernel log (CONSTRAINT_MEMCG)" in lines
-    assert any(ln.startswith("  before  half-way fired ") for ln in lines), shown
-    assert any(ln.startswith("Before it (") for ln in lines), shown
-    assert max(len(ln) for ln in lines) <= 80, shown
+        shown = subprocess.run(
+            [sys.executable, "-m", "nodeguard", "incidents", f"--path.state={state}", kill["id"]],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "COLUMNS": "80"},
+        ).stdout
+        lines = shown.splitlines()
+        assert lines[0].startswith("oom-kill the kernel OOM-killed python (pid "), shown
+        assert "  from    the kernel log (CONSTRAINT_MEMCG)" in lines
+        assert any(ln.startswith("  before  half-way fired ") for ln in lines), shown
+        assert any(ln.startswith("Before it (") for ln in lines), shown
+        assert max(len(ln) for ln in lines) <= 80, shown
+
+        # Killed after the kernel-log position was saved but before the record was written
+        # (the record's file gone stands for that): the restart records it from the saved
+        # recent kills, with no evidence of a sample before it in this run, and no timeline.
+        (state / "incidents" / f"{kill['id']}.json").unlink()
+        with running_agent(args=args, log_path=tmp_path / "agent3.log"):
+            (again_kill,) = wait_until(
+                "the kill recorded again", lambda: _kills(state, cg.container_id), timeout=30
+            )
+        assert again_kill["id"] == kill["id"] and again_kill["victim"]["pid"] == victim["pid"]
+        assert (again_kill["evidence_time"], again_kill["timeline"]) == (None, [])
