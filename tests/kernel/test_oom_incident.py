@@ -12,19 +12,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.support.agent import get, kill_9, running_agent, wait_until
 from tests.support.kernel_cgroup import (
     PrivateKubepods,
     hog_in,
     kubelet_cgroup,
-    private_kubepods,
-    writable_memory_controller,
 )
 
 MiB = 1 << 20
@@ -44,15 +39,6 @@ spec:
       actions:
         - action: record
 """
-
-
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[PrivateKubepods]:
-    """A kubepods of this test's own: the code under test reads these cgroups alone."""
-    if writable_memory_controller() is None:
-        pytest.skip("needs root and a writable cgroup memory controller (CI has both)")
-    with private_kubepods(tmp_path) as made:
-        yield made
 
 
 def _records(state: Path) -> list[dict[str, Any]]:

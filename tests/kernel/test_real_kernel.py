@@ -7,11 +7,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from nodeguard.paths import HostPaths
 from nodeguard.rules.signals import SIGNALS, History, targets
@@ -23,8 +20,6 @@ from tests.support.kernel_cgroup import (
     PrivateKubepods,
     hog_in,
     kubelet_cgroup,
-    private_kubepods,
-    writable_memory_controller,
 )
 from tests.support.pod_list import PodList, status
 
@@ -43,15 +38,6 @@ def _container(snapshot: dict[str, Any], cid: str) -> dict[str, Any] | None:
 
 def _kernel_log_kills(snapshot: dict[str, Any], cid: str) -> int:
     return sum(1 for k in (snapshot["oom"] or {}).get("recent", []) if k["container_id"] == cid)
-
-
-@pytest.fixture
-def pods(tmp_path: Path) -> Iterator[PrivateKubepods]:
-    """A kubepods of this test's own: the code under test reads these cgroups alone."""
-    if writable_memory_controller() is None:
-        pytest.skip("needs root and a writable cgroup memory controller (CI has both)")
-    with private_kubepods(tmp_path) as made:
-        yield made
 
 
 def test_oom_kill_in_kubelet_cgroup(pods: PrivateKubepods, tmp_path: Path) -> None:
