@@ -8,17 +8,17 @@ audit trail of issue 22 point 6, shows two firings where there was one."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from tests.support.agent import get, running_agent, wait_until
+from tests.support.agent import running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster
 from tests.support.remediation import (
     SLAB_HIGH,
     SLAB_LOW,
     host_args,
+    incidents,
     pod_list_request,
     slab_rules,
     starved_host,
@@ -42,9 +42,7 @@ def test_a_firing_that_waits_for_its_pods_is_audited_once(
             "the wait for pods", lambda: "waits up to" in log.read_text(), timeout=30, step=0.05
         )
         listing.release()
-        (incident,) = wait_until(
-            "the runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30, step=0.05
-        )
+        (incident,) = wait_until("the runbook", lambda: incidents(base), timeout=30, step=0.05)
     acting = [line for line in log.read_text().splitlines() if "acting on slab-high" in line]
     assert len(acting) == 1, acting
     assert incident

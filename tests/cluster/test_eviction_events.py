@@ -28,6 +28,7 @@ from tests.support.kube_helpers import Cluster
 from tests.support.remediation import (
     agent_args,
     evicted_pods,
+    incidents,
     low_priority_pods,
     metric_value,
     slab_rules,
@@ -40,7 +41,7 @@ STATE = "remediation-state.json"
 def _resumed_result(cluster: Cluster, ns: str, victim: str, base: str) -> dict[str, Any]:
     (incident,) = wait_until(
         "the resumed runbook",
-        lambda: json.loads(get(f"{base}/incidents")[1]),
+        lambda: incidents(base),
         timeout=30,
         step=0.05,
     )

@@ -39,6 +39,7 @@ from tests.support.hostile import (
 from tests.support.hosts import host_flags
 from tests.support.kernel_cgroup import writable_memory_controller
 from tests.support.kube_helpers import Cluster
+from tests.support.remediation import incidents
 from tests.support.rule_texts import GOOD_RULE, HOSTILE_RULES
 
 pytestmark = pytest.mark.kernel
@@ -95,7 +96,7 @@ def test_bad_rule_files_keep_the_last_good_rules(tmp_path: Path) -> None:
         f"--rules={rules}",
     ]
     with limited_agent(args=args, log_path=tmp_path / "agent.log") as (base, _), Watch(base) as w:
-        wait_until("the rule to act", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30)
+        wait_until("the rule to act", lambda: incidents(base), timeout=30)
         errors = 0.0
         bad = [n for n in HOSTILE_RULES if n not in ("sequence-key", "mapping-key")][:12]
         bad += ["sequence-key", "mapping-key"]
@@ -133,7 +134,7 @@ def test_bad_rule_files_keep_the_last_good_rules(tmp_path: Path) -> None:
         os.kill(base.pid, signal.SIGHUP)
         wait_until(
             "the new rule to act",
-            lambda: any(i["rule"] == "again" for i in json.loads(get(f"{base}/incidents")[1])),
+            lambda: any(i["rule"] == "again" for i in incidents(base)),
             timeout=30,
         )
     w.check(limit=LIMIT)
@@ -280,7 +281,7 @@ def test_hostile_webhook_deliveries(tmp_path: Path) -> None:
         # A good delivery still acts: queued, and an incident recorded.
         good = payload(alert("NodeguardSlabUnreclaimableHigh", fingerprint="good"))
         assert _post(base, json.dumps(good).encode()) == 200
-        wait_until("the incident", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30)
+        wait_until("the incident", lambda: incidents(base), timeout=30)
         metrics = get(f"{base}/metrics")[1]
         assert 'nodeguard_webhook_requests_total{code="401"} 1.0' in metrics
         assert 'nodeguard_webhook_requests_total{code="413"}' in metrics

@@ -34,7 +34,7 @@ from tests.support.kube_helpers import (
     labels_of,
     name_of,
 )
-from tests.support.remediation import agent_args, slab_rules
+from tests.support.remediation import agent_args, incidents, slab_rules
 
 
 def _legacy_pause(cluster: Cluster, ns: str, name: str, *, original: str, by: str) -> None:
@@ -477,7 +477,7 @@ def test_an_agent_killed_mid_pause_is_resumed_once_and_deletes_no_trial(
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         (incident,) = wait_until(
             "the resumed runbook",
-            lambda: json.loads(get(f"{base}/incidents")[1]),
+            lambda: incidents(base),
             timeout=60,
             step=0.05,
         )

@@ -41,6 +41,7 @@ from tests.support.kernel_cgroup import (
     writable_memory_controller,
 )
 from tests.support.kube_helpers import Cluster
+from tests.support.remediation import incidents
 
 MiB = 1 << 20
 LIMIT = 64 * MiB
@@ -141,7 +142,7 @@ def _gone(cluster: Cluster, ns: str, name: str) -> bool:
 
 
 def _incidents(base: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = json.loads(get(f"{base}/incidents")[1])
+    found: list[dict[str, Any]] = incidents(base)
     return found
 
 

@@ -31,6 +31,7 @@ from tests.support.promstack import (
     servicemonitor_job,
     with_file_sd,
 )
+from tests.support.remediation import incidents
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERT_RULES = ROOT / "rules" / "prometheus" / "nodeguard-alerts.yml"
@@ -137,16 +138,12 @@ def test_alert_to_action_and_back(
             ) as prom,
         ):
 
-            def incidents() -> list[dict[str, Any]]:
-                return [
-                    i
-                    for i in json.loads(get(f"{agent}/incidents")[1])
-                    if i["rule"] == "am-node-memory-low"
-                ]
+            def mapped() -> list[dict[str, Any]]:
+                return [i for i in incidents(agent) if i["rule"] == "am-node-memory-low"]
 
             fired = wait_until(
                 "the alert's firing to reach nodeguard",
-                lambda: [i for i in incidents() if i["kind"] == "firing"],
+                lambda: [i for i in mapped() if i["kind"] == "firing"],
                 timeout=60,
                 step=0.2,
             )
@@ -178,7 +175,7 @@ def test_alert_to_action_and_back(
             _set_meminfo(host, "MemAvailable", 20)
             resolved = wait_until(
                 "the resolved notification",
-                lambda: [i for i in incidents() if i["kind"] == "resolved"],
+                lambda: [i for i in mapped() if i["kind"] == "resolved"],
                 timeout=60,
                 step=0.2,
             )
@@ -210,23 +207,13 @@ def test_alert_to_action_and_back(
         assert outcomes == ["queued", "duplicate"]
         by_hand = wait_until(
             "the hand-made delivery's incident",
-            lambda: [
-                i
-                for i in json.loads(get(f"{agent}/incidents")[1])
-                if i["rule"] == "am-slab-unreclaimable-high"
-            ],
+            lambda: [i for i in incidents(agent) if i["rule"] == "am-slab-unreclaimable-high"],
             timeout=60,
             step=0.2,
         )
         time.sleep(1.0)
         assert (
-            len(
-                [
-                    i
-                    for i in json.loads(get(f"{agent}/incidents")[1])
-                    if i["rule"] == "am-slab-unreclaimable-high"
-                ]
-            )
+            len([i for i in incidents(agent) if i["rule"] == "am-slab-unreclaimable-high"])
             == len(by_hand)
             == 1
         )

@@ -21,6 +21,7 @@ from tests.support.kernel_cgroup import (
     writable_memory_controller,
 )
 from tests.support.kube_helpers import Cluster
+from tests.support.remediation import incidents
 
 MiB = 1 << 20
 LIMIT = 64 * MiB
@@ -101,11 +102,9 @@ def _run(
 
             def acted() -> bool:
                 """The eviction (or in dry run its record) seen, or the hog gone first."""
-                incidents = json.loads(get(f"{base}/incidents")[1])
+                found = incidents(base)
                 live = cluster.pod_json(ns, "pandas-prep")
-                if incidents and (
-                    dry_run or live is None or live["metadata"].get("deletionTimestamp")
-                ):
+                if found and (dry_run or live is None or live["metadata"].get("deletionTimestamp")):
                     out["hog_alive_at_eviction"] = hog.poll() is None
                     return True
                 out["hog_alive_at_eviction"] = False
@@ -113,11 +112,7 @@ def _run(
 
             wait_until("the eviction or the OOM kill", acted, timeout=60, step=0.05)
             hog.wait(timeout=30)  # no kubelet kills it: the kernel's OOM killer will
-        (summary,) = [
-            i
-            for i in json.loads(get(f"{base}/incidents")[1])
-            if i["rule"] == "container-near-limit"
-        ]
+        (summary,) = [i for i in incidents(base) if i["rule"] == "container-near-limit"]
         out["incident"] = json.loads(get(f"{base}/incidents/{summary['id']}")[1])
         out["pod"] = cluster.pod_json(ns, "pandas-prep")
         out["uid"], out["cid"] = uid, cid

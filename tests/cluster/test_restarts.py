@@ -35,6 +35,7 @@ from tests.support.remediation import (
     alert_delivery,
     evicted_pods,
     host_args,
+    incidents,
     katib_gang,
     low_priority_pods,
     metric_value,
@@ -63,7 +64,7 @@ def test_cooldown_cap_and_eviction_limit_survive_kill_9(
         )
         wait_until(
             "the runbook to finish",
-            lambda: json.loads(get(f"{base}/incidents")[1]),
+            lambda: incidents(base),
             timeout=30,
             step=0.05,
         )
@@ -79,7 +80,7 @@ def test_cooldown_cap_and_eviction_limit_survive_kill_9(
             step=0.05,
         )
         assert len(evicted_pods(cluster, ns, names)) == 1
-        assert json.loads(get(f"{base}/incidents")[1])  # the incident of the first run is kept
+        assert incidents(base)  # the incident of the first run is kept
 
 
 def test_killed_right_after_the_cordon_the_eviction_still_runs_once(
@@ -104,7 +105,7 @@ def test_killed_right_after_the_cordon_the_eviction_still_runs_once(
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         (incident,) = wait_until(
             "the resumed runbook",
-            lambda: json.loads(get(f"{base}/incidents")[1]),
+            lambda: incidents(base),
             timeout=30,
             step=0.05,
         )
@@ -138,7 +139,7 @@ def test_killed_while_the_cordon_waits_on_the_api_the_runbook_resumes(
     with running_agent(args=args, log_path=tmp_path / "agent-2.log", ready_timeout=40) as base:
         (incident,) = wait_until(
             "the resumed runbook",
-            lambda: json.loads(get(f"{base}/incidents")[1]),
+            lambda: incidents(base),
             timeout=60,
             step=0.05,
         )
@@ -175,7 +176,7 @@ def test_a_gang_cut_short_by_the_api_server_is_finished_and_every_pod_recorded(
             control_plane.start_apiserver()
         (incident,) = wait_until(
             "the retried runbook",
-            lambda: json.loads(get(f"{base}/incidents")[1]),
+            lambda: incidents(base),
             timeout=60,
             step=0.05,
         )
@@ -214,7 +215,7 @@ def test_killed_mid_gang_within_its_budget_the_next_agent_finishes_it(
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         (incident,) = wait_until(
             "the resumed runbook",
-            lambda: json.loads(get(f"{base}/incidents")[1]),
+            lambda: incidents(base),
             timeout=30,
             step=0.05,
         )
@@ -385,7 +386,7 @@ def test_an_undo_owed_before_kill_9_still_runs(
         )
         wait_until(
             "its runbook to end",
-            lambda: json.loads(get(f"{base}/incidents")[1]),
+            lambda: incidents(base),
             timeout=30,
             step=0.05,
         )
@@ -498,12 +499,12 @@ def test_an_eviction_resumed_before_the_pod_list_waits_for_it_and_evicts_the_rig
     with running_agent(args=args, log_path=tmp_path / "agent-2.log") as base:
         listing.wait_hit()
         time.sleep(3)  # the pod list held back for a few seconds (one API call's timeout: 20 s)
-        assert json.loads(get(f"{base}/incidents")[1]) == []  # the resumed eviction waits
+        assert incidents(base) == []  # the resumed eviction waits
         assert evicted_pods(cluster, ns, ["hog", "idle"]) == []
         listing.release()
         (incident,) = wait_until(
             "the resumed runbook",
-            lambda: json.loads(get(f"{base}/incidents")[1]),
+            lambda: incidents(base),
             timeout=30,
             step=0.05,
         )
@@ -532,9 +533,7 @@ def test_an_eviction_whose_pod_list_never_comes_is_abandoned_and_its_rule_fires_
     listing = proxied.hold("GET", pod_list_request(node), times=100)  # every LIST, retries included
     wait = [*args, "--remediation.pod-list-wait=2s"]
     with running_agent(args=wait, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = wait_until(
-            "the abandon", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30, step=0.05
-        )
+        (incident,) = wait_until("the abandon", lambda: incidents(base), timeout=30, step=0.05)
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
         assert full["resumed"] == 1
         assert f"after 2s the pod list of {node} has not been listed" in full["abandoned"]
@@ -582,11 +581,9 @@ def test_the_first_firing_after_a_start_waits_for_the_pod_list_too(
             "the cordon", lambda: cordoned(cluster.core.read_node(node)), timeout=30, step=0.05
         )
         time.sleep(2)
-        assert json.loads(get(f"{base}/incidents")[1]) == []  # its eviction waits
+        assert incidents(base) == []  # its eviction waits
         listing.release()
-        (incident,) = wait_until(
-            "the runbook", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30, step=0.05
-        )
+        (incident,) = wait_until("the runbook", lambda: incidents(base), timeout=30, step=0.05)
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [
         ("cordon", "done"),

@@ -16,7 +16,7 @@ import yaml
 from tests.support.agent import exited, get, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.kube_helpers import Cluster, cordoned
-from tests.support.remediation import agent_args, slab_rules
+from tests.support.remediation import agent_args, incidents, slab_rules
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,9 +54,7 @@ def test_sigterm_with_the_api_black_holed_stops_within_the_grace_period(
     # The next start finds the cordon it could not finish, and finishes it.
     args2 = agent_args(tmp_path, node=node, kubeconfig=control_plane.kubeconfig_path, rules=rules)
     with running_agent(args=args2, log_path=tmp_path / "agent-2.log") as base:
-        (incident,) = wait_until(
-            "the resumed cordon", lambda: json.loads(get(f"{base}/incidents")[1]), timeout=30
-        )
+        (incident,) = wait_until("the resumed cordon", lambda: incidents(base), timeout=30)
         full = json.loads(get(f"{base}/incidents/{incident['id']}")[1])
     assert full["resumed"] == 1, full
     assert [(a["action"], a["outcome"]) for a in full["actions"]] == [("cordon", "done")]

@@ -26,6 +26,7 @@ from tests.support.remediation import (
     ALERT_RULES,
     alert_delivery,
     evicted_pods,
+    incidents,
     low_priority_pods,
     metric_value,
     pod_list_request,
@@ -67,9 +68,7 @@ def test_an_abandoned_alert_is_acted_on_by_the_agent_its_copy_reaches(
             )
         )
         assert asyncio.run(post_delivery(f"{a}/webhook/alertmanager", delivery, token)) == 200
-        (incident,) = wait_until(
-            "A's abandon", lambda: json.loads(get(f"{a}/incidents")[1]), timeout=30, step=0.05
-        )
+        (incident,) = wait_until("A's abandon", lambda: incidents(a), timeout=30, step=0.05)
         full = json.loads(get(f"{a}/incidents/{incident['id']}")[1])
         assert "abandoned" in full
         assert evicted_pods(cluster, ns, names) == []

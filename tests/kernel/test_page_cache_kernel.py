@@ -7,7 +7,6 @@ cgroup against node allocatable, in a private hierarchy."""
 
 from __future__ import annotations
 
-import json
 import secrets
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 from nodeguard.paths import HostPaths
 from nodeguard.snapshot import CgroupMemory
 from nodeguard.sources.cgroups import CgroupReader
-from tests.support.agent import get, running_agent, wait_until
+from tests.support.agent import running_agent, wait_until
 from tests.support.kernel_cgroup import (
     READER,
     KubeletCgroup,
@@ -32,6 +31,7 @@ from tests.support.kernel_cgroup import (
     process_in,
     writable_memory_controller,
 )
+from tests.support.remediation import incidents
 
 MiB = 1 << 20
 LIMIT = 64 * MiB
@@ -142,7 +142,7 @@ def test_page_cache_tmpfs_and_anon_on_the_kernel(pods: PrivateKubepods, tmp_path
 
 
 def _firings(base: str, rule: str) -> list[str]:
-    return [i["target"] for i in json.loads(get(f"{base}/incidents")[1]) if i["rule"] == rule]
+    return [i["target"] for i in incidents(base) if i["rule"] == rule]
 
 
 def test_default_rule_acts_on_anon_not_on_page_cache(pods: PrivateKubepods, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from tests.support.hostile import (
 )
 from tests.support.hosts import host_flags
 from tests.support.kernel_cgroup import writable_memory_controller
+from tests.support.remediation import incidents
 
 TOKEN = "state-" + "0" * 32
 AM_RULES = Path(__file__).resolve().parents[2] / "rules" / "alertmanager.yaml"
@@ -92,7 +93,7 @@ def _metric(base: str, name: str, **labels: str) -> float | None:
 
 
 def _incidents(base: str, rule: str) -> int:
-    return sum(1 for i in json.loads(get(f"{base}/incidents")[1]) if i["rule"] == rule)
+    return sum(1 for i in incidents(base) if i["rule"] == rule)
 
 
 def _on_disk(path: Path) -> dict[str, Any] | None:
