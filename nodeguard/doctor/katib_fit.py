@@ -107,8 +107,6 @@ class TrialPod:
     limit_below_request: tuple[str, ...]
     node_selector: tuple[tuple[str, str], ...]
     gpus: int
-    #: The largest memory request or limit of one of its containers.
-    largest_container: int = 0
     #: Each container's memory request and limit as written, for LimitRanger's defaults.
     containers: tuple[ContainerSize, ...] = ()
 
@@ -144,7 +142,7 @@ def trial_pods(trial: JSON) -> list[TrialPod]:
     for spec, count in _pod_specs(trial.get("spec") or {}):
         memory = pod_memory({"spec": spec})
         unlimited, below = [], []
-        gpus, largest = 0, 0
+        gpus = 0
         sizes = []
         inits = spec.get("initContainers") or []
         for i, c in enumerate([*inits, *spec["containers"]]):
@@ -157,7 +155,6 @@ def trial_pods(trial: JSON) -> list[TrialPod]:
             elif request is not None and limit < request:
                 below.append(c.get("name", ""))
             gpus += _count((resources.get("limits") or {}).get(GPU, 0))
-            largest = max(largest, request or 0, limit or 0)
         selector = spec.get("nodeSelector") or {}
         pods.append(
             TrialPod(
@@ -168,7 +165,6 @@ def trial_pods(trial: JSON) -> list[TrialPod]:
                 limit_below_request=tuple(below),
                 node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
                 gpus=gpus,
-                largest_container=largest,
                 containers=tuple(sizes),
             )
         )

@@ -154,6 +154,7 @@ def _sizes(spec: JSON) -> tuple[ContainerSize, ...]:
                     init=key == "initContainers",
                     request=memory_bytes(_dict(resources.get("requests"))),
                     limit=memory_bytes(_dict(resources.get("limits"))),
+                    sidecar=key == "initContainers" and c.get("restartPolicy") == "Always",
                 )
             )
     return tuple(sizes)
@@ -172,6 +173,7 @@ def _template(
         labels={str(k): str(v) for k, v in _dict(meta.get("labels")).items()},
         annotations={str(k): str(v) for k, v in _dict(meta.get("annotations")).items()},
         containers=_sizes(spec),
+        pod_limit=memory_bytes(_dict(_dict(spec.get("resources")).get("limits"))),
     )
 
 
@@ -231,6 +233,14 @@ def job_view(job: JSON, *, kind: str, api_version: str) -> TrainingJobView:
     policy = _dict(spec.get("runPolicy")).get("schedulingPolicy")
     volcano = api_version.startswith("batch.volcano.sh/")
     min_available = spec.get("minAvailable") if volcano else _dict(policy).get("minAvailable")
+    if volcano and not min_available and _objects(spec.get("tasks")):
+        # Volcano's webhook sets an unset minAvailable to the tasks' own minAvailable summed,
+        # each its replicas where it names none (pkg/webhooks/admission/jobs/mutate
+        # patchDefaultMinAvailable).
+        min_available = sum(
+            _int(t.get("minAvailable"), default=_int(t.get("replicas"), default=1))
+            for t in _objects(spec.get("tasks"))
+        )
     owner = next((o for o in _objects(meta.get("ownerReferences")) if o.get("controller")), None)
     templates, layout = _templates(kind, spec)
     return TrainingJobView(
@@ -341,17 +351,14 @@ async def read_training(
     run, the PriorityClasses, and the notes. Raises :mod:`nodeguard.kube.errors` other than
     forbidden and not found."""
     jobs: list[TrainingJobView] = []
-    read: set[str] = set()
     forbidden: list[str] = []
     for kind in JOB_KINDS:
         try:
             jobs += await _jobs(kube, kind, namespaces)
         except NotFound:
-            pass
+            pass  # no such CRD: no such jobs
         except Forbidden:
             forbidden.append(f"{kind.plural}.{kind.group}")
-            continue
-        read.add(kind.kind)
     jobs += [j for e in experiments if (j := experiment_job(e)) is not None]
     notes: list[str] = []
     if forbidden:
@@ -371,5 +378,5 @@ async def read_training(
             "PriorityClasses were not read (list priorityclasses.scheduling.k8s.io forbidden): "
             "training-priority judges templates by class name only; bind nodeguard-doctor"
         )
-    inputs = TrainingInputs(jobs=tuple(jobs), priority_classes=classes, kinds_read=frozenset(read))
+    inputs = TrainingInputs(jobs=tuple(jobs), priority_classes=classes)
     return inputs, tuple(notes)

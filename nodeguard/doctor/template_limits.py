@@ -3,14 +3,16 @@
 
 1. ``PodMutateLimitFunc`` gives each container (init containers too) that names no memory
    limit the first ``Container`` entry's ``default``, and one that names no request its
-   ``defaultRequest`` (the LimitRanges in turn, by name as the API server lists them; a
-   request the pod names no value for but whose limit it names was already set to that limit
-   when the pod was decoded, pkg/apis/core/v1/defaults.go ``SetDefaults_Pod``).
+   ``defaultRequest`` (the LimitRanges in turn, in the order the admission plugin's lister
+   gives them, which is none to rely on: with two defaults, either may win, and each order is
+   weighed; a request the pod names no value for but whose limit it names was already set to
+   that limit when the pod was decoded, pkg/apis/core/v1/defaults.go ``SetDefaults_Pod``).
 2. ``PodValidateLimitFunc`` then refuses a container whose limit is above a ``Container``
    ``max`` or who has no limit at all where there is one ("No limit is specified"), and a pod
    whose limits, summed, are above a ``Pod`` ``max`` or who has none (``maxConstraint``; the
-   pod's sum is of the containers that have a limit, an init container counting as the
-   larger of itself and the app containers, as ``podLimits`` sums them).
+   pod's limit is its pod-level ``spec.resources`` one where set, else the app containers'
+   and sidecars' summed, or a plain init container's with the sidecars where larger, as
+   ``podLimits`` sums them).
 3. The API server's validation refuses a container whose request ends above its limit
    (pkg/apis/core/validation ``ValidateResourceRequirements``): a ``default`` below a
    request the template names.
@@ -24,15 +26,19 @@ templates are weighed: the pods a job already has were admitted.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from nodeguard.doctor.findings import Fact, Finding, ObjectRef
+from nodeguard.doctor.findings import Fact, Finding, ObjectRef, Severity
 from nodeguard.doctor.inputs import Cluster, LimitRangeView
 from nodeguard.doctor.training_inputs import ContainerSize, TemplateView
 from nodeguard.doctor.training_workloads import job_ref
 
-__all__ = ["Refusal", "refusal", "templates_above_max"]
+__all__ = ["ORDERS", "Refusal", "refusal", "refusal_in_some", "templates_above_max"]
+
+#: The most orders of a namespace's defaulting LimitRanges tried (4 of them: 24).
+ORDERS = 24
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,10 +69,9 @@ def _defaulted(c: ContainerSize, ranges: Sequence[LimitRangeView]) -> tuple[int 
     return request, limit
 
 
-def refusal(template: TemplateView, ranges: Sequence[LimitRangeView]) -> Refusal | None:
-    """Why admission refuses a pod of ``template`` in a namespace of ``ranges``; ``None``
-    when it admits it (as far as memory goes)."""
-    ordered = sorted(ranges, key=lambda r: r.name)
+def _refusal_in(template: TemplateView, ordered: Sequence[LimitRangeView]) -> Refusal | None:
+    """Why admission refuses a pod of ``template`` with the LimitRanges applied in this
+    order; ``None`` when it admits it."""
     sizes = [(c, *_defaulted(c, ordered)) for c in template.containers]
     for r in ordered:
         for item in r.items:
@@ -86,9 +91,7 @@ def refusal(template: TemplateView, ranges: Sequence[LimitRangeView]) -> Refusal
                 size=request,
                 bound=limit,
             )
-    app = [limit for c, _, limit in sizes if not c.init and limit is not None]
-    init = [limit for c, _, limit in sizes if c.init and limit is not None]
-    pod_limit = max([sum(app), *init]) if app or init else None
+    pod_limit = _pod_limit(template, [(c, limit) for c, _, limit in sizes])
     for r in ordered:
         for item in r.items:
             if (
@@ -98,6 +101,56 @@ def refusal(template: TemplateView, ranges: Sequence[LimitRangeView]) -> Refusal
             ):
                 return Refusal(what="Pod max", limit_range=r.name, size=pod_limit, bound=item.max)
     return None
+
+
+def _pod_limit(
+    template: TemplateView, limits: Sequence[tuple[ContainerSize, int | None]]
+) -> int | None:
+    """The pod's memory limit as ``podLimits`` sums it: the pod-level ``spec.resources``
+    limit where there is one, else the app containers and sidecars (restartable init
+    containers, which run beside them) summed, or a plain init container with the sidecars
+    when that is larger; ``None`` when no container has a limit."""
+    if template.pod_limit is not None:
+        return template.pod_limit
+    known = [(c, lim) for c, lim in limits if lim is not None]
+    if not known:
+        return None
+    sidecars = sum(lim for c, lim in known if c.sidecar)
+    running = sum(lim for c, lim in known if not c.init) + sidecars
+    inits = [lim + sidecars for c, lim in known if c.init and not c.sidecar]
+    return max([running, *inits])
+
+
+def refusal(template: TemplateView, ranges: Sequence[LimitRangeView]) -> Refusal | None:
+    """Why admission refuses a pod of ``template`` in a namespace of ``ranges`` whatever
+    order the LimitRanges are applied in; ``None`` when some order admits it
+    (:func:`refusal_in_some` tells that case)."""
+    outcomes = _outcomes(template, ranges)
+    return outcomes[0] if all(o is not None for o in outcomes) else None
+
+
+def refusal_in_some(template: TemplateView, ranges: Sequence[LimitRangeView]) -> Refusal | None:
+    """Why admission refuses a pod of ``template`` in some order of the LimitRanges but not
+    in every one: which ``default`` a container gets is the first LimitRange's that has one,
+    and LimitRanger applies them in the order its lister gives, which is no order to rely on
+    (a test that creates two LimitRanges with different defaults sees both outcomes)."""
+    outcomes = _outcomes(template, ranges)
+    refused = [o for o in outcomes if o is not None]
+    return refused[0] if refused and len(refused) < len(outcomes) else None
+
+
+def _outcomes(template: TemplateView, ranges: Sequence[LimitRangeView]) -> list[Refusal | None]:
+    """The outcome under each order of the LimitRanges that give a ``Container`` default
+    (their order alone changes the defaults; at most :data:`ORDERS` orders are tried)."""
+    ordered = sorted(ranges, key=lambda r: r.name)
+    defaulting = [
+        r
+        for r in ordered
+        if any(i.type == "Container" and (i.default or i.default_request) for i in r.items)
+    ]
+    rest = [r for r in ordered if r not in defaulting]
+    orders = list(itertools.islice(itertools.permutations(defaulting), ORDERS)) or [()]
+    return [_refusal_in(template, [*order, *rest]) for order in orders]
 
 
 def _defaulting(c: ContainerSize, ranges: Sequence[LimitRangeView]) -> str:
@@ -118,8 +171,9 @@ def _defaulting(c: ContainerSize, ranges: Sequence[LimitRangeView]) -> str:
 def templates_above_max(
     cluster: Cluster, *, namespace: str, ranges: Sequence[LimitRangeView], check: str
 ) -> Iterator[Finding]:
-    """One error finding per job of ``namespace`` whose templates admission refuses (the
-    first refusal of its first refused template named, with every refused role)."""
+    """One finding per job of ``namespace`` whose templates admission refuses (the first
+    refusal of its first refused template named, with every refused role): an error when
+    every order of the LimitRanges' defaults refuses them, a warning when some does."""
     jobs = [
         j
         for j in cluster.training.jobs
@@ -130,6 +184,13 @@ def templates_above_max(
     ]
     for job in jobs:
         refused = [(t, why) for t in job.templates if (why := refusal(t, ranges)) is not None]
+        severity: Severity = "error"
+        if not refused:
+            # Refused under some order of the LimitRanges' defaults only: a warning.
+            refused = [
+                (t, why) for t in job.templates if (why := refusal_in_some(t, ranges)) is not None
+            ]
+            severity = "warning"
         if not refused:
             continue
         roles = ", ".join(t.role or "its" for t, _ in refused)
@@ -139,12 +200,14 @@ def templates_above_max(
         objects = [ref]
         if why.limit_range:
             objects.append(ObjectRef(kind="LimitRange", namespace=namespace, name=why.limit_range))
+        maybe = "" if severity == "error" else ", with one order of its LimitRanges' defaults"
         yield Finding(
             check=check,
-            severity="error",
+            severity=severity,
             title=(
                 f"{ref.kind} {namespace}/{job.name}: {roles} pods refused at admission "
-                f"({why.what}{f' of LimitRange {why.limit_range}' if why.limit_range else ''})"
+                f"({why.what}{f' of LimitRange {why.limit_range}' if why.limit_range else ''}"
+                f"{maybe})"
             ),
             objects=tuple(objects),
             evidence=(

@@ -40,6 +40,8 @@ class ContainerSize:
     init: bool
     request: int | None
     limit: int | None
+    #: A restartable init container (``restartPolicy: Always``): it runs beside the app.
+    sidecar: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +60,8 @@ class TemplateView:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     containers: tuple[ContainerSize, ...] = ()
+    #: The pod-level ``spec.resources.limits.memory`` (bytes), where the template sets one.
+    pod_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,10 +102,8 @@ class TrainingJobView:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingInputs:
-    """The jobs of the namespaces in scope, the PriorityClasses (``None``: not read, so a
-    class name cannot be resolved) and the kinds that were read (``PyTorchJob``, ...; a
-    kind whose CRD is not installed is read as none)."""
+    """The jobs of the namespaces in scope (a kind whose CRD is not installed is read as
+    none) and the PriorityClasses (``None``: not read, so a class name cannot be resolved)."""
 
     jobs: tuple[TrainingJobView, ...] = ()
     priority_classes: tuple[PriorityClassView, ...] | None = None
-    kinds_read: frozenset[str] = frozenset()

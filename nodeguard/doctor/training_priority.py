@@ -230,10 +230,13 @@ def _suggested_value(floor: int) -> int:
 
 
 def _suggested_name(cluster: Cluster, value: int) -> str:
-    """``training``, or ``training-<value>`` where a class named ``training`` exists (its
-    value cannot be changed: the API server refuses an update of ``value``)."""
+    """``training``, or ``training-<value>`` (then ``training-<value>-2``...) where that name
+    is taken: a PriorityClass's value cannot be changed (the API server refuses an update of
+    ``value``), so a fix never names a class that exists."""
     taken = {c.name for c in cluster.training.priority_classes or ()}
-    return SUGGESTED_CLASS if SUGGESTED_CLASS not in taken else f"{SUGGESTED_CLASS}-{value}"
+    names = [SUGGESTED_CLASS, f"{SUGGESTED_CLASS}-{value}"]
+    names += (f"{SUGGESTED_CLASS}-{value}-{n}" for n in range(2, len(taken) + 3))
+    return next(n for n in names if n not in taken)
 
 
 def _fix(

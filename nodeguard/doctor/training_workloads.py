@@ -114,20 +114,21 @@ def workloads(cluster: Cluster) -> Iterator[Workload]:
         for key in _pod_keys(p):
             by_key.setdefault(key, []).append(p)
     joined: set[str] = set()
+    read_jobs = {(j.namespace, j.kind, j.name) for j in cluster.training.jobs}
     for job in cluster.training.jobs:
         pods = tuple(by_key.get(_job_key(job), ()))
         joined.update(p.meta.uid for p in pods)  # a skipped job's pods are not judged alone
         if job.finished or job.owner_kind == "Trial" or not cluster.in_scope(job.namespace):
             continue
         yield Workload(ref=job_ref(job), job=job, pods=pods)
-    read = cluster.training.kinds_read
     groups: dict[tuple[str, str, str], list[PodView]] = {}
     for pod in live:
         if pod.meta.uid in joined or not cluster.in_scope(pod.meta.namespace):
             continue
-        # Its job was read and is not judged (finished, a trial's, out of scope). A batch/v1
-        # Job is no training kind (Volcano's "Job" is read, its pods found by label).
-        if any(o.controller and o.kind in read and o.kind != "Job" for o in pod.meta.owners):
+        # Its job was read and is not judged (finished, a trial's, out of scope). A pod of a
+        # job not there (deleted, its pods orphaned and still running) is judged alone.
+        ns = pod.meta.namespace
+        if any(o.controller and (ns, o.kind, o.name) in read_jobs for o in pod.meta.owners):
             continue
         groups.setdefault(_pod_group(pod), []).append(pod)
     for (ns, kind, name), members in groups.items():

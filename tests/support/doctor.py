@@ -9,7 +9,7 @@ from typing import Any
 from nodeguard.doctor.agent_inputs import AgentRules
 from nodeguard.doctor.inputs import Cluster, LimitRangeView, NodeView, PodView, QuotaView
 from nodeguard.doctor.read import limit_range_view, node_view, pod_view, quota_view
-from nodeguard.doctor.read_training import JOB_KINDS, job_view, priority_class_view
+from nodeguard.doctor.read_training import job_view, priority_class_view
 from nodeguard.doctor.training_inputs import TrainingInputs
 
 GiB = 2**30
@@ -203,7 +203,6 @@ def training(*jobs: dict[str, Any], classes: list[dict[str, Any]] | None = None)
         priority_classes=None
         if classes is None
         else tuple(priority_class_view(c) for c in classes),
-        kinds_read=frozenset(k.kind for k in JOB_KINDS),
     )
 
 

@@ -384,7 +384,7 @@ def test_an_experiments_live_trial_pods_give_its_priority() -> None:
     c = cluster(
         nodes=(GPU,),
         pods=(*trial, prep),
-        training=TrainingInputs(jobs=(exp,), priority_classes=(), kinds_read=frozenset()),
+        training=TrainingInputs(jobs=(exp,), priority_classes=()),
     )
     (f,) = found("training-priority", c)
     assert f.title == (
@@ -640,3 +640,81 @@ def test_malformed_jobs_are_read_as_far_as_they_are_well_formed() -> None:
         "JobSet ml/b starts 2 pods with no gang scheduling",
         "PyTorchJob ml/d starts 2 pods with no gang scheduling",
     ]
+
+
+# --- a second fresh tester's findings -------------------------------------------------------
+
+
+def _limits(tpl_spec: dict[str, Any], *limits: dict[str, Any]) -> list[tuple[str, str]]:
+    """(severity, the title's reason) of each quota-limitrange finding for a one-Worker job
+    of this pod spec under LimitRanges ``limits`` (one LimitRange each, named lr0, lr1...)."""
+    ranges = tuple(limit_range(f"lr{i}", limits=[item]) for i, item in enumerate(limits))
+    job = pytorchjob("j", workers=0, template={"spec": tpl_spec})
+    c = Cluster(nodes=(), pods=(), quotas=(), limit_ranges=ranges, training=training(job))
+    return [(f.severity, f.title.split("(", 1)[1]) for f in found("quota-limitrange", c)]
+
+
+def test_pod_level_resources_and_sidecars_count_as_podlimits_counts_them() -> None:
+    pod_max = {"type": "Pod", "max": {"memory": "4Gi"}}
+    two = [container("a", request="1Gi", limit="3Gi"), container("b", request="1Gi", limit="3Gi")]
+    # A pod-level 3Gi limit bounds the pod: admitted, though its containers sum to 6Gi.
+    assert _limits({"containers": two, "resources": {"limits": {"memory": "3Gi"}}}, pod_max) == []
+    # A pod-level 5Gi limit is above the max: refused.
+    one = [container("a", request="1Gi", limit="3Gi")]
+    assert _limits({"containers": one, "resources": {"limits": {"memory": "5Gi"}}}, pod_max) == [
+        ("error", "Pod max of LimitRange lr0)")
+    ]
+    # A 2Gi sidecar runs beside a 3Gi container: 5Gi, refused; as a plain init container,
+    # it runs before, so the pod needs 3Gi: admitted.
+    side = container("side", request="2Gi", limit="2Gi", restart_policy="Always")
+    assert _limits({"containers": one, "initContainers": [side]}, pod_max) == [
+        ("error", "Pod max of LimitRange lr0)")
+    ]
+    plain = container("init", request="2Gi", limit="2Gi")
+    assert _limits({"containers": one, "initContainers": [plain]}, pod_max) == []
+
+
+def test_two_limit_ranges_with_defaults_may_apply_in_either_order() -> None:
+    """LimitRanger takes the first default its lister gives, in no order to rely on: a
+    template refused with one of the two defaults and admitted with the other is a warning."""
+    bare = [container("a"), container("b")]
+    small = {"type": "Container", "default": {"memory": "1Gi"}}
+    big = {"type": "Container", "default": {"memory": "3Gi"}}
+    pod_max = {"type": "Pod", "max": {"memory": "2Gi"}}
+    assert _limits({"containers": bare}, small, big, pod_max) == [
+        ("warning", "Pod max of LimitRange lr2, with one order of its LimitRanges' defaults)")
+    ]
+    assert _limits({"containers": bare}, big, pod_max) == [("error", "Pod max of LimitRange lr1)")]
+
+
+def test_volcano_tasks_min_available_sum_is_the_gang() -> None:
+    vj = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "vj", "namespace": "ml"},
+        "spec": {
+            "tasks": [{"name": "w", "replicas": 4, "minAvailable": 1, "template": pod_template()}]
+        },
+    }
+    (g,) = found("training-gang", cluster(nodes=(GPU,), training=training(vj)))
+    assert g.title == "Job.batch.volcano.sh ml/vj gangs only 1 of its 4 pods"
+
+
+def test_the_fallback_class_name_is_never_taken_either() -> None:
+    classes = [priority_class("training", 100), priority_class("training-6000", 7)]
+    pods = job_pods("bert", priority=100, priority_class="training")
+    prep = pod("spark", node="gpu-1", namespace="etl", priority=5000)
+    c = cluster(
+        nodes=(GPU,), pods=(*pods, prep), training=training(pytorchjob("bert"), classes=classes)
+    )
+    (f,) = found("training-priority", c)
+    assert fix_docs(f)[0]["metadata"]["name"] == "training-6000-2"
+
+
+def test_pods_of_a_job_that_is_gone_are_judged_alone() -> None:
+    orphans = job_pods("ghost", n=2)  # owned by PyTorchJob ghost, which no longer exists
+    c = cluster(
+        nodes=(GPU,), pods=(*orphans, PREP), training=training(pytorchjob("bert"), classes=[])
+    )
+    titles = [f.title for f in found("training-priority", c)]
+    assert "PyTorchJob ml/ghost runs without a PriorityClass (priority 0)" in titles
