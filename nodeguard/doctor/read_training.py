@@ -33,6 +33,7 @@ are then judged on their own (priority only). A terminal job (condition ``Succee
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -292,7 +293,23 @@ def experiment_job(experiment: ExperimentView) -> TrainingJobView | None:
         layout=view.layout,
         trial_kind=trial_kind,
         finished=experiment.finished,
+        trial_classes=_trial_classes(experiment),
     )
+
+
+_CLASS_PLACEHOLDER = re.compile(r'"priorityClassName":\s*"\$\{trialParameters\.([^}]+)\}"')
+
+
+def _trial_classes(experiment: ExperimentView) -> tuple[str, ...]:
+    """The class names a ``priorityClassName`` bound to a trial parameter can take."""
+    params = {p.name: p for p in experiment.parameters}
+    refs = {t.name: t.reference for t in experiment.trial_parameters}
+    names: set[str] = set()
+    for placeholder in _CLASS_PLACEHOLDER.findall(experiment.trial_spec or ""):
+        param = params.get(refs.get(placeholder, ""))
+        if param is not None:
+            names.update(parameter_values(param))
+    return tuple(sorted(names))
 
 
 def _largest(values: list[str]) -> str:

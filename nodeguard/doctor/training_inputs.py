@@ -93,6 +93,9 @@ class TrainingJobView:
     priority_class: str | None = None
     layout: str = "template"
     trial_kind: str | None = None
+    #: Every PriorityClass name a trial template can give (a ``priorityClassName`` bound to
+    #: a trial parameter takes each value of its feasible space).
+    trial_classes: tuple[str, ...] = ()
 
     @property
     def replicas(self) -> int:

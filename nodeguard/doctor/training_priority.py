@@ -84,7 +84,10 @@ def _missing_classes(cluster: Cluster, workload: Workload) -> tuple[str, ...]:
     if classes is None or job is None:
         return ()
     names = {c.name for c in classes}
-    return tuple(sorted({t.priority_class for t in job.templates if t.priority_class} - names))
+    named = {t.priority_class for t in job.templates if t.priority_class}
+    named |= set(job.trial_classes)  # an Experiment's, for every value of its parameter
+    named = {n for n in named if "${" not in n}
+    return tuple(sorted(named - names))
 
 
 def _priority(cluster: Cluster, workload: Workload) -> _Priority | None:

@@ -16,7 +16,7 @@ from nodeguard.doctor.findings import Finding
 from nodeguard.doctor.inputs import Cluster, PodView
 from nodeguard.doctor.read_agents import rules_from_data
 from nodeguard.doctor.read_katib import experiment_view
-from nodeguard.doctor.read_training import experiment_job, job_view
+from nodeguard.doctor.read_training import experiment_job, job_view, priority_class_view
 from nodeguard.doctor.registry import CHECKS
 from nodeguard.doctor.training_inputs import TrainingInputs
 from tests.support.doctor import (
@@ -718,3 +718,30 @@ def test_pods_of_a_job_that_is_gone_are_judged_alone() -> None:
     )
     titles = [f.title for f in found("training-priority", c)]
     assert "PyTorchJob ml/ghost runs without a PriorityClass (priority 0)" in titles
+
+
+def test_a_trial_priority_class_bound_to_a_parameter_is_checked_at_every_value() -> None:
+    template = pod_template()
+    template["spec"]["priorityClassName"] = "${trialParameters.pc}"
+    trial: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "spec": {"template": template},
+    }
+    exp = experiment(trial)
+    exp["spec"]["parameters"] = [
+        {
+            "name": "cls",
+            "parameterType": "categorical",
+            "feasibleSpace": {"list": ["web5", "nope-cls"]},
+        }
+    ]
+    exp["spec"]["trialTemplate"]["trialParameters"] = [{"name": "pc", "reference": "cls"}]
+    job = experiment_job(experiment_view(exp))
+    assert job is not None
+    classes = (priority_class_view(priority_class("web5", 5000)),)
+    c = cluster(nodes=(GPU,), training=TrainingInputs(jobs=(job,), priority_classes=classes))
+    (f,) = found("training-priority", c)
+    assert (
+        f.title == "Experiment ml/hpo's trials name a PriorityClass that does not exist: nope-cls"
+    )
