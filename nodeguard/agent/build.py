@@ -102,7 +102,14 @@ def build(cfg: AgentConfig) -> Agent | None:
     incidents = IncidentStore(
         directory=cfg.incidents_dir, keep=cfg.incidents_keep, timeline=timeline
     )
-    oom = OomIncidents(store=incidents, timeline=timeline, node=node, boot_id=read_boot_id())
+    oom = OomIncidents(
+        store=incidents,
+        timeline=timeline,
+        node=node,
+        boot_id=read_boot_id(),
+        recorded=state.section("oom_incidents"),
+        changed=state.save,
+    )
     registry.register(TimelineCollector(timeline=timeline))
     # Durations on the state's clock: a step of the wall clock moves no cooldown or window.
     engine = RuleEngine(rules=source.current.rules if source else (), state=state, clock=state.now)

@@ -61,7 +61,9 @@ def _kill(record: dict[str, Any], *, when: str) -> list[str]:
         facts.append(f"priority {victim['priority']}")
     lines.append(f"  victim  {escape(', '.join(facts))}")
     linked = record.get("linked") or []
-    if not linked:
+    if record.get("sampled_before") is False:
+        lines.append("  before  not sampled: nodeguard read the kill from the kernel log later")
+    elif not linked:
         lines.append("  before  no rule fired on it in the 10 minutes before")
     for link in linked:
         what = "; ".join(link.get("actions") or []) or "no action"

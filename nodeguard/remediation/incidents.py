@@ -144,6 +144,9 @@ class IncidentStore:
         self.keep = keep
         #: The node's memory history: a firing's record carries its points up to the firing.
         self.timeline = timeline
+        # target -> [(time, id)] of the firings' records, for the OOM kills' links; read from
+        # the directory once, on first use, then kept up to date by put().
+        self._firings: dict[str, list[tuple[float, str]]] | None = None
         self._memory: dict[str, dict[str, Any]] = {}
         self.written = 0
         if directory is not None:
@@ -201,6 +204,8 @@ class IncidentStore:
         linked to it."""
         if not update:
             self.written += 1
+            if self._firings is not None and record.get("kind") == "firing":
+                self._index(record)
         if self.directory is None:
             self._memory[record["id"]] = record
             for old in sorted(self._memory)[: max(0, len(self._memory) - self.keep)]:
@@ -224,6 +229,27 @@ class IncidentStore:
                 old.unlink()
             except OSError as exc:
                 log.warning("cannot remove old incident %s: %s", old, exc)
+
+    def _index(self, record: Mapping[str, Any]) -> None:
+        assert self._firings is not None
+        entry = (float(record.get("time", 0)), str(record["id"]))
+        self._firings.setdefault(str(record.get("target")), []).append(entry)
+
+    def firings_on(self, targets: set[str], *, since: float) -> list[tuple[float, str]]:
+        """``(time, id)`` of the firings' records on ``targets`` at or after ``since``, oldest
+        first; those the store still holds (the bound removes the oldest)."""
+        if self._firings is None:
+            self._firings = {}
+            for rec in self.list():
+                if rec.get("kind") == "firing":
+                    self._index(rec)
+        held = set(self.ids())
+        found = [e for t in targets for e in self._firings.get(t, ()) if e[0] >= since]
+        return sorted(e for e in found if e[1] in held)
+
+    def find_suffix(self, suffix: str) -> str | None:
+        """The id of a record that ends with ``suffix`` (an OOM kill's digest), if any."""
+        return next((i for i in self.ids() if i.endswith(suffix)), None)
 
     def list(self) -> list[dict[str, Any]]:
         """All records, newest first."""

@@ -21,7 +21,10 @@ IncidentStore`), with:
   record gets ``killed_later`` (the kill's id and how long after).
 
 The record's id is the kill's time and a digest of the boot and the kill record's sequence
-number, so a kill is recorded once even when the agent restarts and reads it again.
+number; the digests recorded are kept in the state file, so a kill is recorded once even when
+the agent restarts and reads it again, and also when the store's bound has removed its
+record. The links are found through the store's index of firings by target, not a read of
+every record.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import datetime as dt
 import hashlib
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from nodeguard.remediation.incidents import IncidentStore, evidence
@@ -37,20 +41,28 @@ from nodeguard.remediation.timeline import Timeline
 from nodeguard.snapshot import NodeSnapshot, OomKill
 from nodeguard.units import format_bytes
 
-__all__ = ["LINK_WINDOW", "OomIncidents", "kill_id"]
+__all__ = ["LINK_WINDOW", "RECORDED_KEPT", "OomIncidents", "kill_digest", "kill_id"]
 
 log = logging.getLogger(__name__)
 
 #: How long before a kill a firing on its victim counts as about it (seconds).
 LINK_WINDOW = 600.0
+#: The recorded kills' digests kept in the state (the kernel log's recent kills are 256).
+RECORDED_KEPT = 512
+
+
+def kill_digest(kill: OomKill, *, boot_id: str) -> str:
+    """The kill's stable name: a digest of the boot and the kill record's sequence number
+    (unique per boot; the kill's time is an estimate that moves by microseconds from one
+    agent process to the next, so it is no part of it)."""
+    return hashlib.sha256(f"{boot_id}|{kill.sequence}".encode()).hexdigest()[:12]
 
 
 def kill_id(kill: OomKill, *, boot_id: str) -> str:
-    """A sortable, file-safe id: the kill's UTC time, ``oom-kill``, and a digest of the boot
-    and the kill record's sequence number (unique per boot)."""
+    """A sortable, file-safe id: the kill's UTC time, ``oom-kill``, the PID and
+    :func:`kill_digest` (what a kill is known by once recorded)."""
     when = dt.datetime.fromtimestamp(kill.time, tz=dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    digest = hashlib.sha256(f"{boot_id}|{kill.sequence}".encode()).hexdigest()[:8]
-    return f"{when}-oom-kill-{kill.pid}-{digest}"
+    return f"{when}-oom-kill-{kill.pid}-{kill_digest(kill, boot_id=boot_id)}"
 
 
 class OomIncidents:
@@ -58,10 +70,22 @@ class OomIncidents:
     every snapshot, full or focused, in order."""
 
     def __init__(
-        self, *, store: IncidentStore, timeline: Timeline, node: str, boot_id: str | None
+        self,
+        *,
+        store: IncidentStore,
+        timeline: Timeline,
+        node: str,
+        boot_id: str | None,
+        recorded: dict[str, Any] | None = None,
+        changed: Callable[[], None] | None = None,
     ) -> None:
         self._store, self._timeline, self._node = store, timeline, node
         self._boot = boot_id or ""
+        # The digests of the kills recorded (the state file's section, kept across restarts:
+        # a record the store's bound removed is not written again when the kernel log's
+        # recent kills are read back after a restart).
+        self._recorded = recorded if recorded is not None else {}
+        self._changed = changed or (lambda: None)
         self._seen: set[int] = set()
         # The last full sample and the focused ones since: the kernel log is read in full
         # samples, so a kill it shows happened after the last one began, maybe after a
@@ -77,10 +101,17 @@ class OomIncidents:
             if kill.sequence in self._seen:
                 continue
             self._seen.add(kill.sequence)
-            incident = kill_id(kill, boot_id=self._boot)
-            if self._store.get(incident) is not None:
+            digest = kill_digest(kill, boot_id=self._boot)
+            done: list[str] = self._recorded.setdefault("kills", [])
+            if digest in done:
                 continue  # recorded before a restart
-            records.append(self._record(kill, incident=incident, now=snapshot))
+            if self._store.find_suffix(f"-{digest}") is None:  # recorded, the state not saved
+                records.append(
+                    self._record(kill, incident=kill_id(kill, boot_id=self._boot), now=snapshot)
+                )
+            done.append(digest)
+            del done[: max(0, len(done) - RECORDED_KEPT)]
+            self._changed()
         # Bounded: the log's recent kills are.
         self._seen &= {k.sequence for k in recent}
         self._timeline.push(snapshot)
@@ -116,7 +147,10 @@ class OomIncidents:
             "victim": victim,
             "evidence": evidence(before),
             "evidence_time": before.timestamp if before else None,
-            "timeline": self._timeline.window(until=kill.time),
+            # A kill read from the log with no sample of this agent before it (it was not
+            # running then): no evidence, no timeline, and no firing could have seen it.
+            "sampled_before": before is not None,
+            "timeline": self._timeline.window(until=kill.time, keys=frozenset(_targets(kill))),
             "linked": linked,
             "actions": [],
         }
@@ -131,8 +165,9 @@ class OomIncidents:
         if not targets:
             return []
         linked = []
-        for rec in self._store.list():
-            if rec.get("kind") != "firing" or rec.get("target") not in targets:
+        for _, firing in self._store.firings_on(targets, since=kill.time - LINK_WINDOW):
+            rec = self._store.get(firing)
+            if rec is None:
                 continue
             ahead = kill.time - float(rec.get("time", 0))
             if not 0 <= ahead <= LINK_WINDOW:
@@ -150,8 +185,9 @@ class OomIncidents:
                     ],
                 }
             )
-            later = {"id": incident, "seconds_after": round(ahead, 3)}
-            self._store.put({**rec, "killed_later": later}, update=True)
+            if "killed_later" not in rec:  # the first kill after it is the one it was about
+                later = {"id": incident, "seconds_after": round(ahead, 3)}
+                self._store.put({**rec, "killed_later": later}, update=True)
         return sorted(linked, key=lambda x: x["seconds_before_kill"])
 
 

@@ -29,10 +29,20 @@ from prometheus_client.registry import Collector
 
 from nodeguard.snapshot import NodeSnapshot, memory_breakdown
 
-__all__ = ["NEAR_LIMIT", "RECORD_POINTS", "TOP", "Timeline", "TimelineCollector", "point_of"]
+__all__ = [
+    "NEAR_LIMIT",
+    "RECORD_BYTES",
+    "RECORD_POINTS",
+    "TOP",
+    "Timeline",
+    "TimelineCollector",
+    "point_of",
+]
 
-#: The most points an incident record carries (:meth:`Timeline.window`).
+#: The most points, and about the most bytes of them, an incident record carries
+#: (:meth:`Timeline.window`): a record stays small whatever the history holds.
 RECORD_POINTS = 120
+RECORD_BYTES = 128 << 10
 #: The largest containers by working set kept in each point.
 TOP = 5
 #: A container at or above this share of its limit is kept in each point whatever its size.
@@ -110,18 +120,36 @@ class Timeline:
             _, dropped = self._points.popleft()
             self.bytes -= dropped
 
-    def window(self, *, until: float, most: int = RECORD_POINTS) -> list[dict[str, Any]]:
-        """The points at or before ``until`` (Unix seconds), oldest first, at most ``most``:
-        the newest half as they are (the last seconds before an OOM kill are the growth that
-        matters), the older ones thinned evenly to the other half, so a record stays about
-        a tenth of the history's size."""
-        points = [p for p, _ in self._points if p["time"] <= until]
+    def window(
+        self,
+        *,
+        until: float,
+        most: int = RECORD_POINTS,
+        keys: frozenset[str] = frozenset(),
+        budget: int = RECORD_BYTES,
+    ) -> list[dict[str, Any]]:
+        """The points at or before ``until`` (Unix seconds), oldest first, for a record: each
+        point's containers cut to the :data:`TOP` largest and those of ``keys`` (the
+        victim's), and at most ``most`` points and about ``budget`` bytes of JSON: the newest
+        half as they are (the last seconds before an OOM kill are the growth that matters),
+        the older ones thinned evenly to the other half."""
+        points = [_cut(p, keys) for p, _ in self._points if p["time"] <= until]
+        sizes = [len(json.dumps(p, separators=(",", ":"))) for p in points]
+        average = max(1, sum(sizes) // len(sizes)) if sizes else 1
+        most = max(2, min(most, budget // average))
         if len(points) <= most:
             return points
         recent, older = most // 2, points[: len(points) - most // 2]
         step = len(older) / (most - recent)
         thinned = [older[int(i * step)] for i in range(most - recent)]
         return thinned + points[len(points) - recent :]
+
+
+def _cut(point: dict[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    """``point`` with its containers cut to the largest :data:`TOP` and those of ``keys``."""
+    containers = point["containers"]
+    kept = containers[:TOP] + [c for c in containers[TOP:] if c["key"] in keys]
+    return {**point, "containers": kept}
 
 
 class TimelineCollector(Collector):

@@ -3,8 +3,9 @@ kernel OOM-kills it. With no rule about OOM kills, the agent records the kill as
 the victim as the kernel log and the sample before name it, the node's evidence then, the
 timeline of the container's growth, and the dry-run firing that came before it, linked both
 ways. The agent is then SIGKILLed and started again on the same state: the kill is recorded
-once; one whose record was never written (killed between the two) is recorded at the restart;
-the human view of it fits 80 columns."""
+once, also when the store's bound has removed its record; one whose record was never written
+(killed between the kernel-log save and the write) is recorded at the restart; the human view
+of it fits 80 columns."""
 
 from __future__ import annotations
 
@@ -142,13 +143,27 @@ def test_a_kernel_oom_kill_is_an_incident_with_its_timeline(
         assert any(ln.startswith("Before it (") for ln in lines), shown
         assert max(len(ln) for ln in lines) <= 80, shown
 
-        # Killed after the kernel-log position was saved but before the record was written
-        # (the record's file gone stands for that): the restart records it from the saved
-        # recent kills, with no evidence of a sample before it in this run, and no timeline.
+        # Its record removed by the store's bound (the file gone): a restart, reading the
+        # kernel log's recent kills back, does not write it again.
         (state / "incidents" / f"{kill['id']}.json").unlink()
-        with running_agent(args=args, log_path=tmp_path / "agent3.log"):
+        with running_agent(args=args, log_path=tmp_path / "agent3.log") as third:
+            wait_until(
+                "a few samples", lambda: _points(get(f"{third}/metrics")[1]) >= 5, timeout=30
+            )
+        assert _kills(state, cg.container_id) == []
+
+        # Killed after the kernel-log position was saved but before the record was written
+        # (the file gone and the state without it): the restart records it from the saved
+        # recent kills, with no evidence of a sample before it in this run, and no timeline.
+        saved = state / "remediation-state.json"
+        data = json.loads(saved.read_text())
+        data["sections"]["oom_incidents"]["kills"] = []
+        saved.write_text(json.dumps(data))
+        with running_agent(args=args, log_path=tmp_path / "agent4.log"):
             (again_kill,) = wait_until(
                 "the kill recorded again", lambda: _kills(state, cg.container_id), timeout=30
             )
-        assert again_kill["id"] == kill["id"] and again_kill["victim"]["pid"] == victim["pid"]
+        assert again_kill["id"].endswith(kill["id"].rsplit("-", 1)[1])
+        assert again_kill["victim"]["pid"] == victim["pid"]
         assert (again_kill["evidence_time"], again_kill["timeline"]) == (None, [])
+        assert again_kill["sampled_before"] is False
