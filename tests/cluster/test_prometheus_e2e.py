@@ -244,7 +244,7 @@ AGENT_POD = "nodeguard-x7k2p"
 AGENT_SERIES = re.compile(
     r"nodeguard_(build_info|snapshot_timestamp_seconds|collector_\w+|cgroup_files_open|"
     r"node_info|rules?_\w+|remediation_\w+|incidents_total|actions_total|webhook_\w+|http_\w+|"
-    r"sampler_\w+|focus_\w+|notify_\w+|state_\w+|actor)$"
+    r"sampler_\w+|focus_\w+|notify_\w+|state_\w+|timeline_\w+|actor)$"
 )
 
 
