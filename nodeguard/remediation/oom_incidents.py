@@ -102,7 +102,9 @@ class OomIncidents:
                 continue
             self._seen.add(kill.sequence)
             digest = kill_digest(kill, boot_id=self._boot)
-            done: list[str] = self._recorded.setdefault("kills", [])
+            if not isinstance(self._recorded.get("kills"), list):  # absent, or hand-edited
+                self._recorded["kills"] = []
+            done: list[str] = self._recorded["kills"]
             if digest in done:
                 continue  # recorded before a restart
             if self._store.find_suffix(f"-{digest}") is None:  # recorded, the state not saved
