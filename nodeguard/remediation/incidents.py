@@ -28,7 +28,7 @@ from nodeguard.firing import Firing
 from nodeguard.remediation.timeline import Timeline
 from nodeguard.snapshot import NodeSnapshot, memory_breakdown
 
-__all__ = ["IncidentStore", "evidence", "incident_id"]
+__all__ = ["FiringIndex", "IncidentStore", "evidence", "incident_id"]
 
 log = logging.getLogger(__name__)
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -132,6 +132,24 @@ def _gpu_evidence(snapshot: NodeSnapshot, *, top: int) -> dict[str, Any] | None:
     return {"driver_version": snapshot.gpu.driver_version, "devices": devices}
 
 
+class FiringIndex:
+    """The firings' records by target: ``(time, id)`` each, for an OOM kill's links."""
+
+    def __init__(self) -> None:
+        self._by_target: dict[str, list[tuple[float, str]]] = {}
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        """Index ``record`` if it is a firing's."""
+        if record.get("kind") == "firing":
+            entry = (float(record.get("time", 0)), str(record["id"]))
+            self._by_target.setdefault(str(record.get("target")), []).append(entry)
+
+    def on(self, targets: set[str], *, since: float, held: set[str]) -> list[tuple[float, str]]:
+        """The entries of ``targets`` at or after ``since`` whose id is in ``held``."""
+        found = [e for t in targets for e in self._by_target.get(t, ()) if e[0] >= since]
+        return sorted(e for e in found if e[1] in held)
+
+
 class IncidentStore:
     """A directory of incident records, at most ``keep`` files (oldest removed first). With
     ``directory=None`` records are kept in memory only (the same bound). With ``timeline``
@@ -146,7 +164,7 @@ class IncidentStore:
         self.timeline = timeline
         # target -> [(time, id)] of the firings' records, for the OOM kills' links; read from
         # the directory once, on first use, then kept up to date by put().
-        self._firings: dict[str, list[tuple[float, str]]] | None = None
+        self._firings: FiringIndex | None = None
         self._memory: dict[str, dict[str, Any]] = {}
         self.written = 0
         if directory is not None:
@@ -204,8 +222,8 @@ class IncidentStore:
         linked to it."""
         if not update:
             self.written += 1
-            if self._firings is not None and record.get("kind") == "firing":
-                self._index(record)
+            if self._firings is not None:
+                self._firings.add(record)
         if self.directory is None:
             self._memory[record["id"]] = record
             for old in sorted(self._memory)[: max(0, len(self._memory) - self.keep)]:
@@ -230,22 +248,14 @@ class IncidentStore:
             except OSError as exc:
                 log.warning("cannot remove old incident %s: %s", old, exc)
 
-    def _index(self, record: Mapping[str, Any]) -> None:
-        assert self._firings is not None
-        entry = (float(record.get("time", 0)), str(record["id"]))
-        self._firings.setdefault(str(record.get("target")), []).append(entry)
-
     def firings_on(self, targets: set[str], *, since: float) -> list[tuple[float, str]]:
         """``(time, id)`` of the firings' records on ``targets`` at or after ``since``, oldest
         first; those the store still holds (the bound removes the oldest)."""
         if self._firings is None:
-            self._firings = {}
+            self._firings = FiringIndex()
             for rec in self.list():
-                if rec.get("kind") == "firing":
-                    self._index(rec)
-        held = set(self.ids())
-        found = [e for t in targets for e in self._firings.get(t, ()) if e[0] >= since]
-        return sorted(e for e in found if e[1] in held)
+                self._firings.add(rec)
+        return self._firings.on(targets, since=since, held=set(self.ids()))
 
     def find_suffix(self, suffix: str) -> str | None:
         """The id of a record that ends with ``suffix`` (an OOM kill's digest), if any."""
