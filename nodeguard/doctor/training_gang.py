@@ -45,6 +45,7 @@ from nodeguard.doctor.training_workloads import (
     labels_patch,
     manifest,
     pod_group_mark,
+    subject,
     workloads,
 )
 
@@ -65,14 +66,6 @@ def _findings(cluster: Cluster) -> Iterator[Finding]:
             yield _partial(workload, job, mark.min_member)
 
 
-def _subject(workload: Workload, job: TrainingJobView, verb: str) -> str:
-    """``PyTorchJob ml/bert starts``; an Experiment's ``trials (PyTorchJob) start``."""
-    ref = workload.ref
-    if job.trial_kind:
-        return f"Experiment {ref.namespace}/{ref.name}'s trials ({job.trial_kind}) {verb}"
-    return f"{ref.kind} {ref.namespace}/{ref.name} {verb}s"
-
-
 def _partial(workload: Workload, job: TrainingJobView, least: int) -> Finding:
     """A Volcano Job whose ``minAvailable`` is below its pods: Volcano starts it once that
     many can be placed, and the rest wait, holding nothing back for them (the job
@@ -80,7 +73,9 @@ def _partial(workload: Workload, job: TrainingJobView, least: int) -> Finding:
     return Finding(
         check=CHECK,
         severity="warning",
-        title=f"{_subject(workload, job, 'gang')} only {least} of its {job.replicas} pods",
+        title=(
+            f"{subject(workload, 'gang', trial_kind=True)} only {least} of its {job.replicas} pods"
+        ),
         objects=(workload.ref,),
         evidence=(
             Fact(label="minAvailable", text=str(least)),
@@ -116,7 +111,10 @@ def _finding(workload: Workload, job: TrainingJobView) -> Finding:
     return Finding(
         check=CHECK,
         severity="warning",
-        title=f"{_subject(workload, job, 'start')} {job.replicas} pods with no gang scheduling",
+        title=(
+            f"{subject(workload, 'start', trial_kind=True)} {job.replicas} pods with no gang "
+            "scheduling"
+        ),
         objects=(ref,),
         evidence=tuple(evidence),
         fix=_fix(job),

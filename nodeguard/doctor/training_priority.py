@@ -45,6 +45,7 @@ from nodeguard.doctor.training_workloads import (
     Workload,
     evict_max_priority,
     manifest,
+    subject,
     template_patch,
     workloads,
 )
@@ -138,15 +139,6 @@ def _findings(cluster: Cluster) -> Iterator[Finding]:
             yield _low(cluster, workload, priority, above, evict if evicted else None)
 
 
-def _what(workload: Workload, verb: str) -> str:
-    """The workload and ``verb`` agreeing with it: ``PyTorchJob ml/bert runs``, an
-    Experiment's ``trials run``."""
-    ref = workload.ref
-    if workload.job is not None and workload.job.trial_kind is not None:
-        return f"Experiment {ref.namespace}/{ref.name}'s trials {verb}"
-    return f"{ref.kind} {ref.namespace}/{ref.name} {verb}s"
-
-
 def _pods(n: int) -> str:
     return f"{n} pod" if n == 1 else f"{n} pods"
 
@@ -163,7 +155,7 @@ def _missing(
     return Finding(
         check=CHECK,
         severity="error",
-        title=f"{_what(workload, 'name')} {'a PriorityClass' if one else 'PriorityClasses'} "
+        title=f"{subject(workload, 'name')} {'a PriorityClass' if one else 'PriorityClasses'} "
         f"that {'does' if one else 'do'} not exist: {names}",
         objects=(
             workload.ref,
@@ -186,9 +178,9 @@ def _low(
     evict: tuple[int, str] | None,
 ) -> Finding:
     if priority.classless:
-        title = f"{_what(workload, 'run')} without a PriorityClass (priority {priority.value})"
+        title = f"{subject(workload, 'run')} without a PriorityClass (priority {priority.value})"
     else:
-        title = f"{_what(workload, 'run')} at priority {priority.value}, no higher than " + (
+        title = f"{subject(workload, 'run')} at priority {priority.value}, no higher than " + (
             "non-training pods on its nodes" if above else "nodeguard's evict"
         )
     evidence = [

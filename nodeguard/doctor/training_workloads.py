@@ -38,6 +38,7 @@ __all__ = [
     "labels_patch",
     "manifest",
     "pod_group_mark",
+    "subject",
     "template_patch",
     "workloads",
 ]
@@ -78,6 +79,17 @@ class PodGroupMark:
 
     how: str
     min_member: int | None = None
+
+
+def subject(workload: Workload, verb: str, *, trial_kind: bool = False) -> str:
+    """The workload and ``verb`` agreeing with it, for a finding's title: ``PyTorchJob
+    ml/bert runs``; an Experiment's ``trials run`` (``trials (PyTorchJob) run`` with
+    ``trial_kind``)."""
+    ref, job = workload.ref, workload.job
+    if job is not None and job.trial_kind is not None:
+        kind = f" ({job.trial_kind})" if trial_kind else ""
+        return f"Experiment {ref.namespace}/{ref.name}'s trials{kind} {verb}"
+    return f"{ref.kind} {ref.namespace}/{ref.name} {verb}s"
 
 
 def job_ref(job: TrainingJobView) -> ObjectRef:
