@@ -8,12 +8,16 @@
   restarted).
 - ``GET /readyz``: 200 once the first snapshot exists, 503 before.
 - ``GET /snapshot``: the latest snapshot as JSON (bytes and seconds); 503 before the first.
-- ``GET /incidents``: incident summaries, newest first; ``GET /incidents/{id}``: one in full.
+- ``GET /incidents``: incident summaries, newest first; ``GET /incidents/{id}``: one in full;
+  ``GET /incidents/{id}.html``: one as a self-contained HTML page, its timeline as charts
+  (:mod:`nodeguard.remediation.incident_page`, the page ``nodeguard incidents ID --html``
+  writes); 404 (a page saying so) when unknown.
 - ``POST /webhook/alertmanager``: Alertmanager's webhook (:mod:`nodeguard.alerts.webhook`).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +29,7 @@ from nodeguard.connections import ConnectionGuard, deadline_middleware
 from nodeguard.exposition.exporter import snapshot_families
 from nodeguard.exposition.handler import Exposition, make_metrics_handler
 from nodeguard.exposition.metric_filter import MetricFilter
+from nodeguard.remediation.incident_page import page
 from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.sampling.sampler import Sampler
 from nodeguard.snapshot import to_jsonable
@@ -33,6 +38,8 @@ __all__ = ["make_app"]
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: The newest incidents whose pages the index page links to.
+_INDEX_INCIDENTS = 10
 
 
 def make_app(
@@ -82,8 +89,9 @@ def make_app(
             f'<li><a href="{p}">{p}</a></li>'
             for p in ("/metrics", "/snapshot", "/incidents", "/healthz", "/readyz")
         )
+        newest = _newest_pages(incidents)
         return web.Response(
-            text=f"<html><body><h1>nodeguard</h1><ul>{links}</ul></body></html>",
+            text=f"<html><body><h1>nodeguard</h1><ul>{links}</ul>{newest}</body></html>",
             content_type="text/html",
         )
 
@@ -98,6 +106,9 @@ def make_app(
             for r in records
         ]
         return web.json_response(summary, dumps=lambda o: json.dumps(o, indent=1))
+
+    async def incident_page(request: web.Request) -> web.Response:
+        return _incident_page(incidents, request.match_info["id"])
 
     async def incident_one(request: web.Request) -> web.Response:
         record = incidents.get(request.match_info["id"]) if incidents else None
@@ -120,7 +131,32 @@ def make_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/snapshot", snapshot)
     app.router.add_get("/incidents", incident_list)
+    # Before /incidents/{id}, whose {id} would take "ID.html" too: the first match wins.
+    app.router.add_get("/incidents/{id}.html", incident_page)
     app.router.add_get("/incidents/{id}", incident_one)
     if webhook is not None:
         app.router.add_post("/webhook/alertmanager", webhook)
     return app
+
+
+def _newest_pages(incidents: IncidentStore | None) -> str:
+    """Links to the pages of the newest few incidents, for the index page ("" when none)."""
+    ids = incidents.ids()[::-1][:_INDEX_INCIDENTS] if incidents else ()
+    pages = "".join(
+        f'<li><a href="/incidents/{html.escape(i)}.html">{html.escape(i)}</a></li>' for i in ids
+    )
+    return f"<h2>Newest incidents</h2><ul>{pages}</ul>" if pages else ""
+
+
+def _incident_page(incidents: IncidentStore | None, incident: str) -> web.Response:
+    """``/incidents/{id}.html``: the record's page, or a 404 page when there is none."""
+    record = incidents.get(incident) if incidents else None
+    if record is None:
+        return web.Response(
+            status=404,
+            text=f"<html><body><h1>No incident {html.escape(incident)}</h1>"
+            '<p>The incidents are listed at <a href="/incidents">/incidents</a>.</p>'
+            "</body></html>",
+            content_type="text/html",
+        )
+    return web.Response(text=page(record=record), content_type="text/html")

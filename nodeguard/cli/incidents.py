@@ -5,7 +5,9 @@ shortest prefix of its id that is unique among the records, at least the id's ti
 second (``20261130T101500``, UTC), and ``nodeguard incidents PREFIX`` takes any unique prefix.
 Rule names are never broken (the target and the actions wrap instead). One incident is shown
 for people (what fired, on what, what was done, the node's memory and the largest containers
-then); ``--json`` gives its whole record.
+then); ``--json`` gives its whole record, and ``--html FILE`` writes it as a self-contained
+page with its timeline as charts (:mod:`nodeguard.remediation.incident_page`), the page the
+agent serves at ``/incidents/ID.html``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ from rich.table import Table
 from nodeguard.cli.console import stdout_console
 from nodeguard.cli.flags import add_json, add_log_level, add_state
 from nodeguard.cli.incident_view import show_one
+from nodeguard.cli.parser import BAD_FLAGS
+from nodeguard.remediation.incident_page import page
 from nodeguard.remediation.incidents import IncidentStore
 
 __all__ = ["SHORTEST_ID", "add_arguments", "run", "short_ids", "show_incidents"]
@@ -42,6 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         help="show this incident: its id or any unique prefix of it (default: list them all; "
         "with --json, its whole record)",
+    )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write incident ID to FILE (- for stdout) as one self-contained HTML page: what "
+        "happened, the node's memory and the containers before it as charts, the evidence; "
+        "opens offline (default: show it in the terminal)",
     )
     add_state(parser)
     add_json(parser, what="the list, or the whole record of one")
@@ -102,10 +116,16 @@ def _when(record: dict[str, Any]) -> str:
 
 
 def show_incidents(
-    directory: Path, *, incident: str | None, as_json: bool, console: Console
+    directory: Path,
+    *,
+    incident: str | None,
+    as_json: bool,
+    console: Console,
+    html: Path | None = None,
 ) -> int:
-    """List the incidents (newest first) or print one; exit status 1 when ``incident`` names
-    none or more than one."""
+    """List the incidents (newest first) or print one, or with ``html`` write its page there;
+    exit status 1 when ``incident`` names none or more than one, or the page cannot be
+    written."""
     store = IncidentStore(directory=directory if directory.exists() else None)
     if incident:
         found = store.matching(incident)
@@ -121,6 +141,8 @@ def show_incidents(
         if record is None:
             console.print(f"no incident {incident!r} in {directory}", soft_wrap=True)
             return 1
+        if html is not None:
+            return _write_page(record, html=html, console=console)
         if as_json:
             console.print_json(json.dumps(record, default=str))
         else:
@@ -146,7 +168,37 @@ def show_incidents(
     return 0
 
 
+def _write_page(record: dict[str, Any], *, html: Path, console: Console) -> int:
+    """Write ``record``'s HTML page to ``html`` (``-``: stdout, alone); 1 when it cannot be
+    written."""
+    if str(html) == "-":
+        sys.stdout.write(page(record=record))
+        return 0
+    try:
+        html.write_text(page(record=record), encoding="utf-8")
+    except OSError as exc:
+        console.print(f"cannot write {html}: {exc.strerror or exc}", soft_wrap=True)
+        return 1
+    console.print(
+        f"wrote incident {record['id']} to {html} (one HTML file: open it in a browser)",
+        soft_wrap=True,
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``nodeguard incidents``."""
+    if args.html is not None and not args.id:
+        sys.stderr.write(
+            "nodeguard incidents: error: --html writes one incident's page: give its ID "
+            "(nodeguard incidents ID --html FILE)\nSee 'nodeguard incidents --help'.\n"
+        )
+        return BAD_FLAGS
     directory = args.incidents_dir or args.state / "incidents"
-    return show_incidents(directory, incident=args.id, as_json=args.json, console=stdout_console())
+    return show_incidents(
+        directory,
+        incident=args.id,
+        as_json=args.json,
+        console=stdout_console(),
+        html=args.html,
+    )

@@ -5,14 +5,17 @@ timeline of the container's growth, and the dry-run firing that came before it, 
 ways. The agent is then SIGKILLed and started again on the same state: the kill is recorded
 once, also when the store's bound has removed its record; one whose record was never written
 (killed between the kernel-log save and the write) is recorded at the restart; the human view
-of it fits 80 columns."""
+of it fits 80 columns; its HTML page, served by the agent, is the record's and the one the
+command line writes."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,12 @@ def _points(metrics: str) -> float:
     return float(line.split()[1])
 
 
+def _served(url: str) -> tuple[int, str, bytes]:
+    """``(status, Content-Type, body)`` of a GET."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.headers.get("Content-Type", ""), resp.read()
+
+
 def _kills(state: Path, container_id: str) -> list[dict[str, Any]]:
     return [
         r
@@ -85,7 +94,26 @@ def test_a_kernel_oom_kill_is_an_incident_with_its_timeline(
                 "the kill recorded", lambda: _kills(state, cg.container_id), timeout=30
             )
             metrics = get(f"{base}/metrics")[1]
+            status, content_type, served = _served(f"{base}/incidents/{kill['id']}.html")
             kill_9(base.pid)
+
+        # Its page: the whole record embedded, and the same bytes from the command line (the
+        # page is a function of the record alone, which neither changed).
+        assert (status, content_type) == (200, "text/html; charset=utf-8")
+        embedded = re.findall(
+            r'<script type="application/json" id="nodeguard-record">(.*?)</script>',
+            served.decode(),
+            re.S,
+        )
+        assert [json.loads(x) for x in embedded] == [kill]
+        written = tmp_path / "kill.html"
+        command = ["incidents", kill["id"], "--html", str(written), f"--path.state={state}"]
+        subprocess.run(
+            [sys.executable, "-m", "nodeguard", *command],
+            capture_output=True,
+            check=True,
+        )
+        assert written.read_bytes() == served
 
         victim = kill["victim"]
         assert (victim["constraint"], victim["pod_uid"]) == ("CONSTRAINT_MEMCG", cg.pod_uid)
