@@ -388,6 +388,28 @@ def node_memory() -> dict[str, Any]:
             "`nodeguard doctor --node NODE` names the objects and the fix. A node without rows "
             "has an agent without Kubernetes access.",
         ),
+        _panel(
+            15,
+            "Katib trials: working set by trial (legend max: each trial's peak)",
+            [
+                (
+                    "max by (namespace, katib_experiment, katib_trial) ("
+                    f"nodeguard_pod_memory_working_set_bytes{{{SEL}}} "
+                    "* on (instance, job, namespace, pod) group_left (katib_experiment, katib_trial) "
+                    f'nodeguard_pod_info{{{SEL}, katib_trial!=""}})',
+                    "{{namespace}}/{{katib_experiment}} {{katib_trial}}",
+                )
+            ],
+            unit="bytes",
+            x=0,
+            y=65,
+            w=24,
+            description="The largest working set of each Katib trial's pods on these nodes "
+            "(nodeguard_pod_info names a trial pod's experiment and trial; the recording rule "
+            "katib_trial:nodeguard_pod_memory_working_set_bytes:max is the same across every "
+            "node). `nodeguard trials NAMESPACE/EXPERIMENT` has each trial's peak beside its "
+            "hyperparameters and the request to set per value.",
+        ),
     ]
     return _dashboard("nodeguard-node-memory", "nodeguard / Node memory", p, ["memory"])
 

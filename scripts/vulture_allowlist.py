@@ -30,3 +30,5 @@ shmem_bytes  # unused variable (nodeguard/snapshot.py:154)
 # http.server.BaseHTTPRequestHandler calls these (tests/support/doctor_cluster.py stand-in kubelet)
 _.do_GET
 _.log_message
+# nodeguard trials --json writes every TrialRow field (dataclasses.asdict)
+_.peak_anon_bytes

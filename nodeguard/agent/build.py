@@ -42,6 +42,7 @@ from nodeguard.remediation.incidents import IncidentStore
 from nodeguard.remediation.metrics import RemediationCollector, StateCollector
 from nodeguard.remediation.oom_incidents import OomIncidents
 from nodeguard.remediation.timeline import Timeline, TimelineCollector
+from nodeguard.remediation.trial_memory import TrialMemory, TrialMemoryCollector, trial_writer
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import RuleSource
@@ -111,6 +112,13 @@ def build(cfg: AgentConfig) -> Agent | None:
         changed=state.save,
     )
     registry.register(TimelineCollector(timeline=timeline))
+    trials = TrialMemory(
+        node=node,
+        state=state.section("trial_memory"),
+        changed=state.save,
+        write=trial_writer(kube) if kube is not None else None,
+    )
+    registry.register(TrialMemoryCollector(trials=trials))
     # Durations on the state's clock: a step of the wall clock moves no cooldown or window.
     engine = RuleEngine(rules=source.current.rules if source else (), state=state, clock=state.now)
     env = make_env(cfg=cfg, state=state, cluster=cluster, sampler=sampler, auditor=auditor)
@@ -175,6 +183,7 @@ def build(cfg: AgentConfig) -> Agent | None:
         notifications=notifications,
         dry_run=cfg.dry_run,
         oom=oom,
+        trials=trials,
     )
     sampler.add_listener(decisions)
     registry.register(WebhookCollector(receiver=receiver))

@@ -19,6 +19,7 @@ from nodeguard.actions.context import Env
 from nodeguard.remediation.actor import NodeActor
 from nodeguard.remediation.oom_incidents import OomIncidents
 from nodeguard.remediation.recovery import resume_check
+from nodeguard.remediation.trial_memory import TrialMemory
 from nodeguard.remediation.worker import Remediator
 from nodeguard.rules.engine import RuleEngine
 from nodeguard.rules.load import RuleSource
@@ -41,7 +42,8 @@ class Decisions:
     """The sampler's listener (module docstring); :meth:`request_reload` (SIGHUP) has the rule
     files read at the next full sample. ``actor`` is ``None`` without a cluster (this agent
     acts alone), ``source`` without rule files, ``notifications`` with every one turned off;
-    ``oom`` records each kernel OOM kill as an incident (every snapshot, before the rules)."""
+    ``oom`` records each kernel OOM kill as an incident (every snapshot, before the rules);
+    ``trials`` keeps the Katib trial pods' peaks."""
 
     def __init__(
         self,
@@ -56,11 +58,12 @@ class Decisions:
         notifications: Notifications | None,
         dry_run: bool,
         oom: OomIncidents | None = None,
+        trials: TrialMemory | None = None,
     ) -> None:
         self._engine, self._source, self._remediator = engine, source, remediator
         self._actor, self._env, self._state = actor, env, state
         self._sampler, self._notifications, self._dry_run = sampler, notifications, dry_run
-        self._oom = oom
+        self._oom, self._trials = oom, trials
         self._reload_requested = False
         self._first = True
         # Reading and parsing a rule file is bounded (nodeguard.rules.load) but takes up to a
@@ -78,6 +81,8 @@ class Decisions:
             # Evidence, not action: every agent records the kills it sees, observer or not
             # (one agent a state directory, so one a node's incidents).
             self._oom.observe(snapshot)
+        if self._trials is not None:
+            self._trials.observe(snapshot)  # evidence too: every agent, observer or not
         remediator, engine, actor = self._remediator, self._engine, self._actor
         if self._first:
             # Runbooks cut short by the last stop resume (or are abandoned, with why) before

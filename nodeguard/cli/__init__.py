@@ -7,6 +7,7 @@
 - ``nodeguard incidents`` (:mod:`~nodeguard.cli.incidents`): the incident records.
 - ``nodeguard act`` (:mod:`~nodeguard.cli.act`): one runbook action by hand.
 - ``nodeguard doctor`` (:mod:`~nodeguard.cli.doctor`): the cluster's memory posture, read-only.
+- ``nodeguard trials`` (:mod:`~nodeguard.cli.trials`): a Katib experiment's trials' memory.
 
 Each module has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> exit status``; flag
 groups that several share (host paths, collectors, cordon, ``--kubeconfig``, ``--json``,
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from nodeguard import __version__
-from nodeguard.cli import act, check, doctor, incidents, run, snapshot
+from nodeguard.cli import act, check, doctor, incidents, run, snapshot, trials
 from nodeguard.cli.flags import setup_logging
 from nodeguard.cli.parser import Parser
 
@@ -35,6 +36,7 @@ SUBCOMMANDS: dict[str, ModuleType] = {
     "incidents": incidents,
     "act": act,
     "doctor": doctor,
+    "trials": trials,
 }
 
 

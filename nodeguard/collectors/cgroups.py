@@ -215,8 +215,9 @@ class CgroupsCollector(Collector):
         container_families = _MemoryFamilies(out, level="container")
         pod_info = out.gauge(
             "pod_info",
-            "pods with a memory cgroup on this node; priority from the pod list where known",
-            [*labels, "uid", "qos_class", "priority_class"],
+            "pods with a memory cgroup on this node; priority from the pod list where known; "
+            "a Katib trial's pods name its experiment and trial (their katib.kubeflow.org labels)",
+            [*labels, "uid", "qos_class", "priority_class", "katib_experiment", "katib_trial"],
         )
         requests = out.gauge(
             "pod_memory_request_bytes",
@@ -228,7 +229,18 @@ class CgroupsCollector(Collector):
             pod_values = (pl.namespace, pl.pod, "")
             meta = snapshot.pod_meta.get(pod.uid) if snapshot.pod_meta else None
             priority_class = meta.priority_class if meta else ""
-            pod_info.add((*pod_values, pod.uid, pod.qos_class, priority_class), 1)
+            katib = meta.labels if meta else {}
+            pod_info.add(
+                (
+                    *pod_values,
+                    pod.uid,
+                    pod.qos_class,
+                    priority_class,
+                    katib.get("katib.kubeflow.org/experiment", ""),
+                    katib.get("katib.kubeflow.org/trial", ""),
+                ),
+                1,
+            )
             if meta is not None:
                 requests.add(pod_values, meta.memory_request_bytes)
             pod_families.add(pod_values, pod.memory)

@@ -142,6 +142,19 @@ class CoreV1(_Raw):
         path = "/api/v1/namespaces/{namespace}/configmaps/{name}"
         return self._call("GET", path, {"name": name, "namespace": namespace}, None, kw)
 
+    # -- Katib trials' memory records (nodeguard.kube.trial_records) -------------------------
+    def list_namespaced_config_map(self, namespace: str, **kw: Any) -> Any:
+        path = "/api/v1/namespaces/{namespace}/configmaps"
+        return self._call("GET", path, {"namespace": namespace}, None, kw)
+
+    def create_namespaced_config_map(self, namespace: str, body: JSON, **kw: Any) -> Any:
+        path = "/api/v1/namespaces/{namespace}/configmaps"
+        return self._call("POST", path, {"namespace": namespace}, body, kw)
+
+    def patch_namespaced_config_map(self, name: str, namespace: str, body: JSON, **kw: Any) -> Any:
+        path = "/api/v1/namespaces/{namespace}/configmaps/{name}"
+        return self._call("PATCH", path, {"name": name, "namespace": namespace}, body, kw)
+
     def connect_get_node_proxy_configz(self, name: str, **kw: Any) -> Any:
         # The node proxy subresource (verb get on nodes/proxy): the API server forwards the
         # request to the kubelet's /configz on the node's address and kubelet port.

@@ -294,7 +294,15 @@ def _flags(
 
 def test_every_subcommand_is_a_module_of_the_cli_package() -> None:
 
-    assert list(SUBCOMMANDS) == ["run", "snapshot", "check", "incidents", "act", "doctor"]
+    assert list(SUBCOMMANDS) == [
+        "run",
+        "snapshot",
+        "check",
+        "incidents",
+        "act",
+        "doctor",
+        "trials",
+    ]
     assert {m.__name__ for m in SUBCOMMANDS.values()} == {f"nodeguard.cli.{n}" for n in SUBCOMMANDS}
     assert {c.split()[0] for c, _ in _flags()} == set(SUBCOMMANDS)
 
@@ -567,6 +575,7 @@ def test_the_usage_line_names_the_positionals() -> None:
     assert usage["incidents"] == "usage: nodeguard incidents [flags] [ID]"
     assert usage["check"] == "usage: nodeguard check [flags] PATH..."
     assert usage["run"] == "usage: nodeguard run [flags]"
+    assert usage["trials"] == "usage: nodeguard trials [flags] NAMESPACE/EXPERIMENT"
 
 
 @pytest.mark.parametrize("text", ["garbage: [\n", "[1, 2]\n"], ids=["not-yaml", "a-list"])

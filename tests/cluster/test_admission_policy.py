@@ -28,8 +28,10 @@ from nodeguard.actions.context import Env
 from nodeguard.actions.cordon import CordonConfig, cordon
 from nodeguard.actions.katib import quota_name
 from nodeguard.alerts.claims import AlertClaims
+from nodeguard.kube.calls import MERGE_PATCH
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Forbidden
+from nodeguard.kube.trial_records import TrialRecords, record_name
 from tests.support.acting import run_action
 from tests.support.agent import wait_until
 from tests.support.controlplane.cluster import TestCluster
@@ -43,7 +45,7 @@ from tests.support.deploy.manifests import (
     review,
     service_account_token,
 )
-from tests.support.kube_helpers import Cluster, cordoned, given
+from tests.support.kube_helpers import Cluster, cordoned, given, katib_trial
 
 COMPONENT = "own-writes"
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
@@ -190,13 +192,15 @@ def tokens(
         remove_policies(applier, policies, cp=control_plane, token=unbound, node=node_b)
 
 
-def test_the_component_is_two_policies_for_the_daemonsets_service_account(
+def test_the_component_is_three_policies_for_the_daemonsets_service_account(
     kustomize_bin: Path, tmp_path: Path, manifests: list[Obj]
 ) -> None:
     policies = _policies(kustomize_bin, tmp_path)
     assert sorted((o["kind"], o["metadata"]["name"]) for o in policies) == [
+        ("ValidatingAdmissionPolicy", "nodeguard-own-configmaps"),
         ("ValidatingAdmissionPolicy", "nodeguard-own-node"),
         ("ValidatingAdmissionPolicy", "nodeguard-own-quotas"),
+        ("ValidatingAdmissionPolicyBinding", "nodeguard-own-configmaps"),
         ("ValidatingAdmissionPolicyBinding", "nodeguard-own-node"),
         ("ValidatingAdmissionPolicyBinding", "nodeguard-own-quotas"),
     ]
@@ -343,6 +347,50 @@ async def test_the_agent_deletes_its_own_quotas_only(
                 dry_run=False,
             )
         assert "nodeguard creates only its own Katib pause quotas" in str(made.value)
+    finally:
+        kube.close()
+
+
+async def test_the_agent_writes_its_own_trial_records_only(
+    tokens: Tokens, cluster: Cluster, control_plane: TestCluster
+) -> None:
+    ns = cluster.namespace("own-configmaps")
+    exp = cluster.katib_experiment(ns)
+    katib_trial(cluster, namespace=ns, experiment=exp, name="random-t1", parameters={})
+    cluster.core.create_namespaced_config_map(
+        ns, client.V1ConfigMap.model_validate({"metadata": {"name": "users"}, "data": {"a": "1"}})
+    )
+    kube = _client(control_plane, tokens.bound)
+    try:
+        # A trial pod's record, twice (made, then patched): nodeguard's own ConfigMap.
+        records = TrialRecords(kube=kube)
+        for pod in ("random-t1-a", "random-t1-b"):
+            await records.put(
+                namespace=ns, trial="random-t1", experiment="random", pod=pod, record={"x": 1}
+            )
+        made = cluster.core.read_namespaced_config_map(record_name("random-t1"), ns)
+        assert sorted(made.data or {}) == ["random-t1-a", "random-t1-b"]
+        # A user's ConfigMap, even patched to look like a record; and any other ConfigMap.
+        for name, body in (
+            ("users", {"data": {"a": "2"}}),
+            ("users", {"metadata": {"labels": {"app.kubernetes.io/managed-by": "nodeguard"}}}),
+        ):
+            with pytest.raises(Forbidden) as refused:
+                await kube.write(
+                    kube.core.patch_namespaced_config_map,
+                    name,
+                    ns,
+                    body,
+                    _content_type=MERGE_PATCH,
+                )
+            assert "nodeguard writes only its own Katib trial memory ConfigMaps" in str(
+                refused.value
+            ), refused.value
+        with pytest.raises(Forbidden):
+            await kube.write(
+                kube.core.create_namespaced_config_map, ns, {"metadata": {"name": "other"}}
+            )
+        assert (cluster.core.read_namespaced_config_map("users", ns).data or {}) == {"a": "1"}
     finally:
         kube.close()
 

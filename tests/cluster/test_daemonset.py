@@ -52,6 +52,7 @@ from nodeguard.cli.flags import cordon_config
 from nodeguard.kube.client import KubeClient
 from nodeguard.kube.errors import Forbidden
 from nodeguard.kube.objects import pod_meta
+from nodeguard.kube.trial_records import TrialRecords
 from nodeguard.kube.watch import PodWatcher
 from nodeguard.remediation.actor import NodeActor
 from tests.fixtures.make_hosts import v2_cgroup
@@ -80,7 +81,14 @@ from tests.support.deploy.manifests import (
     write_projected,
 )
 from tests.support.hosts import HOSTS
-from tests.support.kube_helpers import Cluster, cordoned, custom_json, given, name_of
+from tests.support.kube_helpers import (
+    Cluster,
+    cordoned,
+    custom_json,
+    given,
+    katib_trial,
+    name_of,
+)
 
 GiB = 1 << 30
 # Every component shipped (each a directory with a kustomization), not a list kept by hand.
@@ -102,6 +110,9 @@ CLUSTER_ROLE: set[Triple] = {
     ("kubeflow.org", "experiments", "list"),
     ("kubeflow.org", "experiments", "patch"),
     ("kubeflow.org", "trials", "list"),
+    ("kubeflow.org", "trials", "get"),
+    ("", "configmaps", "create"),
+    ("", "configmaps", "patch"),
     ("", "resourcequotas", "list"),
     ("", "resourcequotas", "create"),
     ("", "resourcequotas", "delete"),
@@ -813,6 +824,18 @@ async def _needs_katib(p: Probe) -> None:
     p.failed(res)
 
 
+async def _needs_trial_records(p: Probe) -> None:
+    """A trial pod's memory record: the Trial read (its UID for the ownerReference), the
+    ConfigMap patched, or made where it is not there yet."""
+    exp = p.cluster.katib_experiment(p.namespace)
+    katib_trial(p.cluster, namespace=p.namespace, experiment=exp, name="t1", parameters={})
+    with pytest.raises(Forbidden) as info:
+        await TrialRecords(kube=p.kube).put(
+            namespace=p.namespace, trial="t1", experiment="random", pod="t1-x", record={"a": 1}
+        )
+    p.forbidden(info.value)
+
+
 async def _needs_lease(p: Probe) -> None:
     if p.missing[2] == "update":
         # A free Lease exists (an agent released it): taking it is an update.
@@ -841,6 +864,9 @@ PROBES: dict[Triple, Callable[[Probe], Awaitable[None]]] = {
     ("kubeflow.org", "experiments", "list"): _needs_katib,
     ("kubeflow.org", "experiments", "patch"): _needs_katib,
     ("kubeflow.org", "trials", "list"): _needs_katib,
+    ("kubeflow.org", "trials", "get"): _needs_trial_records,
+    ("", "configmaps", "create"): _needs_trial_records,
+    ("", "configmaps", "patch"): _needs_trial_records,
     ("", "resourcequotas", "list"): _needs_katib,
     ("", "resourcequotas", "create"): _needs_katib,
     ("", "resourcequotas", "delete"): _needs_katib,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.fixtures.make_hosts import CID, UID_B
+from tests.fixtures.make_hosts import CID, UID_B, UID_BE
 from tests.support.agent import get, running_agent, wait_until
 from tests.support.controlplane.cluster import TestCluster
 from tests.support.hosts import HOSTS, host_flags
@@ -94,8 +94,31 @@ def _dashboard_exprs() -> list[tuple[str, str]]:
 
 
 def _alert_exprs() -> list[tuple[str, str]]:
+    """Every rule's expression: the alerts' (comparisons made 0/1) and the recording rules'."""
     data = yaml.safe_load(ALERT_RULES.read_text())
-    return [(r["alert"], _with_bool(r["expr"])) for g in data["groups"] for r in g["rules"]]
+    return [
+        (r.get("alert") or r["record"], _with_bool(r["expr"]))
+        for g in data["groups"]
+        for r in g["rules"]
+    ]
+
+
+def _trial_pod(cluster: Cluster, *, host: Path, node: str) -> None:
+    """A Katib trial's pod of the API in the host's besteffort pod cgroup: the fixture's
+    cgroup renamed to the UID the API server gave the pod (systemd writes its dashes as _)."""
+    ns = cluster.namespace("katib")
+    pod = cluster.pod(
+        namespace=ns,
+        node=node,
+        name="random-abc-pod",
+        labels={
+            "katib.kubeflow.org/experiment": "random",
+            "katib.kubeflow.org/trial": "random-abc",
+        },
+    )
+    old, new = UID_BE.replace("-", "_"), pod["metadata"]["uid"].replace("-", "_")
+    (found,) = host.rglob(f"*pod{old}.slice")
+    found.rename(found.with_name(found.name.replace(old, new)))
 
 
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "real"])
@@ -111,6 +134,7 @@ def test_alert_to_action_and_back(
     _set_meminfo(host, "MemAvailable", 1)  # 1 GiB of 32: NodeguardNodeMemoryLow
     _set_meminfo(host, "SUnreclaim", 1)  # and nothing else
     node = cluster.node(memory="32Gi")
+    _trial_pod(cluster, host=host, node=node)  # the Katib trials panel has one to show
     local = tmp_path / "local.yaml"
     local.write_text(LOCAL_RULES)
     args = [
@@ -244,7 +268,7 @@ AGENT_POD = "nodeguard-x7k2p"
 AGENT_SERIES = re.compile(
     r"nodeguard_(build_info|snapshot_timestamp_seconds|collector_\w+|cgroup_files_open|"
     r"node_info|rules?_\w+|remediation_\w+|incidents_total|actions_total|webhook_\w+|http_\w+|"
-    r"sampler_\w+|focus_\w+|notify_\w+|state_\w+|timeline_\w+|actor)$"
+    r"sampler_\w+|focus_\w+|notify_\w+|state_\w+|timeline_\w+|trial_\w+|actor)$"
 )
 
 

@@ -389,6 +389,48 @@ class Cluster:
         return wait_until("the Experiment CRD served", created, timeout=60)
 
 
+def katib_trial(
+    cluster: Cluster,
+    *,
+    namespace: str,
+    experiment: dict[str, Any],
+    name: str,
+    parameters: dict[str, str],
+) -> dict[str, Any]:
+    """A Trial as Katib's Experiment controller makes one (``createTrial`` in
+    pkg/controller.v1beta1/experiment: the experiment's label, its controller ownerReference,
+    the suggestion's parameterAssignments), marked Running."""
+    body = {
+        "apiVersion": "kubeflow.org/v1beta1",
+        "kind": "Trial",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"katib.kubeflow.org/experiment": experiment["metadata"]["name"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1beta1",
+                    "kind": "Experiment",
+                    "name": experiment["metadata"]["name"],
+                    "uid": experiment["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "parameterAssignments": [{"name": k, "value": v} for k, v in parameters.items()],
+            "primaryContainerName": "training-container",
+            "runSpec": {"apiVersion": "batch/v1", "kind": "Job"},
+        },
+    }
+    return custom_json(
+        cluster.custom.create_namespaced_custom_object(
+            "kubeflow.org", "v1beta1", namespace, "trials", body
+        )
+    )
+
+
 @contextlib.asynccontextmanager
 async def synced_watcher(*, kubeconfig: Path, node: str) -> AsyncIterator[PodWatcher]:
     """A :class:`PodWatcher` of ``node`` running until the block ends, after its first list."""

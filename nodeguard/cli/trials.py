@@ -1,0 +1,176 @@
+"""``nodeguard trials NAMESPACE/EXPERIMENT [--json]``: a Katib experiment's trials with the
+memory they really used, by hyperparameter, and what to request for each value.
+
+Reads the Experiment (``kubeflow.org/v1beta1``), its Trials (label
+``katib.kubeflow.org/experiment``) and the memory records the agents wrote beside them
+(:mod:`nodeguard.kube.trial_records`; the agents write a pod's when it ends): no Prometheus.
+Prints a table of the trials (their parameter assignments, peak working set, limit, OOM kills,
+outcome; those OOM-killed or within 10 % of their limit flagged), each parameter's spread by
+value, and the fragment to paste into the Experiment (:mod:`nodeguard.cli.trial_fit`).
+Exit status: 0; 2 for a bad argument; 3 the cluster could not be read; 4 no such Experiment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from nodeguard.cli.console import stdout_console
+from nodeguard.cli.flags import add_json, add_kubeconfig, add_log_level
+from nodeguard.cli.trial_fit import Spread, TrialRow, fragment, quantity, rows, spreads
+from nodeguard.kube.client import KubeClient
+from nodeguard.kube.errors import KubeError, NotFound
+from nodeguard.kube.trial_records import GROUP, VERSION, TrialRecords
+from nodeguard.units import format_bytes
+
+__all__ = ["add_arguments", "run"]
+
+HELP = "a Katib experiment's trials: the memory they used by hyperparameter, what to request"
+EXIT_UNREADABLE, EXIT_NOT_FOUND = 3, 4
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``nodeguard trials``."""
+    parser.add_argument("experiment", metavar="NAMESPACE/EXPERIMENT", help="the Experiment")
+    add_json(parser, what="the trials, the spreads and the fragment")
+    add_kubeconfig(parser, used_for="reading the cluster", home=True)
+    add_log_level(parser, default="warning")
+
+
+async def _read(kube: KubeClient, ns: str, name: str) -> tuple[Any, list[Any], dict[str, Any]]:
+    exp = await kube.get_custom(
+        group=GROUP, version=VERSION, plural="experiments", namespace=ns, name=name
+    )
+    trials = await kube.list_custom(
+        group=GROUP,
+        version=VERSION,
+        plural="trials",
+        namespace=ns,
+        label_selector=f"katib.kubeflow.org/experiment={name}",
+    )
+    records = await TrialRecords(kube=kube).read(namespace=ns, experiment=name)
+    return exp, trials, records
+
+
+def _table(found: list[TrialRow], params: list[str]) -> Table:
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left", title="Trials")
+    # Names and values are read whole; the outcome (and its flag) wraps instead.
+    t.add_column("trial", no_wrap=True)
+    for p in params:
+        t.add_column(p, no_wrap=True)
+    for head in ("peak", "limit", "OOM"):
+        t.add_column(head, justify="right", no_wrap=True)
+    t.add_column("outcome", overflow="fold")
+    for r in found:
+        outcome = ", ".join(x for x in (r.outcome, r.flag) if x) or "-"
+        t.add_row(
+            r.name,
+            *(r.parameters.get(p, "") for p in params),
+            format_bytes(r.peak_working_set_bytes) if r.pods else "none yet",
+            format_bytes(r.limit_bytes) if r.limit_bytes else "none",
+            str(r.oom_kills),
+            outcome,
+        )
+    return t
+
+
+def _spreads(console: Console, found: list[Spread]) -> None:
+    for s in found:
+        if not s.explained:
+            trials = sum(g.trials for g in s.groups)
+            why = (
+                "one value"
+                if len(s.groups) == 1
+                else "a value a trial"
+                if len(s.groups) == trials
+                else "no spread"
+            )
+            console.print(f"By {s.parameter}: {why}, not judged")
+            continue
+        t = Table(
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            title_justify="left",
+            title=f"By {s.parameter} (explains {s.explained:.0%} of the spread)",
+        )
+        for head in (s.parameter, "trials", "peak", "request", "limit", ""):
+            t.add_column(head, no_wrap=head != "", justify="left" if head == "" else "right")
+        for g in s.groups:
+            span = format_bytes(g.least_bytes)
+            if g.most_bytes != g.least_bytes:
+                span += f" - {format_bytes(g.most_bytes)}"
+            t.add_row(
+                g.value,
+                str(g.trials),
+                span,
+                quantity(g.request_bytes),
+                quantity(g.limit_bytes),
+                "" if g.measured else "a guess: OOM-killed",
+            )
+        console.print(t)
+
+
+def show(exp: Any, trials: list[Any], records: dict[str, Any], *, as_json: bool) -> None:
+    """Print the report of ``nodeguard trials`` (module docstring) to stdout."""
+    ns, name = exp["metadata"]["namespace"], exp["metadata"]["name"]
+    found = rows(trials, records)
+    spread = spreads(found)
+    best = spread[0] if spread and spread[0].explains else None
+    text = fragment(experiment=f"{ns}/{name}", spread=best, every=found, spec=exp.get("spec") or {})
+    if as_json:
+        doc = {
+            "experiment": f"{ns}/{name}",
+            "trials": [asdict(r) | {"flag": r.flag, "need_bytes": r.need_bytes} for r in found],
+            "spreads": [asdict(s) | {"explains": s.explains} for s in spread],
+            "explained_by": best.parameter if best else None,
+            "fragment": text,
+        }
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return
+    console = stdout_console()
+    params = sorted({p for r in found for p in r.parameters})
+    console.print(_table(found, params))
+    recorded = sum(1 for r in found if r.pods)
+    console.print(
+        f"{len(found)} trial(s) of {ns}/{name}, {recorded} with memory recorded (an agent "
+        "records a trial pod's when it ends)"
+    )
+    _spreads(console, spread)
+    console.print("Paste into the Experiment:")
+    console.out(text, end="", highlight=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``nodeguard trials``; the exit status (module docstring)."""
+    ns, _, name = str(args.experiment).partition("/")
+    if not ns or not name or "/" in name:
+        sys.stderr.write("nodeguard trials: give NAMESPACE/EXPERIMENT, e.g. kubeflow/mnist\n")
+        return 2
+
+    async def read() -> tuple[Any, list[Any], dict[str, Any]]:
+        kube = KubeClient.load(kubeconfig=args.kubeconfig)
+        try:
+            return await _read(kube, ns, name)
+        finally:
+            kube.close()
+
+    try:
+        exp, trials, records = asyncio.run(read())
+    except NotFound:
+        sys.stderr.write(f"nodeguard trials: no Experiment {ns}/{name} (or no Katib CRD)\n")
+        return EXIT_NOT_FOUND
+    except KubeError as exc:
+        http = f" (HTTP {exc.status})" if exc.status else ""
+        sys.stderr.write(f"nodeguard trials: cannot read the cluster: {exc}{http}\n")
+        return EXIT_UNREADABLE
+    show(exp, trials, records, as_json=args.json)
+    return 0

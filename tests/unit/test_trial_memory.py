@@ -1,0 +1,275 @@
+"""Katib trials' memory: what the agent keeps of each trial pod (its peaks, never a pod that is
+no trial's, never a second record of one that ended), when it saves the state (a peak that
+creeps up is saved once it has grown 5 % in all), how it writes (an API failure retried, a
+Trial gone dropped), and what ``nodeguard trials`` makes of the records (the spread by
+parameter, the recommendation, the fragment)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import pytest
+import yaml
+
+from nodeguard.cli.trial_fit import (
+    OOM_GUESS,
+    TrialRow,
+    fragment,
+    quantity,
+    rows,
+    spreads,
+)
+from nodeguard.kube.objects import pod_meta
+from nodeguard.remediation.trial_memory import RecordWriter, TrialMemory
+from nodeguard.snapshot import ContainerMemory, NodeSnapshot, PodMemory
+from tests.support.hosts import cgroup_memory
+
+MiB = 1 << 20
+#: An Experiment's spec as the API returns it: a Job trial template, a metrics sidecar.
+SPEC: dict[str, Any] = {
+    "parameters": [
+        {"name": "batch_size", "parameterType": "int", "feasibleSpace": {"min": "16", "max": "64"}},
+        {"name": "lr", "parameterType": "double", "feasibleSpace": {"min": "0.01", "max": "0.1"}},
+    ],
+    "trialTemplate": {
+        "primaryContainerName": "train",
+        "trialSpec": {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "train", "resources": {"requests": {"cpu": "1"}}},
+                            {"name": "metrics-logger"},
+                        ]
+                    }
+                }
+            },
+        },
+    },
+}
+
+
+def _pod(name: str, *, trial: str | None, phase: str = "Running") -> dict[str, Any]:
+    labels = {"katib.kubeflow.org/trial": trial, "katib.kubeflow.org/experiment": "e"}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "labels": labels if trial else {},
+        },
+        "spec": {
+            "nodeName": "n",
+            "containers": [
+                {"name": "main", "resources": {"limits": {"memory": "64Mi"}}},
+            ],
+        },
+        "status": {
+            "phase": phase,
+            "qosClass": "Burstable",
+            "containerStatuses": [{"name": "main", "containerID": f"containerd://c-{name}"}],
+        },
+    }
+
+
+def _snap(t: float, pods: dict[str, tuple[int, dict[str, Any] | None]]) -> NodeSnapshot:
+    """Pods by name: (bytes used, the pod's JSON, or None: gone from the pod list)."""
+    mems, meta = [], {}
+    for name, (used, pod) in pods.items():
+        c = ContainerMemory(
+            container_id=f"c-{name}", runtime="", memory=cgroup_memory(f"/p/{name}/c", used=used)
+        )
+        mems.append(
+            PodMemory(
+                uid=f"uid-{name}",
+                qos_class="burstable",
+                memory=cgroup_memory(f"/p/{name}", used=used),
+                containers=(c,),
+            )
+        )
+        if pod is not None:
+            meta[f"uid-{name}"] = pod_meta(pod)
+    return NodeSnapshot(
+        timestamp=t,
+        node_name="n",
+        meminfo=None,
+        pressure=None,
+        pods=tuple(mems),
+        oom=None,
+        processes=(),
+        collectors=(),
+        pod_meta=meta,
+    )
+
+
+def test_a_trial_pod_is_tracked_to_its_end_and_a_look_alike_never() -> None:
+    state: dict[str, Any] = {}
+    saves: list[int] = []
+    memory = TrialMemory(node="n", state=state, changed=lambda: saves.append(1), write=None)
+    trial, other = _pod("t1-pod", trial="t1"), _pod("pandas", trial=None)
+    for t, used in enumerate((10, 30, 20)):
+        memory.observe(_snap(t, {"t1-pod": (used * MiB, trial), "pandas": (900 * MiB, other)}))
+    assert memory.tracked == 1 and list(state["pods"]) == ["uid-t1-pod"]
+    record = state["pods"]["uid-t1-pod"]
+    assert record["peak_working_set_bytes"] == 30 * MiB  # the peak, not the last
+    assert record["containers"]["main"]["peak_anon_bytes"] == 30 * MiB
+    assert (record["trial"], record["experiment"], record["limit_bytes"]) == ("t1", "e", 64 * MiB)
+    done = _pod("t1-pod", trial="t1", phase="Succeeded")
+    memory.observe(_snap(3, {"t1-pod": (MiB, done)}))
+    assert memory.tracked == 0 and state["pending"]["uid-t1-pod"]["phase"] == "Succeeded"
+    # Its cgroup and pod-list entry stay a while: no second record replaces the first.
+    memory.observe(_snap(4, {"t1-pod": (MiB, done)}))
+    assert memory.tracked == 0
+    assert state["pending"]["uid-t1-pod"]["peak_working_set_bytes"] == 30 * MiB
+
+
+def test_a_pod_gone_from_the_list_ends_and_no_cluster_tracks_nothing() -> None:
+    state: dict[str, Any] = {}
+    memory = TrialMemory(node="n", state=state, changed=lambda: None, write=None)
+    memory.observe(_snap(0, {"t1-pod": (5 * MiB, _pod("t1-pod", trial="t1"))}))
+    memory.observe(_snap(1, {"t1-pod": (5 * MiB, None)}))
+    assert state["pending"]["uid-t1-pod"]["phase"] == "Deleted"
+    bare = TrialMemory(node="n", state={}, changed=lambda: None, write=None)
+    bare.observe(dataclasses.replace(_snap(0, {"t1-pod": (MiB, None)}), pod_meta=None))
+    assert bare.tracked == 0
+
+
+def test_a_creeping_peak_is_saved_once_it_has_grown_five_percent() -> None:
+    saves: list[int] = []
+    memory = TrialMemory(node="n", state={}, changed=lambda: saves.append(1), write=None)
+    trial = _pod("t1-pod", trial="t1")
+    for i in range(100):  # 1 % a sample: about one save in five
+        memory.observe(_snap(i, {"t1-pod": (int(100 * MiB * 1.01**i), trial)}))
+    assert 15 <= len(saves) <= 25
+
+
+def test_the_writer_retries_a_failing_api_and_drops_a_gone_trial() -> None:
+    async def scenario() -> tuple[list[str], dict[str, Any], int]:
+        calls: list[str] = []
+        failures = iter([True, True])
+
+        async def write(record: dict[str, Any]) -> None:
+            calls.append(record["pod"])
+            if record["pod"] == "gone":
+                raise LookupError("Trial ml/t0 is gone")
+            if next(failures, False):
+                raise OSError("503")
+
+        pending = {"a": {"pod": "p", "namespace": "ml"}, "b": {"pod": "gone", "namespace": "ml"}}
+        writer = RecordWriter(pending=pending, write=write, changed=lambda: None)
+        for _ in range(200):
+            writer.soon()
+            await asyncio.sleep(0.05)
+            if not pending:
+                break
+            writer._retry_at = 0.0  # the backoff's wait, skipped
+        return calls, pending, writer.written
+
+    calls, pending, written = asyncio.run(scenario())
+    assert calls == ["p", "p", "p", "gone"] and pending == {} and written == 1
+
+
+def _row(name: str, batch: str, peak: int, *, oom: int = 0, lr: str = "") -> TrialRow:
+    return TrialRow(
+        name=name,
+        parameters={"batch_size": batch, "lr": lr or name},
+        outcome="Succeeded",
+        pods=1,
+        peak_working_set_bytes=peak,
+        limit_bytes=64 * MiB,
+        oom_kills=oom,
+    )
+
+
+def test_the_parameter_that_explains_the_memory_and_its_recommendation() -> None:
+    found = [
+        _row("a", "16", 30 * MiB),
+        _row("b", "16", 34 * MiB),
+        _row("c", "64", 60 * MiB),
+        _row("d", "64", 64 * MiB),
+    ]
+    best, *rest = spreads(found)
+    # Between-group squares 4 * 15**2 = 900 of the total 17**2 + 13**2 + 13**2 + 17**2 = 916.
+    assert best.parameter == "batch_size" and best.explained == pytest.approx(900 / 916)
+    assert [(s.parameter, s.explained) for s in rest] == [("lr", 0.0)]  # a value a trial
+    g16, g64 = best.groups
+    # request: 34 MiB + 10 % up to 64 MiB; 64 MiB + 10 % (+ 30 %) up to 128 MiB.
+    assert (g16.request_bytes, g16.limit_bytes) == (64 * MiB, 64 * MiB)
+    assert (g64.request_bytes, g64.limit_bytes) == (128 * MiB, 128 * MiB)
+    assert found[3].flag == "near limit" and found[0].flag == ""
+    text = fragment(experiment="ml/e", spread=best, every=found, spec=SPEC)
+    one, two = (d["spec"] for d in yaml.safe_load_all(text))
+    for doc, values, memory in ((one, ["16"], "64Mi"), (two, ["64"], "128Mi")):
+        batch, lr = doc["parameters"]
+        assert batch == {
+            "name": "batch_size",
+            "parameterType": "discrete",
+            "feasibleSpace": {"list": values},
+        }
+        assert lr == SPEC["parameters"][1]  # the others as they were
+        job = doc["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
+        train, sidecar = job["containers"]
+        assert train["resources"] == {
+            "requests": {"memory": memory, "cpu": "1"},
+            "limits": {"memory": memory},
+        }
+        assert "resources" not in sidecar  # only the primary container's
+
+
+def test_an_oom_killed_trial_needs_more_than_its_limit() -> None:
+    killed = _row("k", "64", 60 * MiB, oom=1)
+    assert killed.flag == "OOM-killed" and killed.need_bytes == int(64 * MiB * OOM_GUESS)
+    (_, spread), *_ = [(s.parameter, s) for s in spreads([killed, _row("a", "16", 30 * MiB)])]
+    assert not spread.explains  # two trials, two values: not judged
+
+
+def test_no_record_and_no_explaining_parameter() -> None:
+    empty = TrialRow(name="t", parameters={"x": "1"}, outcome="Running")
+    assert spreads([empty]) == []
+    assert "no trial's memory is recorded yet" in fragment(
+        experiment="ml/e", spread=None, every=[empty], spec=SPEC
+    )
+    same = [_row(n, "16" if n in "ab" else "64", 40 * MiB, lr="0.1") for n in "abcd"]
+    text = fragment(experiment="ml/e", spread=spreads(same)[0], every=same, spec=SPEC)
+    assert "no parameter explains" in text
+    (doc,) = yaml.safe_load_all(text)
+    assert "parameters" not in doc["spec"]
+    job = doc["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
+    assert job["containers"][0]["resources"]["limits"] == {"memory": "64Mi"}
+    # A template in a ConfigMap: the resources said in words.
+    bare = fragment(experiment="ml/e", spread=None, every=same, spec={})
+    assert "set resources {requests: {memory: 64Mi}" in bare
+
+
+def test_rows_join_the_records_and_quantities_round_up() -> None:
+    trials: list[dict[str, Any]] = [
+        {
+            "metadata": {"name": "t1"},
+            "spec": {"parameterAssignments": [{"name": "batch_size", "value": "16"}]},
+            "status": {"conditions": [{"type": "Succeeded", "status": "True"}]},
+        },
+        {"metadata": {"name": "t0"}, "spec": {}},
+    ]
+    records = {
+        "t1": {
+            "t1-master-0": {"peak_working_set_bytes": 5 * MiB, "limit_bytes": 8 * MiB},
+            "t1-worker-0": {
+                "peak_working_set_bytes": 7 * MiB,
+                "limit_bytes": 8 * MiB,
+                "oom_kills": 1,
+            },
+        }
+    }
+    t0, t1 = rows(trials, records)
+    assert (t0.name, t0.pods, t0.outcome) == ("t0", 0, "")
+    assert (t1.pods, t1.peak_working_set_bytes, t1.oom_kills, t1.outcome) == (
+        2,
+        7 * MiB,
+        1,
+        "Succeeded",
+    )
+    assert [quantity(v) for v in (1 << 30, 64 * MiB, 64 * MiB + 1)] == ["1Gi", "64Mi", "65Mi"]
