@@ -159,4 +159,15 @@ def _incident_page(incidents: IncidentStore | None, incident: str) -> web.Respon
             "</body></html>",
             content_type="text/html",
         )
-    return web.Response(text=page(record=record), content_type="text/html")
+    try:
+        text = page(record=record)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a record edited by hand
+        return web.Response(
+            status=500,
+            text=f"<html><body><h1>Incident {html.escape(incident)} cannot be drawn</h1>"
+            f"<p>A field is not as nodeguard writes it ({html.escape(type(exc).__name__)}: "
+            f'{html.escape(str(exc))}); <a href="/incidents/{html.escape(incident)}">its '
+            "record</a> is as stored.</p></body></html>",
+            content_type="text/html",
+        )
+    return web.Response(text=text, content_type="text/html")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nodeguard.actions.args import ActionArgs, Count, Flag, Percent
 from nodeguard.actions.base import ActionResult, AuditEvent, ObjectRef
+from nodeguard.actions.cordon_budget import (
+    ANN_NODES_AT,
+    allowed,
+    cached_total,
+    notes,
+    spent_in_notes,
+)
 from nodeguard.actions.registry import Action, Settings, register
 from nodeguard.kube.client import JSON, KubeClient
 from nodeguard.kube.errors import Conflict, KubeError, NotFound
@@ -83,6 +89,11 @@ def _micro_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class BudgetSpent(Exception):
+    """An agent waiting for the budget Lease read on it that the budget is spent
+    (:func:`~nodeguard.actions.cordon_budget.spent_in_notes`)."""
+
+
 class BudgetLease:
     """A Lease held as a mutex while the budget is counted and the node patched.
 
@@ -110,13 +121,18 @@ class BudgetLease:
         dry_run: bool,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        spent: Callable[[JSON], Awaitable[str | None]] | None = None,
     ) -> None:
         self._kube, self._ns, self._name = kube, namespace, name
         self._id, self._duration, self._timeout, self._dry = identity, duration, timeout, dry_run
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep, self._spent = clock, sleep, spent
         self._observed: tuple[str, str] | None = None
         self._observed_at = 0.0
         self._acquired_at = 0.0
+        #: The Lease as it was when acquired (``None``: made by this agent, or a dry run's).
+        self.lease: JSON | None = None
+        #: Annotations to write on the Lease when it is let go (the budget's notes).
+        self.notes: dict[str, str] = {}
 
     def _held_by_other(self, lease: JSON) -> bool:
         spec = lease.get("spec", {})
@@ -155,7 +171,11 @@ class BudgetLease:
             except Conflict:
                 return False
         if self._held_by_other(lease):
+            why = await self._spent(lease) if self._spent is not None else None
+            if why is not None:  # the holders before said the budget is spent: no point waiting
+                raise BudgetSpent(why)
             return False
+        self.lease = lease
         if self._dry:
             return True
         spec = lease.setdefault("spec", {})
@@ -201,6 +221,9 @@ class BudgetLease:
             lease = await self._kube.get_lease(name=self._name, namespace=self._ns)
             if lease.get("spec", {}).get("holderIdentity") == self._id:
                 lease["spec"]["holderIdentity"] = None
+                if self.notes:
+                    meta = lease.setdefault("metadata", {})
+                    meta["annotations"] = {**(meta.get("annotations") or {}), **self.notes}
                 await self._kube.replace_lease(name=self._name, namespace=self._ns, body=lease)
         except KubeError:
             pass  # it expires by itself after leaseDurationSeconds
@@ -236,12 +259,100 @@ def _cordoned(node: JSON, config: CordonConfig) -> bool:
 
 
 def _allowed(config: CordonConfig, total: int) -> int | None:
-    limits = []
-    if config.budget_nodes is not None:
-        limits.append(config.budget_nodes)
-    if config.budget_percent is not None:
-        limits.append(max(1, math.floor(total * config.budget_percent / 100.0)))
-    return min(limits) if limits else None
+    return allowed(
+        budget_nodes=config.budget_nodes, budget_percent=config.budget_percent, total=total
+    )
+
+
+Refusal = tuple[str, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Budget:
+    """The cordon budget of ``node`` (:mod:`nodeguard.actions.cordon_budget`): checked once
+    before the Lease is contended for, and counted under it."""
+
+    kube: KubeClient
+    node: str
+    config: CordonConfig
+
+    async def _ours(self) -> list[JSON]:
+        """nodeguard's cordons but this node's: a label-selected list, a few Nodes."""
+        marked = await self.kube.list_nodes(label_selector=f"{LABEL}=true")
+        return [
+            n
+            for n in marked
+            if n["metadata"]["name"] != self.node
+            and is_cordoned_by_us(n, taint_key=self.config.taint_key)
+        ]
+
+    def _refusal(self, held: list[JSON], most: int | None) -> Refusal | None:
+        if most is None or len(held) < most:
+            return None
+        names = ", ".join(n["metadata"]["name"] for n in held) or "none"
+        return (
+            f"not cordoning {self.node}: budget spent, {len(held)} of "
+            f"{most} node(s) already cordoned by nodeguard ({names})",
+            {"cordoned": len(held), "allowed": most},
+        )
+
+    async def spent_in_notes(self, lease: JSON) -> str | None:
+        """:class:`BudgetLease`'s ``spent``: the notes of the holders before say the budget is
+        spent, and nodeguard's cordons (the label-selected list) confirm it. Notes alone can be
+        stale (nodes uncordoned since): then this agent waits its turn and counts."""
+        c = self.config
+        if spent_in_notes(lease, budget_nodes=c.budget_nodes, budget_percent=c.budget_percent):
+            total = cached_total(lease) if c.budget_percent is not None else 0
+            refusal = self._refusal(await self._ours(), _allowed(c, total or 0))
+            return refusal[0] if refusal is not None else None
+        return None
+
+    async def before_lease(self) -> Refusal | None:
+        """A budget spent, refused at once before contending for the Lease (a thousand agents
+        pressured together need not queue for it only to count and refuse); the Node count
+        only from the Lease's notes (``None`` without a fresh one: counted under the Lease)."""
+        c = self.config
+        if c.budget_nodes is None and c.budget_percent is None:
+            return None
+        total: int | None = 0
+        if c.budget_percent is not None:
+            try:
+                lease = await self.kube.get_lease(name=c.lease_name, namespace=c.lease_namespace)
+            except NotFound:
+                return None
+            total = cached_total(lease)
+        if total is None:
+            return None
+        return self._refusal(await self._ours(), _allowed(c, total))
+
+    async def under_lease(self, lease: BudgetLease) -> Refusal | None:
+        """Count under the Lease (the Node count from its notes while fresh: one list of every
+        Node a :data:`~nodeguard.actions.cordon_budget.COUNT_TTL`, not one a holder) and leave
+        the notes for the next holders."""
+        c = self.config
+        held = await self._ours()
+        total, counted_at = 0, None
+        if c.budget_percent is not None:
+            cached = cached_total(lease.lease)
+            if cached is None:
+                total, counted_at = len(await self.kube.list_nodes()), time.time()
+            else:
+                total, counted_at = cached, _counted_at(lease.lease)
+        refusal = self._refusal(held, _allowed(c, total))
+        lease.notes = notes(
+            total=total if c.budget_percent is not None else None,
+            counted_at=counted_at,
+            cordoned=len(held) + (0 if refusal else 1),
+        )
+        return refusal
+
+
+def _counted_at(lease: JSON | None) -> float | None:
+    """When the Lease's Node count was made (kept as it was when it is reused)."""
+    try:
+        return float(((lease or {}).get("metadata") or {}).get("annotations", {})[ANN_NODES_AT])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _cordon_patch(
@@ -393,6 +504,9 @@ async def cordon(
         ref.uid = current["metadata"].get("uid", "")
         if (res0 := already(current)) is not None:
             return res0
+        budget = _Budget(kube=kube, node=node, config=config)
+        if (early := await budget.before_lease()) is not None:
+            return result("refused", early[0], reason="NodeguardCordonRefused", details=early[1])
         async with BudgetLease(
             kube=kube,
             namespace=config.lease_namespace,
@@ -403,24 +517,11 @@ async def cordon(
             dry_run=dry_run,
             clock=clock,
             sleep=sleep,
+            spent=budget.spent_in_notes,
         ) as lease:
-            marked = await kube.list_nodes(label_selector=f"{LABEL}=true")
-            ours = [
-                n
-                for n in marked
-                if n["metadata"]["name"] != node
-                and is_cordoned_by_us(n, taint_key=config.taint_key)
-            ]
-            total = len(await kube.list_nodes()) if config.budget_percent is not None else 0
-            allowed = _allowed(config, total)
-            if allowed is not None and len(ours) >= allowed:
-                names = ", ".join(n["metadata"]["name"] for n in ours) or "none"
+            if (spent := await budget.under_lease(lease)) is not None:
                 return result(
-                    "refused",
-                    f"not cordoning {node}: budget spent, {len(ours)} of "
-                    f"{allowed} node(s) already cordoned by nodeguard ({names})",
-                    reason="NodeguardCordonRefused",
-                    details={"cordoned": len(ours), "allowed": allowed},
+                    "refused", spent[0], reason="NodeguardCordonRefused", details=spent[1]
                 )
             for attempt in range(3):
                 # Re-read under the lock: someone may have cordoned it while we waited.
@@ -437,7 +538,7 @@ async def cordon(
                 except Conflict:
                     if attempt == 2:
                         raise
-    except TimeoutError as exc:  # the next firing of the rule tries again
+    except (TimeoutError, BudgetSpent) as exc:  # the next firing of the rule tries again
         return result("refused", f"not cordoning {node}: {exc}", reason="NodeguardCordonRefused")
     except KubeError as exc:
         return _failed("cordon", node, dry_run, exc, ref, reason="NodeguardCordonFailed")

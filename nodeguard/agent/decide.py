@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,6 +30,8 @@ from nodeguard.snapshot import NodeSnapshot
 from nodeguard.statefile import StateFile
 
 __all__ = ["Decisions", "levels"]
+
+log = logging.getLogger(__name__)
 
 
 def levels(engine: RuleEngine, *, focus_share: float) -> list[float]:
@@ -82,7 +85,10 @@ class Decisions:
             # (one agent a state directory, so one a node's incidents).
             self._oom.observe(snapshot)
         if self._trials is not None:
-            self._trials.observe(snapshot)  # evidence too: every agent, observer or not
+            try:  # evidence too: every agent, observer or not; never in the way of the rules
+                self._trials.observe(snapshot)
+            except Exception:
+                log.exception("trial memory: this sample's peaks not kept")
         remediator, engine, actor = self._remediator, self._engine, self._actor
         if self._first:
             # Runbooks cut short by the last stop resume (or are abandoned, with why) before

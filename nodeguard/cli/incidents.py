@@ -141,12 +141,22 @@ def show_incidents(
         if record is None:
             console.print(f"no incident {incident!r} in {directory}", soft_wrap=True)
             return 1
-        if html is not None:
-            return _write_page(record, html=html, console=console)
-        if as_json:
+        if as_json and html is None:
             console.print_json(json.dumps(record, default=str))
-        else:
+            return 0
+        try:
+            if html is not None:
+                return _write_page(record, html=html, console=console)
             show_one(record, console=console)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # A record edited by hand (or by an older nodeguard): said, never a traceback.
+            console.print(
+                f"incident {record.get('id', incident)!r} cannot be shown: a field is not as "
+                f"nodeguard writes it ({type(exc).__name__}: {exc}); "
+                "`nodeguard incidents ID --json` prints it as stored",
+                soft_wrap=True,
+            )
+            return 1
         return 0
     records = store.list()
     if as_json:
@@ -192,6 +202,12 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(
             "nodeguard incidents: error: --html writes one incident's page: give its ID "
             "(nodeguard incidents ID --html FILE)\nSee 'nodeguard incidents --help'.\n"
+        )
+        return BAD_FLAGS
+    if args.html is not None and args.json:
+        sys.stderr.write(
+            "nodeguard incidents: error: --html and --json are two ways to write one record: "
+            "give one\nSee 'nodeguard incidents --help'.\n"
         )
         return BAD_FLAGS
     directory = args.incidents_dir or args.state / "incidents"

@@ -1,28 +1,38 @@
 """What a Katib experiment's trials really needed, by hyperparameter: the rows of
-``nodeguard trials``, the spread of their peaks by each parameter's values, and a request and
+``nodeguard trials``, the spread of their needs by each parameter's values, and a request and
 limit for each value of the parameter that explains the memory.
 
-A trial's *need* is the largest peak working set of its pods (the records the agents write,
-:mod:`nodeguard.remediation.trial_memory`); a trial the kernel OOM-killed needed more than its
-limit, by an amount no sample can tell, so its need is taken as :data:`OOM_GUESS` times that
-limit and marked not measured. A parameter *explains* the memory by the share of the needs'
-variance between its values' groups (eta squared: between-group sum of squares over the total):
-at least :data:`EXPLAINS` of it, judged only where the parameter has fewer values than the
-trials measured (a parameter with a value per trial, a ``double`` learning rate, explains
-everything and nothing). The recommendation for a group: request = need + :data:`REQUEST_ROOM`,
-limit = need + :data:`LIMIT_ROOM`, both rounded up to 64 MiB.
+A request is set on a container, so the numbers are the trial's primary container's
+(``trialTemplate.primaryContainerName``) where the records have it, not the pod's: Katib's
+metrics-collector sidecar has a limit of its own (100Mi by default, Katib's
+``pkg/apis/config/v1beta1/defaults.go``) that the pod's would add. Each pod is judged against
+its own limit (a distributed trial's launcher and workers differ). A pod's *need* is its peak
+working set; one the kernel OOM-killed needed more than its limit, by an amount no sample can
+tell: for the spread it counts as its limit (what it surely needed), for the recommendation as
+:data:`OOM_GUESS` times that limit, marked not measured. A trial's need is its pods' largest.
+
+A parameter *explains* the memory when omega squared, the share of the needs' variance
+between its values' groups corrected for how many groups there are (Hays: (SSb - (k-1) MSw) /
+(SSt + MSw)), is at least :data:`EXPLAINS`. It is judged only where the parameter has fewer
+values than the trials measured and is not a ``double`` (a learning rate with a value a trial
+explains everything and nothing); among those that explain, the one with the fewest values wins
+a near tie. The recommendation for a group: request = need + :data:`REQUEST_ROOM`, limit =
+need + :data:`LIMIT_ROOM`, both rounded up to 64 MiB.
 
 Katib puts a parameter's value into the trial template as text (``${trialParameters.X}``,
 ``applyParameters`` in ``pkg/controller.v1beta1/experiment/manifest/generator.go``) and cannot
 compute a memory from a batch size, so values that need different memory are written as
 Experiments of their own, each with the parameter's ``feasibleSpace`` cut to its values
-(:func:`fragment`).
+(:func:`fragment`); a value the Experiment allows but no trial tried goes with the class that
+needs the most.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,16 +60,27 @@ REQUEST_ROOM = 0.10
 LIMIT_ROOM = 0.30
 #: A trial whose peak is within 10 % of its limit is flagged.
 NEAR_LIMIT = 0.9
+#: Two parameters whose shares are this close are a tie: the one with fewer values wins.
+_TIE = 0.1
 _ROUND = 64 << 20
 _OUTCOMES = ("Succeeded", "Failed", "EarlyStopped", "MetricsUnavailable", "Killed", "Running")
+_PLACEHOLDER = re.compile(r"\$\{trialParameters\.([^}]+)\}")
+
+
+def _count(value: Any) -> int | None:
+    """A byte size or count from a record: a whole number of 0 or more, else no data."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrialRow:
     """One Trial: ``parameters`` (``spec.parameterAssignments``), ``outcome`` (the first of
     its true ``status.conditions`` of :data:`_OUTCOMES`, else ``Created``/``""``), and its pods'
-    records summed up: the largest peaks (bytes), the smallest limit, the largest request,
-    the OOM kills summed; ``pods`` 0 when no agent recorded one."""
+    records summed up (bytes): the largest peaks, the limit of the pod with the largest need,
+    the OOM kills summed; ``pods`` 0 when no agent recorded one. ``need``, ``floor`` and
+    ``near`` are :func:`rows`' (module docstring); without them (a row made by hand) they are
+    taken from the row's own peak, limit and OOM kills."""
 
     name: str
     parameters: Mapping[str, str]
@@ -71,63 +92,108 @@ class TrialRow:
     limit_bytes: int | None = None
     request_bytes: int | None = None
     oom_kills: int = 0
+    need: int | None = None
+    floor: int | None = None
+    near: bool | None = None
 
     @property
     def flag(self) -> str:
-        """``OOM-killed``, ``near limit`` (peak at least 90 % of the limit) or ``""``."""
+        """``OOM-killed``, ``near limit`` (a pod's peak at least 90 % of its limit) or ``""``."""
         if self.oom_kills:
             return "OOM-killed"
+        if self.near is not None:
+            return "near limit" if self.near else ""
         peak, limit = self.peak_working_set_bytes, self.limit_bytes
-        if peak is not None and limit and peak >= NEAR_LIMIT * limit:
-            return "near limit"
-        return ""
+        return "near limit" if peak is not None and limit and peak >= NEAR_LIMIT * limit else ""
 
     @property
     def need_bytes(self) -> int | None:
-        """What it needed (module docstring); ``None`` when nothing was recorded."""
-        if self.oom_kills and self.limit_bytes:
-            return int(self.limit_bytes * OOM_GUESS)
-        return self.peak_working_set_bytes
+        """What it needed, for the recommendation (module docstring); ``None``: not recorded."""
+        if self.need is not None:
+            return self.need
+        return _pod_need(self.peak_working_set_bytes, self.limit_bytes, self.oom_kills)[0]
+
+    @property
+    def floor_bytes(self) -> int | None:
+        """What it surely needed, for the spread: an OOM-killed pod's limit, not a guess."""
+        if self.floor is not None:
+            return self.floor
+        return _pod_need(self.peak_working_set_bytes, self.limit_bytes, self.oom_kills)[1]
+
+
+def _pod_need(peak: int | None, limit: int | None, oom: int) -> tuple[int | None, int | None]:
+    """(need, floor) of one pod (module docstring)."""
+    if oom and limit:
+        return max(peak or 0, int(limit * OOM_GUESS)), max(peak or 0, limit)
+    return peak, peak
 
 
 def _outcome(trial: Mapping[str, Any]) -> str:
     conditions = (trial.get("status") or {}).get("conditions") or []
-    true = {c.get("type") for c in conditions if c.get("status") == "True"}
+    true = {c.get("type") for c in conditions if isinstance(c, dict) and c.get("status") == "True"}
     return next((o for o in _OUTCOMES if o in true), "Created" if "Created" in true else "")
 
 
+def _part(record: Mapping[str, Any], container: str | None) -> Mapping[str, Any]:
+    """The primary container's part of a pod's record where it has one, else the pod's."""
+    containers = record.get("containers")
+    if container and isinstance(containers, dict) and isinstance(containers.get(container), dict):
+        return {**containers[container], "request_bytes": record.get("request_bytes")}
+    return record
+
+
+def _row(
+    name: str, params: dict[str, str], outcome: str, pods: list[Mapping[str, Any]]
+) -> TrialRow:
+    judged = []  # (need, floor, peak, limit, oom, near) a pod with a peak
+    for p in pods:
+        peak, limit = _count(p.get("peak_working_set_bytes")), _count(p.get("limit_bytes"))
+        oom = _count(p.get("oom_kills")) or 0
+        need, floor = _pod_need(peak, limit, oom)
+        near = bool(peak is not None and limit and peak >= NEAR_LIMIT * limit)
+        judged.append((need, floor, peak, limit, oom, near))
+    measured = [j for j in judged if j[0] is not None]
+    worst = max(measured, key=lambda j: j[0] or 0) if measured else None
+
+    def most(key: str) -> int | None:
+        values = [v for p in pods if (v := _count(p.get(key))) is not None]
+        return max(values) if values else None
+
+    return TrialRow(
+        name=name,
+        parameters=params,
+        outcome=outcome,
+        pods=len(pods),
+        peak_working_set_bytes=most("peak_working_set_bytes"),
+        peak_anon_bytes=most("peak_anon_bytes"),
+        kernel_peak_bytes=most("kernel_peak_bytes"),
+        limit_bytes=worst[3] if worst else most("limit_bytes"),
+        request_bytes=most("request_bytes"),
+        oom_kills=sum(j[4] for j in judged),
+        need=max(j[0] or 0 for j in measured) if measured else None,
+        floor=max(j[1] or 0 for j in measured) if measured else None,
+        near=any(j[5] for j in judged),
+    )
+
+
 def rows(
-    trials: Sequence[Mapping[str, Any]], records: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    trials: Sequence[Mapping[str, Any]],
+    records: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    *,
+    container: str | None = None,
 ) -> list[TrialRow]:
-    """One row a Trial (by name), its pods' ``records`` (trial -> pod -> record) joined."""
+    """One row a Trial (by name), its pods' ``records`` (trial -> pod -> record) joined, the
+    numbers of ``container`` (the primary container) where the records have it."""
     out = []
     for t in sorted(trials, key=lambda t: str((t.get("metadata") or {}).get("name"))):
         name = str(t["metadata"]["name"])
         params = {
             str(a.get("name")): str(a.get("value"))
             for a in (t.get("spec") or {}).get("parameterAssignments") or []
+            if isinstance(a, dict)
         }
-        pods = list((records.get(name) or {}).values())
-
-        def most(key: str, pods: list[Mapping[str, Any]] = pods) -> int | None:
-            values = [p[key] for p in pods if isinstance(p.get(key), int)]
-            return max(values) if values else None
-
-        limits = [p["limit_bytes"] for p in pods if isinstance(p.get("limit_bytes"), int)]
-        out.append(
-            TrialRow(
-                name=name,
-                parameters=params,
-                outcome=_outcome(t),
-                pods=len(pods),
-                peak_working_set_bytes=most("peak_working_set_bytes"),
-                peak_anon_bytes=most("peak_anon_bytes"),
-                kernel_peak_bytes=most("kernel_peak_bytes"),
-                limit_bytes=min(limits) if limits else None,
-                request_bytes=most("request_bytes"),
-                oom_kills=sum(int(p.get("oom_kills") or 0) for p in pods),
-            )
-        )
+        pods = [_part(r, container) for r in (records.get(name) or {}).values()]
+        out.append(_row(name, params, _outcome(t), pods))
     return out
 
 
@@ -139,7 +205,7 @@ def quantity(value: int) -> str:
 
 
 def _round_up(value: float) -> int:
-    return int(math.ceil(value / _ROUND) * _ROUND)
+    return max(_ROUND, int(math.ceil(value / _ROUND) * _ROUND))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,7 +225,7 @@ class Group:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Spread:
     """One parameter's groups (in the order of their values, numbers numerically) and the
-    share of the needs' variance it explains (0..1)."""
+    share of the needs' variance it explains (omega squared, 0..1; 0 where not judged)."""
 
     parameter: str
     groups: list[Group] = field(default_factory=list)
@@ -178,7 +244,7 @@ def _key(value: str) -> tuple[int, float, str]:
         return (1, 0.0, value)
 
 
-def _group(value: str, members: list[TrialRow]) -> Group:
+def _group(value: str, members: Sequence[TrialRow]) -> Group:
     needs = [r.need_bytes for r in members if r.need_bytes is not None]
     most = max(needs)
     return Group(
@@ -192,28 +258,62 @@ def _group(value: str, members: list[TrialRow]) -> Group:
     )
 
 
-def spreads(measured: Sequence[TrialRow]) -> list[Spread]:
-    """Each parameter's :class:`Spread` over the trials with a need, best explaining first;
-    with none measured, ``[]``."""
+def _omega_squared(groups: Sequence[Sequence[float]]) -> float:
+    values = [v for g in groups for v in g]
+    n, k = len(values), len(groups)
+    if not 1 < k < n:
+        return 0.0
+    mean = sum(values) / n
+    total = sum((v - mean) ** 2 for v in values)
+    between = sum(len(g) * (sum(g) / len(g) - mean) ** 2 for g in groups)
+    within = (total - between) / (n - k)
+    if total <= 0:
+        return 0.0
+    return max(0.0, (between - (k - 1) * within) / (total + within))
+
+
+def spreads(measured: Sequence[TrialRow], *, skip: frozenset[str] = frozenset()) -> list[Spread]:
+    """Each parameter's :class:`Spread` over the trials with a need and a value of it, best
+    explaining first (a near tie to the fewer values); ``skip``: parameters never judged (the
+    Experiment's ``double`` ones); with none measured, ``[]``."""
     have = [r for r in measured if r.need_bytes is not None]
-    if not have:
-        return []
-    mean = sum(r.need_bytes or 0 for r in have) / len(have)
-    total = sum(((r.need_bytes or 0) - mean) ** 2 for r in have)
     out = []
     for name in sorted({p for r in have for p in r.parameters}):
         by: dict[str, list[TrialRow]] = {}
         for r in have:
-            by.setdefault(r.parameters.get(name, ""), []).append(r)
-        between = sum(
-            len(m) * (sum(r.need_bytes or 0 for r in m) / len(m) - mean) ** 2 for m in by.values()
-        )
-        judged = 1 < len(by) < len(have) and total > 0
-        groups = [_group(v, by[v]) for v in sorted(by, key=_key)]
+            if name in r.parameters:  # a trial without it says nothing about it
+                by.setdefault(r.parameters[name], []).append(r)
+        groups = [by[v] for v in sorted(by, key=_key)]
+        share = 0.0
+        if name not in skip:
+            share = _omega_squared([[float(r.floor_bytes or 0) for r in g] for g in groups])
         out.append(
-            Spread(parameter=name, groups=groups, explained=between / total if judged else 0.0)
+            Spread(
+                parameter=name,
+                groups=[_group(v, by[v]) for v in sorted(by, key=_key)],
+                explained=share,
+            )
         )
-    return sorted(out, key=lambda s: -s.explained)
+    best = max((s.explained for s in out), default=0.0)
+    return sorted(
+        out,
+        key=lambda s: (not s.explains, s.explained < best - _TIE, len(s.groups), -s.explained),
+    )
+
+
+def _comment(text: str) -> str:
+    """``text`` on one comment line: a value holding a newline never escapes into YAML."""
+    return " ".join(text.split())
+
+
+def _allowed_values(spec: Mapping[str, Any], parameter: str) -> list[str]:
+    """The values the Experiment's ``feasibleSpace.list`` allows ``parameter`` (``[]``: a
+    range, or not in the Experiment)."""
+    for p in spec.get("parameters") or []:
+        if isinstance(p, dict) and p.get("name") == parameter:
+            values = (p.get("feasibleSpace") or {}).get("list")
+            return [str(v) for v in values] if isinstance(values, list) else []
+    return []
 
 
 def fragment(
@@ -223,21 +323,29 @@ def fragment(
     document a memory class of ``spread``'s values, each the Experiment's ``parameters`` with
     that parameter's ``feasibleSpace`` cut to the class's values and its ``trialTemplate``
     with the primary container's memory request and limit set; where no parameter explains
-    the memory, one document with the request and limit that fit every trial (``every``'s
-    largest need). A template kept in a ConfigMap is not read: the resources are written as
-    a comment for it."""
-    head = f"# nodeguard trials {experiment}: memory by what the trials used"
+    the memory (or every value needs the same), one document with the request and limit that
+    fit every trial (``every``'s largest need). A template kept in a ConfigMap is not read:
+    the resources are written as a comment for it."""
+    head = f"# nodeguard trials {_comment(experiment)}: memory by what the trials used"
     measured = [r for r in every if r.need_bytes is not None]
     if not measured:
         return f"{head}\n# no trial's memory is recorded yet\n"
-    if spread is None or not spread.explains:
-        g = _group("", measured)
-        why = "# no parameter explains the spread: one request and limit fits every trial"
-        doc = _document(spec, request=g.request_bytes, limit=g.limit_bytes)
-        return f"{head}\n{why}\n{doc}"
     classes: dict[tuple[int, int], list[Group]] = {}
-    for g in spread.groups:
+    for g in spread.groups if spread is not None and spread.explains else ():
         classes.setdefault((g.request_bytes, g.limit_bytes), []).append(g)
+    if spread is None or len(classes) < 2:
+        g = _group("", measured)
+        guess = "" if g.measured else " (OOM-killed trials: a guess above their limit, rerun)"
+        why = (
+            "no parameter explains the spread"
+            if spread is None or not spread.explains
+            else f"every value of {spread.parameter} needs the same"
+        )
+        doc = _document(spec, request=g.request_bytes, limit=g.limit_bytes)
+        return f"{head}\n# {why}: one request and limit fits every trial{guess}\n{doc}"
+    tried = {g.value for g in spread.groups}
+    untried = [v for v in _allowed_values(spec, spread.parameter) if v not in tried]
+    biggest = max(classes)
     out = [
         head,
         f"# {spread.parameter} explains {spread.explained:.0%} of the spread. Katib puts a "
@@ -245,12 +353,16 @@ def fragment(
         "# template as text and cannot derive a memory from it: one Experiment a class.",
     ]
     for (request, limit), groups in classes.items():
-        values = [g.value for g in groups]
-        guess = "" if all(g.measured for g in groups) else " (OOM-killed: a guess, rerun)"
+        values = [g.value for g in groups] + (untried if (request, limit) == biggest else [])
+        notes = "" if all(g.measured for g in groups) else " (OOM-killed: a guess, rerun)"
+        if untried and (request, limit) == biggest:
+            notes += f" ({', '.join(untried)}: not tried, given the largest class)"
         out += [
             "---",
-            f"# {spread.parameter} {', '.join(values)}: request {quantity(request)}, "
-            f"limit {quantity(limit)}{guess}",
+            _comment(
+                f"# {spread.parameter} {', '.join(values)}: request {quantity(request)}, "
+                f"limit {quantity(limit)}{notes}"
+            ),
             _document(
                 spec, request=request, limit=limit, parameter=spread.parameter, values=values
             ).rstrip("\n"),
@@ -267,7 +379,7 @@ def _document(
     values: Sequence[str] = (),
 ) -> str:
     """``spec: {parameters, trialTemplate}`` of one memory class, as YAML."""
-    params = copy.deepcopy(list(spec.get("parameters") or []))
+    params = copy.deepcopy([p for p in spec.get("parameters") or [] if isinstance(p, dict)])
     if parameter is not None:
         p = next((p for p in params if p.get("name") == parameter), None)
         if p is None:  # assigned to the trials, but no longer in the Experiment
@@ -279,38 +391,64 @@ def _document(
         p["feasibleSpace"] = {"list": list(values)}
     template = copy.deepcopy(dict(spec.get("trialTemplate") or {}))
     primary = str(template.get("primaryContainerName") or "")
-    resources = {"requests": {"memory": quantity(request)}, "limits": {"memory": quantity(limit)}}
-    found = _set_memory(template.get("trialSpec"), name=primary, resources=resources)
+    memory = {"requests": quantity(request), "limits": quantity(limit)}
+    found = _set_memory(template.get("trialSpec"), name=primary, memory=memory)
     body: dict[str, Any] = {"parameters": params} if parameter else {}
     text = ""
     if found:
+        params = _unbound(template, params)
+        if parameter:
+            body["parameters"] = params
         body["trialTemplate"] = template
     else:
+        where = (
+            "the trial template is not in the Experiment"
+            if not isinstance(template.get("trialSpec"), dict)
+            else f"no container {primary or '(primaryContainerName unset)'} in the trial template"
+        )
         text = (
-            f"# the trial template is not in the Experiment: in its container {primary or '?'}"
-            f" set resources {{requests: {{memory: {quantity(request)}}}, limits: "
-            f"{{memory: {quantity(limit)}}}}}\n"
+            f"# {_comment(where)}: in its primary container set resources {{requests: "
+            f"{{memory: {memory['requests']}}}, limits: {{memory: {memory['limits']}}}}}\n"
         )
     if body:
         text += yaml.safe_dump({"spec": body}, sort_keys=False, width=100)
     return text
 
 
-def _set_memory(node: Any, *, name: str, resources: Mapping[str, Any]) -> bool:
-    """Set the memory of every container named ``name`` in ``node`` (a trial spec: a Job's,
-    a PyTorchJob's replicas', ...), its other resources kept; whether one was found."""
+def _unbound(template: dict[str, Any], params: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trial parameters the template no longer uses (a memory that was bound to one)
+    taken out of ``trialParameters``, and their parameters out of ``params`` where no other
+    trial parameter refers to them: Katib's validator refuses a trial parameter the template
+    does not use."""
+    used = set(_PLACEHOLDER.findall(json.dumps(template.get("trialSpec"))))
+    trial_params = [t for t in template.get("trialParameters") or [] if isinstance(t, dict)]
+    kept = [t for t in trial_params if t.get("name") in used]
+    if len(kept) == len(trial_params):
+        return params
+    template["trialParameters"] = kept
+    referenced = {t.get("reference") for t in kept}
+    dropped = {t.get("reference") for t in trial_params if t not in kept}
+    return [p for p in params if p.get("name") not in dropped - referenced]
+
+
+def _set_memory(node: Any, *, name: str, memory: Mapping[str, str]) -> bool:
+    """Set the memory request and limit of every container named ``name`` in ``node`` (a
+    trial spec: a Job's, a PyTorchJob's replicas', ...), its other resources kept; whether one
+    was found."""
     found = False
     if isinstance(node, dict):
         for c in node.get("containers") or []:
             if isinstance(c, dict) and c.get("name") == name:
-                res = c.setdefault("resources", {})
+                res = c.get("resources")
+                res = c["resources"] = dict(res) if isinstance(res, dict) else {}
                 for kind in ("requests", "limits"):
-                    res.setdefault(kind, {})["memory"] = resources[kind]["memory"]
+                    have = res.get(kind)
+                    res[kind] = {**(have if isinstance(have, dict) else {}), "memory": memory[kind]}
                 found = True
         for key, value in node.items():
             if key != "containers":
-                found |= _set_memory(value, name=name, resources=resources)
+                found |= _set_memory(value, name=name, memory=memory)
     elif isinstance(node, list):
         for value in node:
-            found |= _set_memory(value, name=name, resources=resources)
+            found |= _set_memory(value, name=name, memory=memory)
     return found

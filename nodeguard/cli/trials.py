@@ -62,12 +62,14 @@ async def _read(kube: KubeClient, ns: str, name: str) -> tuple[Any, list[Any], d
 
 def _table(found: list[TrialRow], params: list[str]) -> Table:
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left", title="Trials")
-    # Names and values are read whole; the outcome (and its flag) wraps instead.
-    t.add_column("trial", no_wrap=True)
+    # The numbers are read whole (never cut to "..."); long names and values fold instead.
+    longest = max((len(r.name) for r in found), default=5)
+    t.add_column("trial", overflow="fold", min_width=min(longest, 32))
     for p in params:
-        t.add_column(p, no_wrap=True)
-    for head in ("peak", "limit", "OOM"):
-        t.add_column(head, justify="right", no_wrap=True)
+        widest = max((len(r.parameters.get(p, "")) for r in found), default=0)
+        t.add_column(p, overflow="fold", min_width=min(max(widest, len(p)), 12))
+    for head, width in (("peak", 10), ("limit", 10), ("OOM", 3)):
+        t.add_column(head, justify="right", no_wrap=True, min_width=width)
     t.add_column("outcome", overflow="fold")
     for r in found:
         outcome = ", ".join(x for x in (r.outcome, r.flag) if x) or "-"
@@ -75,25 +77,27 @@ def _table(found: list[TrialRow], params: list[str]) -> Table:
             r.name,
             *(r.parameters.get(p, "") for p in params),
             format_bytes(r.peak_working_set_bytes) if r.pods else "none yet",
-            format_bytes(r.limit_bytes) if r.limit_bytes else "none",
-            str(r.oom_kills),
+            format_bytes(r.limit_bytes) if r.limit_bytes else ("none" if r.pods else "-"),
+            str(r.oom_kills) if r.pods else "-",
             outcome,
         )
     return t
 
 
-def _spreads(console: Console, found: list[Spread]) -> None:
+def _spreads(console: Console, found: list[Spread], *, doubles: frozenset[str]) -> None:
     for s in found:
         if not s.explained:
             trials = sum(g.trials for g in s.groups)
             why = (
-                "one value"
+                "a double, not judged"
+                if s.parameter in doubles
+                else "one value, not judged"
                 if len(s.groups) == 1
-                else "a value a trial"
+                else "a value a trial, not judged"
                 if len(s.groups) == trials
-                else "no spread"
+                else "explains none of the spread"
             )
-            console.print(f"By {s.parameter}: {why}, not judged")
+            console.print(f"By {s.parameter}: {why}")
             continue
         t = Table(
             box=box.SIMPLE_HEAD,
@@ -101,8 +105,11 @@ def _spreads(console: Console, found: list[Spread]) -> None:
             title_justify="left",
             title=f"By {s.parameter} (explains {s.explained:.0%} of the spread)",
         )
-        for head in (s.parameter, "trials", "peak", "request", "limit", ""):
-            t.add_column(head, no_wrap=head != "", justify="left" if head == "" else "right")
+        # "need": the peaks, an OOM-killed trial's the guess above its limit.
+        t.add_column(s.parameter, overflow="fold", justify="right")
+        for head in ("trials", "need", "request", "limit"):
+            t.add_column(head, no_wrap=True, justify="right")
+        t.add_column("", overflow="fold")
         for g in s.groups:
             span = format_bytes(g.least_bytes)
             if g.most_bytes != g.least_bytes:
@@ -121,10 +128,17 @@ def _spreads(console: Console, found: list[Spread]) -> None:
 def show(exp: Any, trials: list[Any], records: dict[str, Any], *, as_json: bool) -> None:
     """Print the report of ``nodeguard trials`` (module docstring) to stdout."""
     ns, name = exp["metadata"]["namespace"], exp["metadata"]["name"]
-    found = rows(trials, records)
-    spread = spreads(found)
+    spec = exp.get("spec") or {}
+    primary = (spec.get("trialTemplate") or {}).get("primaryContainerName")
+    found = rows(trials, records, container=primary if isinstance(primary, str) else None)
+    doubles = frozenset(
+        str(p.get("name"))
+        for p in spec.get("parameters") or []
+        if isinstance(p, dict) and p.get("parameterType") == "double"
+    )
+    spread = spreads(found, skip=doubles)
     best = spread[0] if spread and spread[0].explains else None
-    text = fragment(experiment=f"{ns}/{name}", spread=best, every=found, spec=exp.get("spec") or {})
+    text = fragment(experiment=f"{ns}/{name}", spread=best, every=found, spec=spec)
     if as_json:
         doc = {
             "experiment": f"{ns}/{name}",
@@ -144,7 +158,9 @@ def show(exp: Any, trials: list[Any], records: dict[str, Any], *, as_json: bool)
         f"{len(found)} trial(s) of {ns}/{name}, {recorded} with memory recorded (an agent "
         "records a trial pod's when it ends)"
     )
-    _spreads(console, spread)
+    _spreads(console, spread, doubles=doubles)
+    if not found:
+        return
     console.print("Paste into the Experiment:")
     console.out(text, end="", highlight=False)
 

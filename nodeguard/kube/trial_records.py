@@ -130,7 +130,10 @@ class TrialRecords:
         )
         out: dict[str, dict[str, Any]] = {}
         for cm in listed.get("items") or []:
-            owners = (cm.get("metadata") or {}).get("ownerReferences") or []
+            meta = cm.get("metadata") or {}
+            if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") != "nodeguard":
+                continue  # a ConfigMap that only looks like a record
+            owners = meta.get("ownerReferences") or []
             trial = next((o.get("name") for o in owners if o.get("kind") == "Trial"), None)
             if not isinstance(trial, str):
                 continue

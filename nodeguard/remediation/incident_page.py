@@ -207,7 +207,7 @@ def _charts(record: Mapping[str, Any], specs: list[dict[str, Any]]) -> str:
     if not specs:
         why = (
             "not sampled before"
-            if record.get("kind") == "oom_kill" or record.get("sampled_before") is False
+            if record.get("sampled_before") is False
             else "the record carries no memory history"
         )
         return f'<h2>Before it</h2><p class="none">no timeline: {_e(why)}</p>'

@@ -131,23 +131,74 @@ class RecordWriter:
                 await self._write(record)
             except LookupError as exc:  # the Trial is gone: its record has nowhere to go
                 log.info("trial memory: %s; record of pod %s dropped", exc, record["pod"])
-            except Exception as exc:  # the API failed: retried later, never lost
-                self._backoff = min(_BACKOFF_MAX, self._backoff * 2)
-                wait = self._backoff * random.uniform(0.5, 1.0)
-                self._retry_at = time.monotonic() + wait
+            except Exception as exc:
+                if getattr(exc, "transient", True):  # retried later, never lost
+                    # To the back of the queue: a record the API keeps failing never holds
+                    # up the others.
+                    self._pending[uid] = self._pending.pop(uid)
+                    self._backoff = min(_BACKOFF_MAX, self._backoff * 2)
+                    wait = self._backoff * random.uniform(0.5, 1.0)
+                    self._retry_at = time.monotonic() + wait
+                    log.warning(
+                        "trial memory: writing the record of %s/%s failed (%s); retry in %.0f s",
+                        record["namespace"],
+                        record["pod"],
+                        exc,
+                        wait,
+                    )
+                    self._changed()
+                    return
+                # Refused for good (RBAC, an admission policy, validation): said, and dropped.
                 log.warning(
-                    "trial memory: writing the record of %s/%s failed (%s); retry in %.0f s",
+                    "trial memory: the API refused the record of %s/%s (%s); dropped",
                     record["namespace"],
                     record["pod"],
                     exc,
-                    wait,
                 )
-                return
             else:
                 self.written += 1
             self._pending.pop(uid, None)
             self._backoff = _BACKOFF_FIRST
             self._changed()
+
+
+#: A record's fields and their types, as the agent writes them (what a hand-edited state file
+#: must hold to be kept).
+_TEXT = ("namespace", "pod", "uid", "trial", "experiment", "node")
+_COUNTS = (
+    "peak_working_set_bytes",
+    "peak_anon_bytes",
+    "kernel_peak_bytes",
+    "oom_kills",
+    "limit_bytes",
+    "request_bytes",
+)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _kept(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``records`` (the state's, maybe hand-edited) cleaned in place: a record that is not an
+    object or lacks a name field goes (logged); a count that is not a whole number of 0 or
+    more is left out (no data, not a crash)."""
+    for uid in list(records):
+        record = records[uid]
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in _TEXT):
+            log.warning("trial memory: the state's record %r is malformed; dropped", uid)
+            del records[uid]
+            continue
+        containers = record.get("containers")
+        if not isinstance(containers, dict) or not all(
+            isinstance(c, dict) for c in containers.values()
+        ):
+            containers = record["containers"] = {}
+        for part in (record, *containers.values()):
+            for key in _COUNTS:
+                if key in part and not _count(part[key]):
+                    del part[key]
+    return records
 
 
 class TrialMemory:
@@ -168,8 +219,9 @@ class TrialMemory:
                 state[key] = {}
         if not isinstance(state.get("ended"), list):
             state["ended"] = []
-        self._pods: dict[str, dict[str, Any]] = state["pods"]
-        self._pending: dict[str, dict[str, Any]] = state["pending"]
+        state["ended"][:] = [u for u in state["ended"] if isinstance(u, str)]
+        self._pods: dict[str, dict[str, Any]] = _kept(state["pods"])
+        self._pending: dict[str, dict[str, Any]] = _kept(state["pending"])
         # The UIDs of the pods ended (bounded): an ended pod's cgroup and pod-list entry stay a
         # while, and must not start a second record that would replace the first.
         self._ended: list[str] = state["ended"]

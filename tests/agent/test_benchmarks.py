@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
-    "script", ["run.py", "inprocess.py", "profile.py", "kernel_churn.py", "doctor.py"]
+    "script", ["run.py", "inprocess.py", "profile.py", "kernel_churn.py", "doctor.py", "agents.py"]
 )
 def test_benchmark_script_starts(script: str) -> None:
     out = subprocess.run(

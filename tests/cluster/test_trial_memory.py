@@ -2,7 +2,7 @@
 (Katib's CRDs on the test kube-apiserver, each Trial as Katib's Experiment controller makes
 it), each with a pod on one node whose container is a real memory cgroup (64 MiB limit,
 under a private kubepods the agent reads alone) holding a process that allocates: batch_size
-16 trials 20 and 24 MiB, batch_size 64 trials 36 MiB and past the limit, which the kernel
+16 trials 12 and 16 MiB, batch_size 64 trials 40 MiB and past the limit, which the kernel
 OOM-kills.
 
 The agent samples them and is SIGKILLed while the trials run; the processes end, the pods
@@ -42,9 +42,9 @@ MiB = 1 << 20
 LIMIT = 64 * MiB
 #: trial -> (batch_size, bytes its process allocates)
 TRIALS = {
-    "random-b16-one": ("16", 20 * MiB),
-    "random-b16-two": ("16", 24 * MiB),
-    "random-b64-one": ("64", 36 * MiB),
+    "random-b16-one": ("16", 12 * MiB),
+    "random-b16-two": ("16", 16 * MiB),
+    "random-b64-one": ("64", 40 * MiB),
     "random-b64-two": ("64", 4 * LIMIT),  # OOM-killed at the limit
 }
 KILLED = "random-b64-two"
@@ -215,7 +215,7 @@ def test_trials_memory_recorded_across_kill_9_and_api_failures(
     assert rows[KILLED]["flag"] == "OOM-killed" and rows[KILLED]["need_bytes"] == 96 * MiB
     spread = next(s for s in doc["spreads"] if s["parameter"] == "batch_size")
     groups = {g["value"]: g for g in spread["groups"]}
-    # 16: the larger trial's peak (24 MiB and the interpreter) plus 10 %, up to 64 MiB; 64:
+    # 16: the larger trial's peak (16 MiB and the interpreter) plus 10 %, up to 64 MiB; 64:
     # the OOM-killed trial's guess, 1.5 times its 64 MiB limit, plus 10 % (30 %): 128 MiB.
     assert (groups["16"]["request_bytes"], groups["16"]["limit_bytes"]) == (64 * MiB, 64 * MiB)
     assert (groups["64"]["request_bytes"], groups["64"]["limit_bytes"]) == (128 * MiB, 128 * MiB)
@@ -235,7 +235,7 @@ def test_trials_memory_recorded_across_kill_9_and_api_failures(
     killed_row = next(ln for ln in text.stdout.splitlines() if ln.startswith(f" {KILLED}"))
     assert killed_row.split()[-2:] == ["1", "Failed,"], text.stdout  # OOM kills, outcome
     assert "OOM-killed" in text.stdout and "By batch_size (explains" in text.stdout
-    assert "By lr: a value a trial, not judged" in text.stdout
+    assert "By lr: a double, not judged" in text.stdout  # the Experiment says so
     assert {r["name"]: r["outcome"] for r in doc["trials"]} == {
         t: "Failed" if t == KILLED else "Succeeded" for t in TRIALS
     }

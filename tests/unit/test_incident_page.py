@@ -356,6 +356,42 @@ def test_the_command_line_writes_the_same_page(
     assert f"wrote incident {record['id']} to {out}" in capsys.readouterr().out
     assert main([*argv, "--html", "-"]) == 0
     assert capsys.readouterr().out == page(record=record)  # the page alone
+    assert main([*argv, "--html", str(out), "--json"]) == 2  # one way to write it, not two
+    assert "--html and --json are two ways" in capsys.readouterr().err
     assert main(["incidents", f"--incidents.dir={tmp_path}", "--html", str(out)]) == 2
     said = capsys.readouterr().err
     assert said.startswith("nodeguard incidents: error: --html writes one incident's page: ")
+
+
+def test_a_hand_edited_record_is_said_not_a_traceback(
+    record: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = {**record, "victim": ["not", "an", "object"], "timeline": [None]}
+    store = IncidentStore(directory=tmp_path / "incidents")
+    store.put(broken)
+    argv = ["incidents", f"--incidents.dir={tmp_path / 'incidents'}", record["id"]]
+    for extra in ([], ["--html", str(tmp_path / "p.html")]):
+        assert main([*argv, *extra]) == 1
+        said = capsys.readouterr().out
+        assert "cannot be shown: a field is not as nodeguard writes it" in said, said
+    assert main([*argv, "--json"]) == 0  # as stored
+    assert json.loads(capsys.readouterr().out)["victim"] == ["not", "an", "object"]
+
+
+async def test_the_agent_says_a_hand_edited_record_cannot_be_drawn(
+    record: dict[str, Any],
+) -> None:
+    store = IncidentStore(directory=None)
+    store.put({**record, "victim": ["x"], "timeline": [None]})
+    sampler = Sampler(
+        config=SamplerConfig(paths=host_paths("v2-systemd-containerd"), node_name="n")
+    )
+    app = make_app(sampler=sampler, registry=CollectorRegistry(), incidents=store)
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        resp = await client.get(f"/incidents/{record['id']}.html")
+        assert resp.status == 500 and "cannot be drawn" in await resp.text()
+    finally:
+        await client.close()
+        sampler.close()

@@ -564,6 +564,20 @@ class TestCluster:
         return self._require_dir() / "etcd.log"
 
     @property
+    def apiserver_pid(self) -> int:
+        """The kube-apiserver's process ID (benchmarks read its CPU and RSS)."""
+        if self._apiserver is None:
+            raise RuntimeError("the API server is not running")
+        return self._apiserver.pid
+
+    @property
+    def etcd_pid(self) -> int:
+        """etcd's process ID."""
+        if self._etcd is None:
+            raise RuntimeError("etcd is not running")
+        return self._etcd.pid
+
+    @property
     def apiserver_running(self) -> bool:
         """Whether the kube-apiserver process is alive."""
         return self._apiserver is not None and self._apiserver.poll() is None
