@@ -379,9 +379,9 @@ def test_components_and_overlays(kustomize_bin: Path, tmp_path: Path) -> None:
     assert added == [
         (kind, name)
         for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-        for name in ("nodeguard-own-node", "nodeguard-own-quotas")
+        for name in ("nodeguard-own-configmaps", "nodeguard-own-node", "nodeguard-own-quotas")
     ]
-    assert len(own) == len(alone) + 4
+    assert len(own) == len(alone) + 6
     # All together, as a user's kustomization would combine them.
     everything = _with(compose(tmp_path / "all", components=COMPONENTS, binary=kustomize_bin))
     assert "--no-dry-run" in everything["args"] and everything["sc"]["privileged"] is True
