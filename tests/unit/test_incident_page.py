@@ -6,11 +6,13 @@ without a timeline says so, and the agent and the command line give the same pag
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import html
 import json
 import re
+from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -319,7 +321,9 @@ def test_chartjs_is_the_vendored_release() -> None:
     assert "Chart.js v4.6.2" in page(record={"id": "x", "time": 0})
 
 
-async def test_the_agent_serves_the_page(record: dict[str, Any]) -> None:
+@contextlib.asynccontextmanager
+async def _agent_serving(record: dict[str, Any]) -> AsyncIterator[TestClient[Any, Any]]:
+    """The agent's HTTP endpoints with ``record`` in its store."""
     store = IncidentStore(directory=None)
     store.put(record)
     sampler = Sampler(
@@ -329,6 +333,14 @@ async def test_the_agent_serves_the_page(record: dict[str, Any]) -> None:
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:
+        yield client
+    finally:
+        await client.close()
+        sampler.close()
+
+
+async def test_the_agent_serves_the_page(record: dict[str, Any]) -> None:
+    async with _agent_serving(record) as client:
         resp = await client.get(f"/incidents/{record['id']}.html")
         assert resp.status == 200 and resp.content_type == "text/html"
         assert resp.charset == "utf-8" and await resp.text() == page(record=record)
@@ -339,9 +351,6 @@ async def test_the_agent_serves_the_page(record: dict[str, Any]) -> None:
         assert "No incident nothing-like-it" in await resp.text()
         index = await (await client.get("/")).text()
         assert f'<a href="/incidents/{record["id"]}.html">' in index
-    finally:
-        await client.close()
-        sampler.close()
 
 
 def test_the_command_line_writes_the_same_page(
@@ -381,17 +390,6 @@ def test_a_hand_edited_record_is_said_not_a_traceback(
 async def test_the_agent_says_a_hand_edited_record_cannot_be_drawn(
     record: dict[str, Any],
 ) -> None:
-    store = IncidentStore(directory=None)
-    store.put({**record, "victim": ["x"], "timeline": [None]})
-    sampler = Sampler(
-        config=SamplerConfig(paths=host_paths("v2-systemd-containerd"), node_name="n")
-    )
-    app = make_app(sampler=sampler, registry=CollectorRegistry(), incidents=store)
-    client: TestClient[Any, Any] = TestClient(TestServer(app))
-    await client.start_server()
-    try:
+    async with _agent_serving({**record, "victim": ["x"], "timeline": [None]}) as client:
         resp = await client.get(f"/incidents/{record['id']}.html")
         assert resp.status == 500 and "cannot be drawn" in await resp.text()
-    finally:
-        await client.close()
-        sampler.close()
