@@ -161,7 +161,7 @@ def _incident_page(incidents: IncidentStore | None, incident: str) -> web.Respon
         )
     try:
         text = page(record=record)
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a record edited by hand
+    except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:  # edited
         return web.Response(
             status=500,
             text=f"<html><body><h1>Incident {html.escape(incident)} cannot be drawn</h1>"

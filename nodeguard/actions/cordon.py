@@ -326,18 +326,24 @@ class _Budget:
         return self._refusal(await self._ours(), _allowed(c, total))
 
     async def under_lease(self, lease: BudgetLease) -> Refusal | None:
-        """Count under the Lease (the Node count from its notes while fresh: one list of every
-        Node a :data:`~nodeguard.actions.cordon_budget.COUNT_TTL`, not one a holder) and leave
-        the notes for the next holders."""
+        """Count under the Lease and leave the notes for the next holders. The Node count of
+        the notes (while fresh) only refuses; a cordon is decided on Nodes listed now, so a
+        hand-edited or stale count never cordons more than the budget."""
         c = self.config
         held = await self._ours()
         total, counted_at = 0, None
         if c.budget_percent is not None:
             cached = cached_total(lease.lease)
-            if cached is None:
-                total, counted_at = len(await self.kube.list_nodes()), time.time()
-            else:
-                total, counted_at = cached, _counted_at(lease.lease)
+            if cached is not None and (spent := self._refusal(held, _allowed(c, cached))):
+                # Refused on the count of the holders before (a count too small, after the
+                # cluster grew, refuses more: the safe side); never cordoned on one.
+                lease.notes = notes(
+                    total=cached, counted_at=_counted_at(lease.lease), cordoned=len(held)
+                )
+                return spent
+            # A cordon is decided on the Nodes counted now: at most the budget's cordons each
+            # list them, not every agent of a cluster-wide incident.
+            total, counted_at = len(await self.kube.list_nodes()), time.time()
         refusal = self._refusal(held, _allowed(c, total))
         lease.notes = notes(
             total=total if c.budget_percent is not None else None,

@@ -6,10 +6,13 @@ when it lets it go, three annotations:
 
 - :data:`ANN_NODES` / :data:`ANN_NODES_AT`: the cluster's Node count and when it was counted
   (Unix seconds). ``--cordon.budget-percent`` is a share of every Node, and counting them is a
-  list of every Node: the next holders take the count from here while it is younger than
-  :data:`COUNT_TTL` (nodes come and go by the minute, not the second; a count a few minutes old
-  moves the budget by a node or two at most), so a burst of cordons costs one list, not one a
-  holder.
+  list of every Node. The next holders use the count from here, while it is younger than
+  :data:`COUNT_TTL`, only to refuse: a count says the budget is spent, or the holder lists the
+  Nodes itself before it cordons. A count edited by hand, or made before a scale-down, can then
+  never cordon more than the budget (one made before a scale-up refuses more: the safe side),
+  and a cluster-wide incident costs one list a cordon the budget allows, not one an agent.
+  The age is judged on this node's clock against the writer's (the count's only use is to
+  refuse, so a skewed clock can only keep a count a little longer or shorter).
 - :data:`ANN_CORDONED`: how many nodes nodeguard had cordoned when it let go (the one it
   cordoned included). An agent waiting for the Lease reads it at each try; once it says the
   budget is spent and nodeguard's cordons (a label-selected list, a few Nodes) confirm it, the
@@ -46,6 +49,8 @@ ANN_NODES_AT = "nodeguard.io/budget-nodes-at"
 ANN_CORDONED = "nodeguard.io/budget-cordoned"
 #: How long a Node count on the Lease is used, in seconds.
 COUNT_TTL = 300.0
+#: How far in the future a count's time may be (another node's clock ahead of this one's).
+_AHEAD = 60.0
 
 
 def allowed(*, budget_nodes: int | None, budget_percent: float | None, total: int) -> int | None:
@@ -76,7 +81,7 @@ def cached_total(lease: JSON | None, *, now: float | None = None) -> int | None:
     except (KeyError, TypeError, ValueError):
         return None
     age = (time.time() if now is None else now) - at
-    return total if total > 0 and -COUNT_TTL < age < COUNT_TTL else None
+    return total if total > 0 and -_AHEAD < age < COUNT_TTL else None
 
 
 def notes(*, total: int | None, counted_at: float | None, cordoned: int) -> dict[str, str]:

@@ -102,10 +102,10 @@ def _table(records: list[dict[str, Any]]) -> Table:
         actions = ", ".join(f"{a['action']}:{a['outcome']}" for a in r.get("actions", []))
         t.add_row(
             short[r["id"]],
-            r["rule"],
-            r["kind"],
-            r["target"],
-            "yes" if r["dry_run"] else "no",
+            str(r.get("rule", "?")),
+            str(r.get("kind", "?")),
+            str(r.get("target", "?")),
+            "yes" if r.get("dry_run") else "no",
             actions or "-",
         )
     return t
@@ -148,10 +148,10 @@ def show_incidents(
             if html is not None:
                 return _write_page(record, html=html, console=console)
             show_one(record, console=console)
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
             # A record edited by hand (or by an older nodeguard): said, never a traceback.
             console.print(
-                f"incident {record.get('id', incident)!r} cannot be shown: a field is not as "
+                f"incident {incident!r} cannot be shown: a field is not as "
                 f"nodeguard writes it ({type(exc).__name__}: {exc}); "
                 "`nodeguard incidents ID --json` prints it as stored",
                 soft_wrap=True,

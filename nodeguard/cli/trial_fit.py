@@ -187,9 +187,11 @@ def rows(
     out = []
     for t in sorted(trials, key=lambda t: str((t.get("metadata") or {}).get("name"))):
         name = str(t["metadata"]["name"])
+        raw = t.get("spec")
+        assignments = raw.get("parameterAssignments") if isinstance(raw, dict) else None
         params = {
             str(a.get("name")): str(a.get("value"))
-            for a in (t.get("spec") or {}).get("parameterAssignments") or []
+            for a in (assignments if isinstance(assignments, list) else [])
             if isinstance(a, dict)
         }
         pods = [_part(r, container) for r in (records.get(name) or {}).values()]
@@ -252,7 +254,7 @@ def _group(value: str, members: Sequence[TrialRow]) -> Group:
         trials=len(members),
         least_bytes=min(needs),
         most_bytes=most,
-        measured=not any(r.oom_kills for r in members),
+        measured=not any((r.need_bytes or 0) > (r.floor_bytes or 0) for r in members),
         request_bytes=_round_up(most * (1 + REQUEST_ROOM)),
         limit_bytes=_round_up(most * (1 + LIMIT_ROOM)),
     )
@@ -309,7 +311,8 @@ def _comment(text: str) -> str:
 def _allowed_values(spec: Mapping[str, Any], parameter: str) -> list[str]:
     """The values the Experiment's ``feasibleSpace.list`` allows ``parameter`` (``[]``: a
     range, or not in the Experiment)."""
-    for p in spec.get("parameters") or []:
+    listed = spec.get("parameters")
+    for p in listed if isinstance(listed, list) else []:
         if isinstance(p, dict) and p.get("name") == parameter:
             values = (p.get("feasibleSpace") or {}).get("list")
             return [str(v) for v in values] if isinstance(values, list) else []
@@ -346,28 +349,103 @@ def fragment(
     tried = {g.value for g in spread.groups}
     untried = [v for v in _allowed_values(spec, spread.parameter) if v not in tried]
     biggest = max(classes)
+    ranges = _ranges(spec, spread.parameter, classes)
     out = [
         head,
         f"# {spread.parameter} explains {spread.explained:.0%} of the spread. Katib puts a "
         "value into the",
         "# template as text and cannot derive a memory from it: one Experiment a class.",
     ]
+    if not _reaches_template(spec, spread.parameter):
+        out += [
+            f"# Note: {spread.parameter} reaches no ${{trialParameters...}} of the trial template:",
+            "# its trials ran the same command whatever its value.",
+        ]
+    if ranges is None and _range_of(spec, spread.parameter) is not None:
+        out += [
+            f"# Note: memory does not grow along {spread.parameter}'s range:",
+            "# the classes are cut to the values tried.",
+        ]
     for (request, limit), groups in classes.items():
         values = [g.value for g in groups] + (untried if (request, limit) == biggest else [])
         notes = "" if all(g.measured for g in groups) else " (OOM-killed: a guess, rerun)"
         if untried and (request, limit) == biggest:
             notes += f" ({', '.join(untried)}: not tried, given the largest class)"
+        space = ranges.get((request, limit)) if ranges else None
+        shown = f"{space['min']} to {space['max']}" if space else ", ".join(values)
         out += [
             "---",
             _comment(
-                f"# {spread.parameter} {', '.join(values)}: request {quantity(request)}, "
+                f"# {spread.parameter} {shown}: request {quantity(request)}, "
                 f"limit {quantity(limit)}{notes}"
             ),
             _document(
-                spec, request=request, limit=limit, parameter=spread.parameter, values=values
+                spec,
+                request=request,
+                limit=limit,
+                parameter=spread.parameter,
+                values=values,
+                space=space,
             ).rstrip("\n"),
         ]
     return "\n".join(out) + "\n"
+
+
+def _reaches_template(spec: Mapping[str, Any], parameter: str) -> bool:
+    """Whether a trial parameter referring to ``parameter`` is used in the trial template
+    (``True`` where the template is not in the Experiment: it cannot be told)."""
+    template = spec.get("trialTemplate")
+    if not isinstance(template, dict) or not isinstance(template.get("trialSpec"), dict):
+        return True
+    used = set(_PLACEHOLDER.findall(json.dumps(template["trialSpec"])))
+    names = {
+        t.get("name")
+        for t in template.get("trialParameters") or []
+        if isinstance(t, dict) and t.get("reference") == parameter
+    }
+    return bool(names & used)
+
+
+def _range_of(spec: Mapping[str, Any], parameter: str) -> tuple[float, float] | None:
+    """The ``min`` and ``max`` of ``parameter``'s ``feasibleSpace`` where it is a range."""
+    listed = spec.get("parameters")
+    for p in listed if isinstance(listed, list) else []:
+        if isinstance(p, dict) and p.get("name") == parameter:
+            space = p.get("feasibleSpace")
+            try:
+                return float(space["min"]), float(space["max"])  # type: ignore[index]
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
+
+
+def _ranges(
+    spec: Mapping[str, Any], parameter: str, classes: Mapping[tuple[int, int], list[Group]]
+) -> dict[tuple[int, int], dict[str, str]] | None:
+    """For a range parameter (``int``: min, max), each class's part of the range, cut half-way
+    between the classes' values; ``None`` where it is no range or the classes are not each one
+    run of the values in order (memory not growing along it)."""
+    bounds = _range_of(spec, parameter)
+    if bounds is None:
+        return None
+    try:
+        order = sorted((float(g.value), key) for key, groups in classes.items() for g in groups)
+    except ValueError:
+        return None
+    runs = [key for i, (_, key) in enumerate(order) if i == 0 or order[i - 1][1] != key]
+    if len(runs) != len(set(runs)):
+        return None
+    cuts = [
+        math.floor((order[i - 1][0] + order[i][0]) / 2)
+        for i in range(1, len(order))
+        if order[i - 1][1] != order[i][1]
+    ]
+    lows = [bounds[0], *(c + 1 for c in cuts)]
+    highs = [*cuts, bounds[1]]
+    return {
+        key: {"min": f"{lo:g}", "max": f"{hi:g}"}
+        for key, lo, hi in zip(runs, lows, highs, strict=True)
+    }
 
 
 def _document(
@@ -377,19 +455,28 @@ def _document(
     limit: int,
     parameter: str | None = None,
     values: Sequence[str] = (),
+    space: Mapping[str, str] | None = None,
 ) -> str:
-    """``spec: {parameters, trialTemplate}`` of one memory class, as YAML."""
-    params = copy.deepcopy([p for p in spec.get("parameters") or [] if isinstance(p, dict)])
+    """``spec: {parameters, trialTemplate}`` of one memory class, as YAML: ``parameter``'s
+    feasible space the class's part of its range (``space``) or its ``values``."""
+    listed = spec.get("parameters")
+    params = copy.deepcopy(
+        [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
+    )
     if parameter is not None:
         p = next((p for p in params if p.get("name") == parameter), None)
         if p is None:  # assigned to the trials, but no longer in the Experiment
             p = {"name": parameter}
             params.append(p)
-        numeric = all(_key(v)[0] == 0 for v in values)
-        # Katib's feasibleSpace.list is read for categorical and discrete parameters only.
-        p["parameterType"] = "discrete" if numeric else "categorical"
-        p["feasibleSpace"] = {"list": list(values)}
-    template = copy.deepcopy(dict(spec.get("trialTemplate") or {}))
+        if space is not None:  # its type kept: an int range cut in parts
+            p["feasibleSpace"] = {**(p.get("feasibleSpace") or {}), **space}
+        else:
+            numeric = all(_key(v)[0] == 0 for v in values)
+            # Katib's feasibleSpace.list is read for categorical and discrete parameters only.
+            p["parameterType"] = "discrete" if numeric else "categorical"
+            p["feasibleSpace"] = {"list": list(values)}
+    raw = spec.get("trialTemplate")
+    template = copy.deepcopy(dict(raw)) if isinstance(raw, dict) else {}
     primary = str(template.get("primaryContainerName") or "")
     memory = {"requests": quantity(request), "limits": quantity(limit)}
     found = _set_memory(template.get("trialSpec"), name=primary, memory=memory)

@@ -60,22 +60,33 @@ async def _read(kube: KubeClient, ns: str, name: str) -> tuple[Any, list[Any], d
     return exp, trials, records
 
 
+#: Parameters shown a column each up to this many; more share one column (``name=value``), so
+#: the numbers always fit 80 columns.
+_PARAM_COLUMNS = 2
+
+
 def _table(found: list[TrialRow], params: list[str]) -> Table:
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left", title="Trials")
     # The numbers are read whole (never cut to "..."); long names and values fold instead.
     longest = max((len(r.name) for r in found), default=5)
-    t.add_column("trial", overflow="fold", min_width=min(longest, 32))
-    for p in params:
+    t.add_column("trial", overflow="fold", min_width=min(longest, 16))
+    apart = params if len(params) <= _PARAM_COLUMNS else []
+    for p in apart:
         widest = max((len(r.parameters.get(p, "")) for r in found), default=0)
         t.add_column(p, overflow="fold", min_width=min(max(widest, len(p)), 12))
+    if not apart and params:
+        t.add_column("parameters", overflow="fold", min_width=14)
     for head, width in (("peak", 10), ("limit", 10), ("OOM", 3)):
         t.add_column(head, justify="right", no_wrap=True, min_width=width)
-    t.add_column("outcome", overflow="fold")
+    t.add_column("outcome", overflow="fold", min_width=11)
     for r in found:
         outcome = ", ".join(x for x in (r.outcome, r.flag) if x) or "-"
+        values = [r.parameters.get(p, "") for p in apart]
+        if not apart and params:
+            values = [" ".join(f"{p}={r.parameters[p]}" for p in params if p in r.parameters)]
         t.add_row(
             r.name,
-            *(r.parameters.get(p, "") for p in params),
+            *values,
             format_bytes(r.peak_working_set_bytes) if r.pods else "none yet",
             format_bytes(r.limit_bytes) if r.limit_bytes else ("none" if r.pods else "-"),
             str(r.oom_kills) if r.pods else "-",
@@ -128,8 +139,9 @@ def _spreads(console: Console, found: list[Spread], *, doubles: frozenset[str]) 
 def show(exp: Any, trials: list[Any], records: dict[str, Any], *, as_json: bool) -> None:
     """Print the report of ``nodeguard trials`` (module docstring) to stdout."""
     ns, name = exp["metadata"]["namespace"], exp["metadata"]["name"]
-    spec = exp.get("spec") or {}
-    primary = (spec.get("trialTemplate") or {}).get("primaryContainerName")
+    spec = exp.get("spec") if isinstance(exp.get("spec"), dict) else {}
+    template = spec.get("trialTemplate")
+    primary = template.get("primaryContainerName") if isinstance(template, dict) else None
     found = rows(trials, records, container=primary if isinstance(primary, str) else None)
     doubles = frozenset(
         str(p.get("name"))
@@ -153,13 +165,13 @@ def show(exp: Any, trials: list[Any], records: dict[str, Any], *, as_json: bool)
     console = stdout_console()
     params = sorted({p for r in found for p in r.parameters})
     console.print(_table(found, params))
-    recorded = sum(1 for r in found if r.pods)
+    recorded = sum(1 for r in found if r.need_bytes is not None)
     console.print(
         f"{len(found)} trial(s) of {ns}/{name}, {recorded} with memory recorded (an agent "
         "records a trial pod's when it ends)"
     )
     _spreads(console, spread, doubles=doubles)
-    if not found:
+    if not recorded:
         return
     console.print("Paste into the Experiment:")
     console.out(text, end="", highlight=False)

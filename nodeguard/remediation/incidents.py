@@ -268,9 +268,14 @@ class IncidentStore:
         out = []
         for path in sorted(self.directory.glob("*.json"), reverse=True):
             try:
-                out.append(json.loads(path.read_text()))
-            except (OSError, ValueError) as exc:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError, RecursionError) as exc:
                 log.warning("unreadable incident %s: %s", path, exc)
+                continue
+            if _listable(record):
+                out.append(record)
+            else:  # edited by hand: said, and left out of the list (its file is kept)
+                log.warning("incident %s is not a record as nodeguard writes it; left out", path)
         return out
 
     def ids(self) -> tuple[str, ...]:
@@ -295,7 +300,23 @@ class IncidentStore:
             return None  # never a path outside the directory
         path = self.directory / f"{incident}.json"
         try:
-            data: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
             return None
-        return data
+        return data if isinstance(data, dict) else None
+
+
+def _listable(record: Any) -> bool:
+    """Whether a stored record has what a list of incidents shows (an edited one may not)."""
+    if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+        return False
+    when = record.get("time")
+    if isinstance(when, bool) or not isinstance(when, int | float) or not -1e11 < when < 1e11:
+        return False  # the list says each one's time
+    actions = record.get("actions", [])
+    return isinstance(actions, list) and all(
+        isinstance(a, dict)
+        and isinstance(a.get("action"), str)
+        and isinstance(a.get("outcome"), str)
+        for a in actions
+    )

@@ -135,7 +135,8 @@ class RecordWriter:
                 if getattr(exc, "transient", True):  # retried later, never lost
                     # To the back of the queue: a record the API keeps failing never holds
                     # up the others.
-                    self._pending[uid] = self._pending.pop(uid)
+                    if uid in self._pending:  # (it may have been dropped meanwhile)
+                        self._pending[uid] = self._pending.pop(uid)
                     self._backoff = min(_BACKOFF_MAX, self._backoff * 2)
                     wait = self._backoff * random.uniform(0.5, 1.0)
                     self._retry_at = time.monotonic() + wait

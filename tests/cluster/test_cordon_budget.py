@@ -52,19 +52,34 @@ async def _cordon(kube: KubeClient, node: str, cfg: CordonConfig) -> Any:
     )
 
 
+def _percent_for_one(cluster: Cluster) -> float:
+    """A ``--cordon.budget-percent`` that allows one node of the cluster as it is (other tests
+    share it and add Nodes)."""
+    return 150.0 / len(cluster.core.list_node().items)
+
+
 async def test_a_burst_counts_the_nodes_once_and_a_spent_budget_takes_no_lease(
     cluster: Cluster, proxied: Any
 ) -> None:
     _clear(cluster)
     nodes = [cluster.node() for _ in range(4)]
     lease = unique("budget")
-    percent = CordonConfig(budget_percent=100, lease_name=lease, lease_namespace="default")
+    one = CordonConfig(
+        budget_percent=_percent_for_one(cluster), lease_name=lease, lease_namespace="default"
+    )
     kube = KubeClient.load(kubeconfig=proxied.kubeconfig)
     try:
-        for node in nodes[:3]:
-            assert (await _cordon(kube, node, percent)).outcome == "done"
-        # Three holders, one list of every Node: the count was on the Lease for the next two.
+        first = await _cordon(kube, nodes[0], one)
+        assert first.outcome == "done", first.message
+        writes = _lease_writes(proxied.seen, lease)
+        # The burst after it: refused on the count the first holder left on the Lease,
+        # before contending for it (no Lease write), and no list of every Node.
+        for node in nodes[1:]:
+            res = await _cordon(kube, node, one)
+            assert res.outcome == "refused" and "budget spent, 1 of 1" in res.message
+            assert not cordoned(cluster.core.read_node(node))
         assert _full_lists(proxied.seen) == 1
+        assert _lease_writes(proxied.seen, lease) == writes
         notes = (
             given(
                 given(
@@ -73,17 +88,47 @@ async def test_a_burst_counts_the_nodes_once_and_a_spent_budget_takes_no_lease(
             ).annotations
             or {}
         )
-        assert notes[ANN_CORDONED] == "3" and int(notes[ANN_NODES]) >= 4
-        # A budget of three, spent: refused from the label-selected list, the Lease untouched.
-        before = _lease_writes(proxied.seen, lease)
-        three = CordonConfig(budget_nodes=3, lease_name=lease, lease_namespace="default")
-        refused = await _cordon(kube, nodes[3], three)
-        assert refused.outcome == "refused" and "budget spent, 3 of 3" in refused.message
-        assert _lease_writes(proxied.seen, lease) == before
-        assert not cordoned(cluster.core.read_node(nodes[3]))
+        assert notes[ANN_CORDONED] == "1" and int(notes[ANN_NODES]) >= 4
     finally:
         kube.close()
         _clear(cluster)
+
+
+async def test_a_hand_edited_node_count_never_cordons_past_the_budget(
+    cluster: Cluster, control_plane: Any
+) -> None:
+    # The budget Lease says the cluster has a million Nodes (edited by hand, or counted
+    # before a scale-down): 10 % of that would allow every cordon. The count only refuses;
+    # each cordon is decided on the Nodes listed then, so one node of these three is cordoned.
+    _clear(cluster)
+    nodes = [cluster.node() for _ in range(3)]
+    lease = unique("budget")
+    client.CoordinationV1Api(cluster.api).create_namespaced_lease(
+        "default",
+        client.V1Lease.model_validate(
+            {
+                "metadata": {
+                    "name": lease,
+                    "annotations": {ANN_NODES: "1000000", ANN_NODES_AT: f"{time.time():.0f}"},
+                },
+                "spec": {"leaseDurationSeconds": 15},
+            }
+        ),
+    )
+    cfg = CordonConfig(
+        budget_percent=_percent_for_one(cluster), lease_name=lease, lease_namespace="default"
+    )
+    kube = KubeClient.load(kubeconfig=control_plane.kubeconfig_path)
+    try:
+        results = [await _cordon(kube, n, cfg) for n in nodes]
+    finally:
+        kube.close()
+        held = [n for n in nodes if cordoned(cluster.core.read_node(n))]
+        _clear(cluster)
+    assert [r.outcome for r in results] == ["done", "refused", "refused"], [
+        r.message for r in results
+    ]
+    assert held == nodes[:1]
 
 
 def _mark(cluster: Cluster, node: str) -> None:

@@ -99,7 +99,12 @@ def test_trials_memory_recorded_across_kill_9_and_api_failures(
             ns,
             "experiments",
             "random",
-            {"spec": {"parameters": [*exp["spec"]["parameters"], batch_size]}},
+            {
+                "spec": {
+                    "parameters": [*exp["spec"]["parameters"], batch_size],
+                    "trialTemplate": _batch_size_in(exp["spec"]["trialTemplate"]),
+                }
+            },
         )
     )
     pods: dict[str, tuple[str, str]] = {}
@@ -268,3 +273,14 @@ def _mark(cluster: Cluster, ns: str, trial: str, kind: str) -> None:
     cluster.custom.patch_namespaced_custom_object_status(
         "kubeflow.org", "v1beta1", ns, "trials", trial, {"status": {"conditions": conditions}}
     )
+
+
+def _batch_size_in(template: dict[str, Any]) -> dict[str, Any]:
+    """The example's trial template with its hard-coded ``--batch-size=16`` made a trial
+    parameter, as a user tuning it writes it."""
+    text = json.dumps(template).replace(
+        "--batch-size=16", "--batch-size=${trialParameters.batchSize}"
+    )
+    out: dict[str, Any] = json.loads(text)
+    out["trialParameters"].append({"name": "batchSize", "reference": "batch_size"})
+    return out

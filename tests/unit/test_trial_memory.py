@@ -206,13 +206,14 @@ def test_the_parameter_that_explains_the_memory_and_its_recommendation() -> None
     assert found[3].flag == "near limit" and found[0].flag == ""
     text = fragment(experiment="ml/e", spread=best, every=found, spec=SPEC)
     one, two = (d["spec"] for d in yaml.safe_load_all(text))
-    for doc, values, memory in ((one, ["16"], "64Mi"), (two, ["64"], "128Mi")):
+    # batch_size is an int range 16 to 64: cut half-way between the classes' values (16 and
+    # 64: at 40), each class its part of the range, its type kept.
+    for doc, space, memory in (
+        (one, {"min": "16", "max": "40"}, "64Mi"),
+        (two, {"min": "41", "max": "64"}, "128Mi"),
+    ):
         batch, lr = doc["parameters"]
-        assert batch == {
-            "name": "batch_size",
-            "parameterType": "discrete",
-            "feasibleSpace": {"list": values},
-        }
+        assert batch == {"name": "batch_size", "parameterType": "int", "feasibleSpace": space}
         assert lr == SPEC["parameters"][1]  # the others as they were
         job = doc["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
         train, sidecar = job["containers"]
@@ -413,3 +414,56 @@ def test_a_memory_bound_to_a_trial_parameter_and_odd_templates() -> None:
     assert "a guess above their limit" in fragment(
         experiment="ml/e", spread=None, every=killed, spec=SPEC
     )
+
+
+def test_a_range_that_memory_does_not_grow_along_and_a_guess_only_where_guessed() -> None:
+    found = [
+        _row("a", "16", 60 * MiB),
+        _row("b", "16", 62 * MiB),
+        _row("c", "32", 20 * MiB),
+        _row("d", "32", 21 * MiB),
+        _row("e", "64", 61 * MiB),
+        _row("f", "64", 63 * MiB),
+    ]
+    best = spreads(found)[0]
+    assert best.parameter == "batch_size" and best.explains
+    text = fragment(experiment="ml/e", spread=best, every=found, spec=SPEC)
+    assert "memory does not grow along batch_size's range" in text
+    lists = [d["spec"]["parameters"][0]["feasibleSpace"] for d in yaml.safe_load_all(text)]
+    assert lists == [{"list": ["16", "64"]}, {"list": ["32"]}]
+    # A launcher OOM-killed at 100 MiB beside a worker measured at 1 GiB of its 4 GiB: the
+    # trial's need is the worker's measure, not a guess.
+    trials: list[dict[str, Any]] = [{"metadata": {"name": "t"}, "spec": "not an object"}]
+    launcher = {"peak_working_set_bytes": 99 * MiB, "limit_bytes": 100 * MiB, "oom_kills": 1}
+    worker = {"peak_working_set_bytes": 1024 * MiB, "limit_bytes": 4096 * MiB}
+    (row,) = rows(trials, {"t": {"l": launcher, "w": worker}})
+    assert row.need_bytes == 1024 * MiB and row.parameters == {}
+    assert spreads([row])[0:1] == [] or all(g.measured for s in spreads([row]) for g in s.groups)
+
+
+def test_many_parameters_share_one_column_and_the_numbers_fit() -> None:
+    import io
+
+    from rich.console import Console
+
+    from nodeguard.cli.trials import _table
+
+    params = {p: "0.001" for p in ("lr", "momentum", "batch_size", "optimizer", "dropout")}
+    found = [
+        TrialRow(
+            name=f"bert-finetune-sweep-2026-12-07-{i}",
+            parameters=params,
+            outcome="Failed",
+            pods=1,
+            peak_working_set_bytes=8000 * MiB,
+            limit_bytes=8192 * MiB,
+            oom_kills=1,
+        )
+        for i in range(2)
+    ]
+    out = io.StringIO()
+    Console(file=out, width=80).print(_table(found, sorted(params)))
+    text = out.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    for shown in ("7.8 GiB", "8.0 GiB", "OOM-killed", "parameters"):
+        assert shown in text, text
