@@ -265,18 +265,8 @@ class IncidentStore:
         """All records, newest first."""
         if self.directory is None:
             return [self._memory[k] for k in sorted(self._memory, reverse=True)]
-        out = []
-        for path in sorted(self.directory.glob("*.json"), reverse=True):
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError, RecursionError) as exc:
-                log.warning("unreadable incident %s: %s", path, exc)
-                continue
-            if _listable(record):
-                out.append(record)
-            else:  # edited by hand: said, and left out of the list (its file is kept)
-                log.warning("incident %s is not a record as nodeguard writes it; left out", path)
-        return out
+        found = (_listed(p) for p in sorted(self.directory.glob("*.json"), reverse=True))
+        return [r for r in found if r is not None]
 
     def ids(self) -> tuple[str, ...]:
         """Every record's id, oldest first."""
@@ -304,6 +294,20 @@ class IncidentStore:
         except (OSError, ValueError, RecursionError):
             return None
         return data if isinstance(data, dict) else None
+
+
+def _listed(path: Path) -> dict[str, Any] | None:
+    """A stored record for the list; ``None`` (logged) when unreadable or edited by hand so
+    that it lacks what the list shows (its file is kept)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        log.warning("unreadable incident %s: %s", path, exc)
+        return None
+    if not _listable(record):
+        log.warning("incident %s is not a record as nodeguard writes it; left out", path)
+        return None
+    return dict(record)
 
 
 def _listable(record: Any) -> bool:

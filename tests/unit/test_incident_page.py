@@ -393,3 +393,19 @@ async def test_the_agent_says_a_hand_edited_record_cannot_be_drawn(
     async with _agent_serving({**record, "victim": ["x"], "timeline": [None]}) as client:
         resp = await client.get(f"/incidents/{record['id']}.html")
         assert resp.status == 500 and "cannot be drawn" in await resp.text()
+
+
+def test_the_list_leaves_out_records_edited_by_hand(
+    record: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "incidents"
+    IncidentStore(directory=directory).put(record)
+    (directory / "20200101T000000-a.json").write_text("[1, 2]")
+    (directory / "20200101T000001-b.json").write_text(
+        json.dumps({**record, "id": "20200101T000001-b", "actions": [None]})
+    )
+    (directory / "20200101T000002-c.json").write_text("[" * 100_000)
+    assert main(["incidents", f"--incidents.dir={directory}"]) == 0
+    listed = capsys.readouterr().out
+    assert "1 incident(s)" in listed, listed
+    assert main(["incidents", f"--incidents.dir={directory}", "20200101T000000-a"]) == 1
