@@ -30,6 +30,7 @@ from tests.support.katib import (
 from tests.support.kube_helpers import (
     Cluster,
     annotations_of,
+    custom_json,
     given,
     labels_of,
     name_of,
@@ -183,6 +184,16 @@ async def test_resume_of_an_experiment_with_no_running_trial_starts_new_ones(
     wait_until(
         "Katib to see no running trial",
         lambda: not katib.running(ns, "exp"),
+        timeout=30,
+        detail=katib.log_tail,
+    )
+    # Katib asked its Suggestion for the trials the quota then refused: the stand-in suggestion
+    # service answers that (a Suggestion's status change reconciles the Experiment). Its
+    # answer must land before the quota goes, or that reconcile, not the resume's update,
+    # would start the trials (in a full run the stand-in lists every test's Suggestions).
+    wait_until(
+        "the stand-in suggestion service to answer Katib's requests",
+        lambda: _suggested(cluster, ns, "exp"),
         timeout=30,
         detail=katib.log_tail,
     )
@@ -493,3 +504,12 @@ def test_an_agent_killed_mid_pause_is_resumed_once_and_deletes_no_trial(
     now = katib.trials(ns, "exp")
     assert {n: t["metadata"]["uid"] for n, t in now.items()} == trials  # none deleted, none new
     assert katib.running(ns, "exp") == set(trials)
+
+
+def _suggested(cluster: Cluster, ns: str, name: str) -> bool:
+    """Whether the experiment's Suggestion has as many suggestions as Katib requested."""
+    s = custom_json(
+        cluster.custom.get_namespaced_custom_object(GROUP, VERSION, ns, "suggestions", name)
+    )
+    have = len((s.get("status") or {}).get("suggestions") or [])
+    return have >= int((s.get("spec") or {}).get("requests") or 0)
