@@ -39,6 +39,8 @@ from typing import Any
 
 import yaml
 
+from nodeguard.remediation.trial_memory import whole_count
+
 __all__ = [
     "EXPLAINS",
     "LIMIT_ROOM",
@@ -65,12 +67,6 @@ _TIE = 0.1
 _ROUND = 64 << 20
 _OUTCOMES = ("Succeeded", "Failed", "EarlyStopped", "MetricsUnavailable", "Killed", "Running")
 _PLACEHOLDER = re.compile(r"\$\{trialParameters\.([^}]+)\}")
-
-
-def _count(value: Any) -> int | None:
-    """A byte size or count from a record: a whole number of 0 or more, else no data."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    return value if ok else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,8 +143,11 @@ def _row(
 ) -> TrialRow:
     judged = []  # (need, floor, peak, limit, oom, near) a pod with a peak
     for p in pods:
-        peak, limit = _count(p.get("peak_working_set_bytes")), _count(p.get("limit_bytes"))
-        oom = _count(p.get("oom_kills")) or 0
+        peak, limit = (
+            whole_count(p.get("peak_working_set_bytes")),
+            whole_count(p.get("limit_bytes")),
+        )
+        oom = whole_count(p.get("oom_kills")) or 0
         need, floor = _pod_need(peak, limit, oom)
         near = bool(peak is not None and limit and peak >= NEAR_LIMIT * limit)
         judged.append((need, floor, peak, limit, oom, near))
@@ -156,7 +155,7 @@ def _row(
     worst = max(measured, key=lambda j: j[0] or 0) if measured else None
 
     def most(key: str) -> int | None:
-        values = [v for p in pods if (v := _count(p.get(key))) is not None]
+        values = [v for p in pods if (v := whole_count(p.get(key))) is not None]
         return max(values) if values else None
 
     return TrialRow(

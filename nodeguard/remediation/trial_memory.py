@@ -57,6 +57,7 @@ __all__ = [
     "TrialMemoryCollector",
     "Write",
     "trial_writer",
+    "whole_count",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,29 +76,31 @@ PENDING_KEPT = 1000
 Write = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+def _raise(into: dict[str, Any], key: str, value: int | None, *, saved: dict[str, int]) -> bool:
+    """Raise ``into[key]`` to ``value``; whether it is now :data:`SAVE_GROWTH` above the value
+    last saved (``saved``, by key, updated then: the state is saved when this is true). Against
+    the last *saved* value, not the last one: a peak that creeps up a little each sample is
+    saved once it has grown that much in all."""
+    old = into.get(key)
+    if value is None or (old is not None and value <= old):
+        return False
+    into[key] = value
+    last = saved.get(key)
+    if last is not None and value <= last * (1 + SAVE_GROWTH):
+        return False
+    saved[key] = value
+    return True
+
+
 def _peaks(into: dict[str, Any], memory: CgroupMemory, *, saved: dict[str, int]) -> bool:
-    """Raise ``into``'s peaks to ``memory``'s; whether one is :data:`SAVE_GROWTH` above the
-    value last saved (``saved``, by key, updated here: the state is saved when this is true)
-    or an OOM kill is new."""
-    grew = False
-    for key, value in (
-        ("peak_working_set_bytes", memory.working_set_bytes),
-        ("peak_anon_bytes", memory.anon_bytes),
-        ("oom_kills", memory.oom_kills),
-    ):
-        if value is None:
-            continue
-        old = into.get(key)
-        if old is not None and value <= old:
-            continue
-        into[key] = value
-        last = saved.get(key)
-        if last is None or value > last * (1 + SAVE_GROWTH) or key == "oom_kills":
-            grew = True
-    if grew:
-        saved.update(
-            {k: into[k] for k in ("peak_working_set_bytes", "peak_anon_bytes") if k in into}
-        )
+    """Raise ``into``'s peaks to ``memory``'s (:func:`_raise`); whether one grew enough to
+    save, or an OOM kill is new."""
+    grew = _raise(into, "peak_working_set_bytes", memory.working_set_bytes, saved=saved)
+    grew |= _raise(into, "peak_anon_bytes", memory.anon_bytes, saved=saved)
+    kills = into.get("oom_kills")
+    if memory.oom_kills is not None and (kills is None or memory.oom_kills > kills):
+        into["oom_kills"] = memory.oom_kills
+        grew = True
     if memory.effective_limit_bytes:
         into["limit_bytes"] = memory.effective_limit_bytes
     return grew
@@ -176,8 +179,12 @@ _COUNTS = (
 )
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def whole_count(value: Any) -> int | None:
+    """``value`` where it is a byte size or count as the agent writes one (a whole number of 0
+    or more; not a bool), else ``None``: no data. For records read back (the state file, the
+    ConfigMaps), which a person may have edited."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else None
 
 
 def _kept(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -197,7 +204,7 @@ def _kept(records: dict[str, Any]) -> dict[str, dict[str, Any]]:
             containers = record["containers"] = {}
         for part in (record, *containers.values()):
             for key in _COUNTS:
-                if key in part and not _count(part[key]):
+                if key in part and whole_count(part[key]) is None:
                     del part[key]
     return records
 
@@ -285,7 +292,12 @@ class TrialMemory:
                 into = record["containers"].setdefault(name, {})
                 save |= _peaks(into, c.memory, saved=self._saved.setdefault(key, {}))
             if snapshot.focused is None and root is not None:
-                save |= self._kernel_peaks(record, root=root, pod=pod.memory)
+                peak = kernel_peak_bytes(
+                    cgroup_dir=root / pod.memory.path.lstrip("/"),
+                    version=pod.memory.cgroup_version,
+                )
+                saved = self._saved.setdefault(pod.uid, {})
+                save |= _raise(record, "kernel_peak_bytes", peak, saved=saved)
         if snapshot.focused is None:
             save |= self._end(meta, now=snapshot.timestamp)
         if save:
@@ -308,15 +320,6 @@ class TrialMemory:
             "first_sampled": now,
             "containers": {},
         }
-
-    @staticmethod
-    def _kernel_peaks(record: dict[str, Any], *, root: Path, pod: CgroupMemory) -> bool:
-        peak = kernel_peak_bytes(cgroup_dir=root / pod.path.lstrip("/"), version=pod.cgroup_version)
-        if peak is None or peak <= (record.get("kernel_peak_bytes") or 0):
-            return False
-        old = record.get("kernel_peak_bytes")
-        record["kernel_peak_bytes"] = peak
-        return old is None or peak > old * (1 + SAVE_GROWTH)
 
     def _end(self, meta: Any, *, now: float) -> bool:
         """Move the pods that ended to the records to write; whether any did."""
